@@ -1,0 +1,473 @@
+"""Execution harness: run an original and a rewritten model side by side and compare them.
+
+Used by the test-suite (every positive fixture, the transformers corpus) and by ``gpu_bench``. It imports
+torch, so it must never be imported on the codemod path (``adopter_codemods`` itself stays torch-free).
+
+What "equivalent" means here (design brief, section 4):
+
+* the two ``state_dict()`` have the same keys and shapes, and the original one loads into the rewritten model
+  with ``strict=True`` (checkpoint compatibility);
+* in every requested mode (``eval`` and ``train``) both models, fed clones of the same inputs under the same RNG
+  seed, return the same output tensors; backpropagating the same seeded random cotangent gives the same input
+  gradients and the same gradient for every named parameter;
+* after each forward/backward the persistent buffers (e.g. BatchNorm running statistics) are the same.
+
+Typical use::
+
+    original = load_source_as_module(src, "case_original")
+    rewritten = load_source_as_module(rewrite_source(src).code, "case_rewritten")
+    assert_equivalent(original, rewritten)            # calls make_example() in both
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import math
+import sys
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "EquivalenceReport",
+    "Mismatch",
+    "assert_equivalent",
+    "check_equivalent",
+    "compare_models",
+    "load_source_as_module",
+]
+
+MODES: tuple[str, ...] = ("eval", "train")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Loading source text as a module
+# --------------------------------------------------------------------------------------------------------------
+
+
+def load_source_as_module(
+    source: str,
+    name: str,
+    *,
+    package: str | None = None,
+    path: str | None = None,
+) -> types.ModuleType:
+    """Execute ``source`` as a fresh module called ``name`` and return it.
+
+    The module is put in ``sys.modules[name]`` before its body runs and stays there afterwards (it is removed
+    again if executing the body fails): ``dataclasses`` resolves annotations through ``sys.modules`` and pickling
+    finds classes by module name. ``package`` sets ``__package__`` so relative imports resolve, e.g. a rewritten
+    ``modeling_bert.py`` loaded as ``transformers.models.bert.modeling_bert_adopted`` with package
+    ``transformers.models.bert`` can still do ``from ...activations import ACT2FN``.
+
+    ``path`` becomes ``__file__`` and the file name in tracebacks; the source text is registered in ``linecache``
+    under that name, so tracebacks and ``inspect.getsource`` (used by ``torch.compile``) show the executed text
+    even when it only exists in memory.
+    """
+    filename = path if path is not None else f"<{name}>"
+    code = compile(source, filename, "exec")
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    if package is not None:
+        module.__package__ = package
+    # Register the executed text (not whatever is on disk at `path`): the rewritten source usually differs.
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)
+    except BaseException:
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+        raise
+    return module
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """One difference between the original and the rewritten model.
+
+    ``kind`` is one of ``state_dict``, ``output``, ``input_grad``, ``param_grad``, ``buffer``, ``error``.
+    ``mode`` is ``eval``/``train``, or ``""`` for checks that do not depend on the mode.
+    """
+
+    kind: str
+    mode: str
+    name: str
+    detail: str
+    max_abs_diff: float | None = None
+
+    def __str__(self) -> str:
+        where = f"[{self.mode}] " if self.mode else ""
+        diff = f" (max abs diff {self.max_abs_diff:.3e})" if self.max_abs_diff is not None else ""
+        return f"{where}{self.kind} {self.name}: {self.detail}{diff}"
+
+
+@dataclasses.dataclass
+class EquivalenceReport:
+    """Outcome of one comparison; ``ok`` is true when no mismatch was found."""
+
+    rtol: float
+    atol: float
+    modes: tuple[str, ...]
+    mismatches: list[Mismatch] = dataclasses.field(default_factory=list)
+    #: Number of tensors compared (outputs, gradients, buffers over all modes).
+    compared: int = 0
+    #: Largest absolute difference seen per mode, over every compared floating-point tensor.
+    max_abs_diff: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def format(self, limit: int = 20) -> str:
+        """Human-readable summary: the first ``limit`` mismatches, one a line."""
+        head = (
+            f"{'equivalent' if self.ok else 'NOT equivalent'}: {self.compared} tensors compared in modes "
+            f"{', '.join(self.modes) or '-'} (rtol={self.rtol:g}, atol={self.atol:g})"
+        )
+        lines = [head, *(f"  - {m}" for m in self.mismatches[:limit])]
+        if len(self.mismatches) > limit:
+            lines.append(f"  ... and {len(self.mismatches) - limit} more")
+        return "\n".join(lines)
+
+    def raise_if_failed(self) -> None:
+        """Raise ``AssertionError`` with :meth:`format` as message if any mismatch was found."""
+        if not self.ok:
+            raise AssertionError(self.format())
+
+    def _note(self, mode: str, diff: float) -> None:
+        self.compared += 1
+        if not math.isnan(diff):
+            self.max_abs_diff[mode] = max(self.max_abs_diff.get(mode, 0.0), diff)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Walking nested outputs / inputs
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Yield ``(path, leaf)`` for every leaf of tuples/lists/dicts/dataclasses (ModelOutput is a dict)."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, Mapping):
+        # ModelOutput is an OrderedDict holding only the non-None fields; treat every mapping alike.
+        for key, item in value.items():
+            yield from _walk(item, f"{path}.{key}" if path else str(key))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _walk(getattr(value, field.name), f"{path}.{field.name}" if path else field.name)
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            yield from _walk(item, f"{path}[{index}]")
+    elif value is not None:
+        yield path, value
+
+
+def _clone_inputs(value: Any) -> Any:
+    """Deep-copy the tensors of an argument tree; floating-point ones become fresh leaves requiring grad."""
+    if isinstance(value, torch.Tensor):
+        copy = value.detach().clone()
+        return copy.requires_grad_(True) if copy.is_floating_point() else copy
+    if isinstance(value, Mapping):
+        return type(value)((key, _clone_inputs(item)) for key, item in value.items())
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
+        return type(value)(*(_clone_inputs(item) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone_inputs(item) for item in value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tensor comparison
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| over positions where the values are not both the same inf / both NaN."""
+    a64, b64 = a.detach().double(), b.detach().double()
+    same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
+    if bool(same.all()):
+        return 0.0
+    diff = (a64 - b64).abs().masked_fill(same, 0.0)
+    return float(torch.nan_to_num(diff, nan=math.inf).max())
+
+
+def _compare_tensor(
+    report: EquivalenceReport,
+    kind: str,
+    mode: str,
+    name: str,
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+) -> None:
+    """Compare ``actual`` (rewritten) with ``expected`` (original); record a mismatch if they differ."""
+    if expected.shape != actual.shape:
+        report.mismatches.append(
+            Mismatch(kind, mode, name, f"shape {tuple(actual.shape)} != original {tuple(expected.shape)}")
+        )
+        return
+    if expected.dtype != actual.dtype:
+        report.mismatches.append(Mismatch(kind, mode, name, f"dtype {actual.dtype} != original {expected.dtype}"))
+        return
+    if expected.device != actual.device:
+        actual = actual.to(expected.device)
+    if not (expected.is_floating_point() or expected.is_complex()):
+        exact = torch.equal(expected, actual)
+        report._note(mode, 0.0 if exact else math.nan)
+        if not exact:
+            report.mismatches.append(Mismatch(kind, mode, name, "integer/bool values differ"))
+        return
+    diff = _max_abs_diff(expected, actual)
+    report._note(mode, diff)
+    close = torch.allclose(actual.detach(), expected.detach(), rtol=report.rtol, atol=report.atol, equal_nan=True)
+    if not close:
+        report.mismatches.append(
+            Mismatch(kind, mode, name, f"values differ, shape {tuple(expected.shape)}", max_abs_diff=diff)
+        )
+
+
+def _compare_grad(
+    report: EquivalenceReport,
+    kind: str,
+    mode: str,
+    name: str,
+    expected: torch.Tensor | None,
+    actual: torch.Tensor | None,
+    like: torch.Tensor,
+) -> None:
+    """Compare two gradients; ``None`` (no gradient flowed) counts as zeros of ``like``'s shape."""
+    if expected is None and actual is None:
+        return
+    expected = torch.zeros_like(like) if expected is None else expected
+    actual = torch.zeros_like(like) if actual is None else actual
+    _compare_tensor(report, kind, mode, name, expected, actual)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Model comparison
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Persistent buffers: the state-dict entries that are not parameters (non-persistent ones are caches)."""
+    params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    return {name: t for name, t in model.state_dict(keep_vars=True).items() if name not in params}
+
+
+def _check_state_dicts(report: EquivalenceReport, original: nn.Module, rewritten: nn.Module) -> bool:
+    """Same keys and shapes? Record mismatches and return False when the checkpoint would not load."""
+    ours, theirs = original.state_dict(), rewritten.state_dict()
+    for key in sorted(ours.keys() - theirs.keys()):
+        report.mismatches.append(Mismatch("state_dict", "", key, "missing in the rewritten model"))
+    for key in sorted(theirs.keys() - ours.keys()):
+        report.mismatches.append(Mismatch("state_dict", "", key, "unexpected key in the rewritten model"))
+    for key in sorted(ours.keys() & theirs.keys()):
+        if ours[key].shape != theirs[key].shape:
+            report.mismatches.append(
+                Mismatch(
+                    "state_dict",
+                    "",
+                    key,
+                    f"shape {tuple(theirs[key].shape)} != original {tuple(ours[key].shape)}",
+                )
+            )
+    return report.ok
+
+
+def _run(
+    model: nn.Module,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    seed: int,
+    context: Callable[[], AbstractContextManager[Any]],
+) -> tuple[Any, Any, list[tuple[str, Any]]]:
+    """Forward + backward of one model under ``seed``; returns (cloned args, cloned kwargs, output leaves)."""
+    model.zero_grad(set_to_none=True)
+    call_args = _clone_inputs(tuple(args))
+    call_kwargs = _clone_inputs(dict(kwargs))
+    # fork_rng: the caller's global RNG state is left as it was.
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        with context():
+            outputs = model(*call_args, **call_kwargs)
+        leaves = list(_walk(outputs, "output"))
+        differentiable = [t for _, t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+        if differentiable:
+            generator = torch.Generator(device="cpu").manual_seed(seed)
+            cotangents = [
+                torch.randn(t.shape, generator=generator, dtype=torch.float32).to(device=t.device, dtype=t.dtype)
+                for t in differentiable
+            ]
+            torch.autograd.backward(differentiable, cotangents)
+    return call_args, call_kwargs, leaves
+
+
+def compare_models(
+    original_model: nn.Module,
+    rewritten_model: nn.Module,
+    args: Sequence[Any] | torch.Tensor = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    seed: int = 0,
+    modes: Iterable[str] = MODES,
+    context: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> EquivalenceReport:
+    """Compare two already-built models on one input (see the module docstring for what is checked).
+
+    The original model's state is loaded into the rewritten one with ``strict=True`` and both are reset to that
+    state before every mode, so modes are independent. Both models are left in the last mode run, with gradients
+    of the last backward. ``context`` wraps each forward (e.g. ``lambda: torch.autocast("cuda", torch.bfloat16)``).
+    """
+    modes = tuple(modes)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown}; expected a subset of {MODES}")
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    kwargs = dict(kwargs or {})
+    report = EquivalenceReport(rtol=rtol, atol=atol, modes=modes)
+    if not _check_state_dicts(report, original_model, rewritten_model):
+        return report
+
+    snapshot = {k: v.detach().clone() for k, v in original_model.state_dict().items()}
+    for mode in modes:
+        try:
+            original_model.load_state_dict(snapshot, strict=True)
+            rewritten_model.load_state_dict(snapshot, strict=True)
+        except RuntimeError as exc:  # e.g. a custom _load_from_state_dict in the rewritten model refuses it
+            report.mismatches.append(Mismatch("state_dict", "", "load_state_dict(strict=True)", str(exc)))
+            return report
+        training = mode == "train"
+        original_model.train(training)
+        rewritten_model.train(training)
+
+        ref_args, ref_kwargs, ref_leaves = _run(original_model, args, kwargs, seed, context)
+        try:
+            new_args, new_kwargs, new_leaves = _run(rewritten_model, args, kwargs, seed, context)
+        except Exception as exc:  # the rewritten model must accept whatever the original accepts
+            report.mismatches.append(Mismatch("error", mode, "forward/backward", f"{type(exc).__name__}: {exc}"))
+            continue
+
+        _compare_outputs(report, mode, ref_leaves, new_leaves)
+        for (name, ref_in), (_, new_in) in zip(
+            [*_walk(ref_args, "args"), *_walk(ref_kwargs, "kwargs")],
+            [*_walk(new_args, "args"), *_walk(new_kwargs, "kwargs")],
+        ):
+            if isinstance(ref_in, torch.Tensor) and ref_in.requires_grad:
+                _compare_grad(report, "input_grad", mode, name, ref_in.grad, new_in.grad, ref_in)
+
+        new_params = dict(rewritten_model.named_parameters())
+        for name, param in original_model.named_parameters():
+            other = new_params.get(name)
+            if other is None:  # a tied/shared parameter registered under another name in the rewritten model
+                report.mismatches.append(Mismatch("param_grad", mode, name, "no such parameter in rewritten model"))
+            elif param.requires_grad:
+                _compare_grad(report, "param_grad", mode, name, param.grad, other.grad, param)
+
+        new_buffers = _buffers(rewritten_model)
+        for name, buf in _buffers(original_model).items():
+            if name in new_buffers:
+                _compare_tensor(report, "buffer", mode, name, buf, new_buffers[name])
+            else:  # same state-dict key, but a parameter in the rewritten model
+                report.mismatches.append(Mismatch("buffer", mode, name, "is not a buffer in the rewritten model"))
+    return report
+
+
+def _compare_outputs(
+    report: EquivalenceReport,
+    mode: str,
+    expected: list[tuple[str, Any]],
+    actual: list[tuple[str, Any]],
+) -> None:
+    """Compare output leaves by path; structure differences (missing/extra outputs) are mismatches too."""
+    theirs = dict(actual)
+    for path, value in expected:
+        if path not in theirs:
+            report.mismatches.append(Mismatch("output", mode, path, "missing in the rewritten model's output"))
+            continue
+        other = theirs.pop(path)
+        if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor):
+            _compare_tensor(report, "output", mode, path, value, other)
+            if value.requires_grad != other.requires_grad:
+                report.mismatches.append(
+                    Mismatch("output", mode, path, f"requires_grad {other.requires_grad} != {value.requires_grad}")
+                )
+        elif isinstance(value, torch.Tensor) or isinstance(other, torch.Tensor) or value != other:
+            report.mismatches.append(Mismatch("output", mode, path, f"{other!r} != original {value!r}"))
+    for path in theirs:
+        report.mismatches.append(Mismatch("output", mode, path, "extra output in the rewritten model"))
+
+
+def _call_factory(module: types.ModuleType, factory: str, seed: int) -> tuple[nn.Module, tuple[Any, ...], dict]:
+    """Call ``module.<factory>()`` under ``seed`` and normalise its result to (model, args, kwargs)."""
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        raise AttributeError(f"module {module.__name__!r} defines no callable {factory}()")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        result = fn()
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise TypeError(f"{module.__name__}.{factory}() must return (model, args) or (model, args, kwargs)")
+    model, args, *rest = result
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{module.__name__}.{factory}() returned {type(model).__name__}, not an nn.Module")
+    args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
+    return model, args, dict(rest[0]) if rest else {}
+
+
+def check_equivalent(
+    original: types.ModuleType,
+    rewritten: types.ModuleType,
+    factory: str = "make_example",
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    seed: int = 0,
+    modes: Iterable[str] = MODES,
+) -> EquivalenceReport:
+    """Build a model with ``factory()`` in each module (same seed) and compare them with :func:`compare_models`.
+
+    The inputs come from the original module's factory; the rewritten factory's inputs are ignored except that
+    calling it must succeed.
+    """
+    original_model, args, kwargs = _call_factory(original, factory, seed)
+    rewritten_model, _, _ = _call_factory(rewritten, factory, seed)
+    return compare_models(
+        original_model, rewritten_model, args, kwargs, rtol=rtol, atol=atol, seed=seed, modes=modes
+    )
+
+
+def assert_equivalent(
+    original: types.ModuleType,
+    rewritten: types.ModuleType,
+    factory: str = "make_example",
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    seed: int = 0,
+    modes: Iterable[str] = MODES,
+) -> EquivalenceReport:
+    """Like :func:`check_equivalent` but raise ``AssertionError`` naming every differing tensor."""
+    report = check_equivalent(original, rewritten, factory, rtol=rtol, atol=atol, seed=seed, modes=modes)
+    report.raise_if_failed()
+    return report

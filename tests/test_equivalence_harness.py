@@ -1,0 +1,295 @@
+"""Tests for adopter_codemods.equivalence: it must pass on equivalent code and FAIL on genuinely different code."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import textwrap
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from adopter_codemods.equivalence import (  # noqa: E402
+    EquivalenceReport,
+    assert_equivalent,
+    check_equivalent,
+    compare_models,
+    load_source_as_module,
+)
+
+# A small model touching every checked aspect: Linear + activation, Dropout, BatchNorm1d (buffers), LayerNorm.
+BASE = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+
+    class Block(nn.Module):
+        def __init__(self, dim=8):
+            super().__init__()
+            self.dense = nn.Linear(dim, dim)
+            self.act = nn.GELU()
+            self.drop = nn.Dropout(0.5)
+            self.bn = nn.BatchNorm1d(dim)
+            self.ln = nn.LayerNorm(dim)
+
+        def forward(self, x, residual=None):
+            h = self.drop(self.act(self.dense(x)))
+            h = self.bn(h)
+            if residual is not None:
+                h = h + residual
+            return self.ln(h)
+
+
+    def make_example():
+        return Block(), (torch.randn(4, 8),), {"residual": torch.randn(4, 8)}
+    """
+)
+
+
+def _variant(old: str, new: str) -> str:
+    assert old in BASE, old
+    return BASE.replace(old, new)
+
+
+def _load(source: str, tag: str):
+    return load_source_as_module(source, f"_equiv_test_{tag}")
+
+
+def _report(rewritten_source: str, **kwargs) -> EquivalenceReport:
+    return check_equivalent(_load(BASE, "orig"), _load(rewritten_source, "new"), **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# passes on equivalent code
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_identical_source_is_equivalent_in_both_modes() -> None:
+    report = _report(BASE)
+    assert report.ok, report.format()
+    assert report.modes == ("eval", "train")
+    assert set(report.max_abs_diff) == {"eval", "train"}
+    # outputs + 2 input grads + 6 param grads + 3 BN buffers, per mode
+    assert report.compared == 2 * (1 + 2 + 6 + 3)
+
+
+def test_functional_rewrite_with_same_semantics_is_equivalent() -> None:
+    # What a fusion rule does: call functional ops on the existing layers' parameters; dropout under same seed.
+    rewritten = _variant(
+        "        h = self.drop(self.act(self.dense(x)))",
+        "        h = F.dropout(F.gelu(F.linear(x, self.dense.weight, self.dense.bias)), 0.5, self.training)",
+    )
+    assert_equivalent(_load(BASE, "orig"), _load(rewritten, "new"))
+
+
+def test_differences_within_tolerance_pass_and_beyond_fail() -> None:
+    rewritten = _variant("        return self.ln(h)", "        return self.ln(h) + 1e-7")
+    assert _report(rewritten).ok
+    rewritten = _variant("        return self.ln(h)", "        return self.ln(h) + 1e-3")
+    assert not _report(rewritten).ok
+    assert _report(rewritten, rtol=0, atol=1e-2).ok
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fails on genuinely different code
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_fails_on_different_activation() -> None:
+    report = _report(_variant("self.act = nn.GELU()", "self.act = nn.ReLU()"))
+    assert not report.ok
+    kinds = {(m.kind, m.mode) for m in report.mismatches}
+    assert ("output", "eval") in kinds and ("output", "train") in kinds
+    message = report.format()
+    assert "output" in message and "[eval]" in message and "max abs diff" in message
+
+
+def test_fails_when_dropout_is_applied_in_eval() -> None:
+    # The epoi bug from the design brief: the training flag frozen at construction.
+    rewritten = _variant(
+        "        h = self.drop(self.act(self.dense(x)))",
+        "        h = F.dropout(self.act(self.dense(x)), 0.5, training=True)",
+    )
+    report = _report(rewritten)
+    assert not report.ok
+    assert {m.mode for m in report.mismatches} == {"eval"}, report.format()
+
+
+def test_fails_on_missing_running_stats_update() -> None:
+    # Same outputs in training (batch statistics), but running_mean/var are never updated.
+    rewritten = _variant(
+        "        h = self.bn(h)",
+        "        h = F.batch_norm(h, None, None, self.bn.weight, self.bn.bias, True, 0.1, self.bn.eps)"
+        " if self.training else self.bn(h)",
+    )
+    report = _report(rewritten)
+    assert not report.ok
+    bad = {(m.kind, m.mode, m.name) for m in report.mismatches}
+    assert ("buffer", "train", "bn.running_mean") in bad
+    assert ("buffer", "train", "bn.num_batches_tracked") in bad
+    assert not any(m.kind == "output" for m in report.mismatches), report.format()
+
+
+def test_fails_on_renamed_parameter() -> None:
+    rewritten = _variant("self.dense = nn.Linear(dim, dim)", "self.proj = nn.Linear(dim, dim)").replace(
+        "self.dense(x)", "self.proj(x)"
+    )
+    report = _report(rewritten)
+    assert not report.ok
+    names = {(m.kind, m.name) for m in report.mismatches}
+    assert ("state_dict", "dense.weight") in names and ("state_dict", "proj.weight") in names
+    with pytest.raises(AssertionError, match=r"state_dict dense\.weight: missing in the rewritten model"):
+        report.raise_if_failed()
+
+
+def test_fails_on_changed_parameter_shape() -> None:
+    rewritten = _variant("self.ln = nn.LayerNorm(dim)", "self.ln = nn.LayerNorm(dim, bias=False)")
+    assert any(m.name == "ln.bias" for m in _report(rewritten).mismatches)
+
+
+def test_fails_on_wrong_parameter_gradient_with_identical_output() -> None:
+    # 2w - w.detach() has the value of w but twice its gradient.
+    rewritten = _variant(
+        "        h = self.drop(self.act(self.dense(x)))",
+        "        w = 2 * self.dense.weight - self.dense.weight.detach()\n"
+        "        h = self.drop(self.act(F.linear(x, w, self.dense.bias)))",
+    )
+    report = _report(rewritten)
+    assert {(m.kind, m.name) for m in report.mismatches} == {("param_grad", "dense.weight")}, report.format()
+
+
+def test_fails_on_wrong_input_gradient_with_identical_output() -> None:
+    rewritten = _variant(
+        "        return self.ln(h)", "        return self.ln(h.detach() + residual - residual.detach())"
+    )
+    report = _report(rewritten)
+    assert not report.ok
+    assert {m.kind for m in report.mismatches} >= {"input_grad", "param_grad"}
+    assert any(m.name == "args[0]" for m in report.mismatches)
+
+
+def test_rewritten_forward_raising_is_reported_not_raised() -> None:
+    rewritten = _variant("        return self.ln(h)", "        raise RuntimeError('kernel missing')")
+    report = _report(rewritten, modes=("eval",))
+    assert [m.kind for m in report.mismatches] == ["error"]
+    assert "kernel missing" in report.format()
+
+
+def test_assert_equivalent_raises_with_names() -> None:
+    with pytest.raises(AssertionError, match=r"\[train\] buffer bn\.running_var"):
+        rewritten = _variant("nn.BatchNorm1d(dim)", "nn.BatchNorm1d(dim, momentum=0.5)")
+        assert_equivalent(_load(BASE, "orig"), _load(rewritten, "new"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# outputs of every shape: ModelOutput-like dicts, dataclasses, tuples with None, non-tensor values
+# --------------------------------------------------------------------------------------------------------------
+
+STRUCTURED = textwrap.dedent(
+    """
+    import dataclasses
+    from typing import Optional
+    import torch
+    from torch import nn
+
+
+    @dataclasses.dataclass
+    class Out:
+        hidden: torch.Tensor
+        extra: Optional[torch.Tensor] = None
+
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x, mask):
+            h = self.lin(x)
+            return {"main": Out(h, SCALE * h), "aux": (None, h.sum(), mask.long(), "tag")}
+
+
+    SCALE = 2.0
+
+
+    def make_example():
+        return M(), (torch.randn(3, 4), torch.ones(3, dtype=torch.bool))
+    """
+)
+
+
+def test_structured_outputs_are_walked() -> None:
+    original = _load(STRUCTURED, "s_orig")
+    assert check_equivalent(original, _load(STRUCTURED, "s_same")).ok
+    report = check_equivalent(original, _load(STRUCTURED.replace("SCALE = 2.0", "SCALE = 3.0"), "s_diff"))
+    assert {m.name for m in report.mismatches} >= {"output.main.extra"}
+    report = check_equivalent(original, _load(STRUCTURED.replace('"tag"', '"other"'), "s_tag"))
+    assert {m.name for m in report.mismatches} == {"output.aux[3]"}
+
+
+def test_compare_models_with_prebuilt_models_and_tensor_args() -> None:
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    b = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())  # different init: state is loaded from `a`
+    assert compare_models(a, b, torch.randn(2, 4)).ok
+    c = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sigmoid())
+    assert not compare_models(a, c, torch.randn(2, 4), modes=("eval",)).ok
+
+
+def test_global_rng_state_is_left_untouched() -> None:
+    state = torch.get_rng_state()
+    _report(BASE)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_bad_factory_and_mode_errors_are_clear() -> None:
+    module = _load("x = 1\n", "nofactory")
+    with pytest.raises(AttributeError, match="defines no callable make_example"):
+        check_equivalent(module, module)
+    with pytest.raises(ValueError, match="unknown mode"):
+        _report(BASE, modes=("predict",))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# load_source_as_module
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_loaded_module_supports_dataclasses_and_pickling() -> None:
+    module = load_source_as_module(STRUCTURED, "_equiv_test_pickle")
+    assert sys.modules["_equiv_test_pickle"] is module
+    value = module.Out(torch.ones(1))
+    assert pickle.loads(pickle.dumps(value)).hidden.item() == 1.0
+
+
+def test_failed_load_is_unregistered_and_traceback_shows_source() -> None:
+    source = "import torch\n\n\ndef f():\n    raise ValueError('boom from line five')\n\nf()\n"
+    with pytest.raises(ValueError) as info:
+        load_source_as_module(source, "_equiv_test_broken", path="rewritten/modeling_x.py")
+    assert "_equiv_test_broken" not in sys.modules
+    text = "".join(traceback.format_exception(info.value))
+    assert 'rewritten/modeling_x.py", line 5' in text and "raise ValueError('boom from line five')" in text
+
+
+def test_relative_imports_resolve_with_package() -> None:
+    transformers = pytest.importorskip("transformers")
+    from pathlib import Path
+
+    path = Path(transformers.__file__).parent / "models" / "bert" / "modeling_bert.py"
+    module = load_source_as_module(
+        path.read_text(),
+        "transformers.models.bert.modeling_bert_adopted",
+        package="transformers.models.bert",
+        path=str(path),
+    )
+    config = transformers.BertConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=50
+    )
+    original = transformers.BertModel(config)
+    ids = torch.randint(0, 50, (2, 5))
+    report = compare_models(original, module.BertModel(config), (ids,), {"attention_mask": torch.ones(2, 5)})
+    assert report.ok, report.format()
