@@ -1,0 +1,57 @@
+"""Programmatic entry points: rewrite or scan source text with the built-in (or given) rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import libcst as cst
+
+from .engine import Finding, find_all, findings_for, rewrite_module
+from .provider import build_module_structure
+from .rules import select_rules
+
+
+@dataclass
+class RewriteResult:
+    code: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.findings)
+
+
+def _rules(rules: Optional[Iterable[str]], rule_files: Sequence[Path]):  # type: ignore[no-untyped-def]
+    return select_rules(list(rules) if rules is not None else None, rule_files)
+
+
+def rewrite_source(
+    source: str,
+    rules: Optional[Iterable[str]] = None,
+    *,
+    path: str = "<string>",
+    rule_files: Sequence[Path] = (),
+) -> RewriteResult:
+    """Apply rules (codes like ``ADP005`` or codemod names; None = all built-in rules) to source text.
+
+    Raises ``libcst.ParserSyntaxError`` for source that does not parse.
+    """
+    module = cst.parse_module(source)
+    outcome = rewrite_module(module, _rules(rules, rule_files))
+    findings = findings_for(module, outcome.applied, path)
+    return RewriteResult(outcome.module.code, findings)
+
+
+def scan_source(
+    source: str,
+    rules: Optional[Iterable[str]] = None,
+    *,
+    path: str = "<string>",
+    rule_files: Sequence[Path] = (),
+) -> list[Finding]:
+    """Findings of every selected rule, each judged on the unmodified source."""
+    module = cst.parse_module(source)
+    matches = find_all(build_module_structure(module), _rules(rules, rule_files))
+    return findings_for(module, matches, path)

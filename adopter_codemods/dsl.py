@@ -1,0 +1,463 @@
+"""The rule DSL (paper §3.1 and §3.3): parse ``rules/*.adopter`` files into :class:`Rule` objects.
+
+A rule file holds a header and two sections, one per method the rule rewrites::
+
+    rule FuseDropoutLN                  # codemod name
+    code ADP005
+    summary "Dropout -> residual add -> LayerNorm run as one fused kernel"
+    guard dropout_not_inplace           # optional, repeatable: predicates in adopter_codemods.guards
+
+    init:
+        torch.nn.Dropout(p=$p) -> $drop;
+        torch.nn.LayerNorm(**$ln) -> $norm
+        =>
+        adopter_kernels.FusedDropoutAddLayerNorm(**$ln, dropout=$p) -> $norm
+
+    forward:
+        $drop($a) -> $x;
+        $x + $r -> $b;
+        $norm($b) -> $c
+        =>
+        $norm($a, $r) -> $c
+
+Nodes are ``Type(args) -> $out`` (a layer instantiation in ``init``; a layer or function call in ``forward``),
+``$layer(args) -> $out`` (a call of the layer bound to ``$layer`` in ``init``), ``Type[$key] -> $out`` (a
+subscript such as ``ACT2FN[config.hidden_act]``), binary and unary tensor ops (``$a + $b -> $c``, ``-$a -> $c``)
+and the wildcard ``*``. A type may be a choice ``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called
+``Name`` from any module. Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
+pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
+unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+
+class RuleSyntaxError(ValueError):
+    """A malformed rule file; the message names file, line and column."""
+
+    def __init__(self, path: str, line: int, col: int, message: str) -> None:
+        super().__init__(f"{path}:{line}:{col}: {message}")
+        self.path, self.line, self.col, self.detail = path, line, col, message
+
+
+# ---------------------------------------------------------------------------------------------- AST
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str  # without the `$`
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[str, int, float, bool, None]
+
+    def code(self) -> str:
+        return repr(self.value)
+
+
+Atom = Union[Var, Const]
+
+
+@dataclass(frozen=True)
+class Args:
+    positional: tuple[Atom, ...] = ()
+    keywords: tuple[tuple[str, Atom], ...] = ()
+    rest: Optional[Var] = None  # `**$rest`
+
+
+@dataclass(frozen=True)
+class CallNode:
+    """``Type(args) -> out``, ``$layer(args) -> out`` or ``Type[key] -> out``."""
+
+    types: tuple[str, ...]  # choices; empty when `layer` is set
+    layer: Optional[Var]
+    args: Args
+    outputs: tuple[Var, ...]
+    subscript: bool = False
+
+
+@dataclass(frozen=True)
+class OpNode:
+    op: str
+    operands: tuple[Atom, ...]
+    outputs: tuple[Var, ...]
+
+
+@dataclass(frozen=True)
+class Wildcard:
+    pass
+
+
+Node = Union[CallNode, OpNode, Wildcard]
+
+
+@dataclass(frozen=True)
+class RuleItem:
+    """One `source => target` pair; `target` is None for a constraint-only section."""
+
+    source: tuple[Node, ...]
+    target: Optional[tuple[Node, ...]]
+    line: int
+
+
+@dataclass
+class Rule:
+    name: str
+    code: str
+    summary: str
+    path: str
+    init: Optional[RuleItem] = None
+    forward: Optional[RuleItem] = None
+    guards: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- lexer
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<ws>[ \t\r]+)
+  | (?P<comment>\#[^\n]*)
+  | (?P<nl>\n)
+  | (?P<arrow>->|→)
+  | (?P<implies>=>|⇒)
+  | (?P<pow>\*\*)
+  | (?P<var>\$[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
+  | (?P<string>"[^"\n]*"|'[^'\n]*')
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_*][A-Za-z0-9_]*)*|\*\.[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<punct>[()\[\],;:=|+\-@/*])
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str
+    text: str
+    line: int
+    col: int
+
+
+def _tokenize(text: str, path: str) -> list[Token]:
+    tokens: list[Token] = []
+    line, line_start, pos = 1, 0, 0
+    while pos < len(text):
+        m = _TOKEN_RE.match(text, pos)
+        if m is None:
+            raise RuleSyntaxError(path, line, pos - line_start + 1, f"unexpected character {text[pos]!r}")
+        kind = m.lastgroup or ""
+        if kind == "nl":
+            tokens.append(Token("nl", "\n", line, pos - line_start + 1))
+            line, line_start = line + 1, m.end()
+        elif kind not in ("ws", "comment"):
+            tokens.append(Token(kind, m.group(), line, pos - line_start + 1))
+        pos = m.end()
+    tokens.append(Token("eof", "", line, pos - line_start + 1))
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+_HEADER_KEYS = ("rule", "code", "summary", "guard")
+_SECTIONS = ("init", "forward")
+_BINARY_OPS = ("+", "-", "*", "/", "@")
+
+
+class _Parser:
+    def __init__(self, text: str, path: str) -> None:
+        self.path = path
+        self.tokens = _tokenize(text, path)
+        self.i = 0
+
+    # -- token helpers
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def error(self, message: str, tok: Optional[Token] = None) -> RuleSyntaxError:
+        tok = tok or self.tok
+        found = "end of file" if tok.kind == "eof" else ("end of line" if tok.kind == "nl" else repr(tok.text))
+        return RuleSyntaxError(self.path, tok.line, tok.col, f"{message}, found {found}")
+
+    def skip_newlines(self) -> None:
+        while self.tok.kind == "nl":
+            self.i += 1
+
+    def accept(self, text: str) -> bool:
+        self.skip_newlines()
+        if self.tok.text == text and self.tok.kind in ("punct", "arrow", "implies", "pow"):
+            self.i += 1
+            return True
+        return False
+
+    def expect(self, text: str, what: str) -> Token:
+        self.skip_newlines()
+        tok = self.tok
+        if tok.text != text:
+            raise self.error(f"expected {what}")
+        self.i += 1
+        return tok
+
+    # -- file
+    def parse_file(self) -> Rule:
+        header: dict[str, str] = {}
+        guards: list[str] = []
+        sections: dict[str, RuleItem] = {}
+        while True:
+            self.skip_newlines()
+            tok = self.tok
+            if tok.kind == "eof":
+                break
+            if tok.kind != "name":
+                raise self.error("expected a header line (rule/code/summary/guard) or a section (init:/forward:)")
+            if tok.text in _SECTIONS:
+                self.i += 1
+                if self.tok.text != ":":
+                    raise self.error(f"expected ':' after '{tok.text}'")
+                self.i += 1
+                if tok.text in sections:
+                    raise RuleSyntaxError(self.path, tok.line, tok.col, f"duplicate section '{tok.text}:'")
+                sections[tok.text] = self.parse_item(tok)
+            elif tok.text in _HEADER_KEYS:
+                self.i += 1
+                value = self.tok
+                if value.kind not in ("name", "string"):
+                    raise self.error(f"expected a value after '{tok.text}'")
+                self.i += 1
+                if self.tok.kind not in ("nl", "eof"):
+                    raise self.error(f"expected end of line after the '{tok.text}' value")
+                text = value.text[1:-1] if value.kind == "string" else value.text
+                if tok.text == "guard":
+                    guards.append(text)
+                elif tok.text in header:
+                    raise RuleSyntaxError(self.path, tok.line, tok.col, f"duplicate header '{tok.text}'")
+                else:
+                    header[tok.text] = text
+            else:
+                raise self.error("expected a header line (rule/code/summary/guard) or a section (init:/forward:)")
+        for key in ("rule", "code"):
+            if key not in header:
+                raise RuleSyntaxError(self.path, 1, 1, f"missing header line '{key} ...'")
+        if not re.fullmatch(r"ADP\d{3}", header["code"]):
+            raise RuleSyntaxError(self.path, 1, 1, f"rule code must look like ADP005, found {header['code']!r}")
+        if "forward" not in sections:
+            raise RuleSyntaxError(self.path, self.tok.line, 1, "missing section 'forward:'")
+        rule = Rule(
+            name=header["rule"],
+            code=header["code"],
+            summary=header.get("summary", ""),
+            path=self.path,
+            init=sections.get("init"),
+            forward=sections["forward"],
+            guards=guards,
+        )
+        _check_rule(rule)
+        return rule
+
+    def parse_item(self, section: Token) -> RuleItem:
+        source = self.parse_sequence()
+        target: Optional[tuple[Node, ...]] = None
+        self.skip_newlines()
+        if self.tok.kind == "implies":
+            self.i += 1
+            target = self.parse_sequence()
+        elif section.text == "forward":
+            raise self.error("expected '=>' and a target pattern in 'forward:'")
+        return RuleItem(source=tuple(source), target=tuple(target) if target is not None else None, line=section.line)
+
+    def parse_sequence(self) -> list[Node]:
+        nodes = [self.parse_node()]
+        while self.accept(";"):
+            nodes.append(self.parse_node())
+        return nodes
+
+    def parse_node(self) -> Node:
+        self.skip_newlines()
+        tok = self.tok
+        if tok.text == "*" and tok.kind == "punct":
+            self.i += 1
+            return Wildcard()
+        if tok.text == "-" and tok.kind == "punct":  # unary minus
+            self.i += 1
+            operand = self.parse_atom()
+            return OpNode("neg", (operand,), self.parse_outputs())
+        if tok.kind == "var":
+            self.i += 1
+            nxt = self.tokens[self.i]
+            if nxt.text == "(":
+                self.i += 1
+                args = self.parse_args(")")
+                return CallNode((), Var(tok.text[1:]), args, self.parse_outputs())
+            if nxt.text in _BINARY_OPS:
+                self.i += 1
+                right = self.parse_atom()
+                return OpNode(nxt.text, (Var(tok.text[1:]), right), self.parse_outputs())
+            raise self.error("expected '(' (layer call) or an operator after a variable", nxt)
+        if tok.kind in ("name", "number", "string"):
+            if tok.kind == "name" and self.tokens[self.i + 1].text in ("(", "["):
+                return self.parse_typed_call([tok.text])
+            left = self.parse_atom()
+            op = self.tok
+            if op.text not in _BINARY_OPS:
+                raise self.error("expected an operator or a call")
+            self.i += 1
+            right = self.parse_atom()
+            return OpNode(op.text, (left, right), self.parse_outputs())
+        if tok.text == "(":
+            self.i += 1
+            types = [self.parse_type_name()]
+            while self.accept("|"):
+                types.append(self.parse_type_name())
+            self.expect(")", "')' closing the type choice")
+            return self.parse_typed_call(types, consumed=True)
+        raise self.error("expected a pattern node")
+
+    def parse_type_name(self) -> str:
+        self.skip_newlines()
+        tok = self.tok
+        if tok.kind != "name":
+            raise self.error("expected a type name")
+        self.i += 1
+        return tok.text
+
+    def parse_typed_call(self, types: list[str], consumed: bool = False) -> CallNode:
+        if not consumed:
+            self.i += 1  # the type name
+        if self.accept("["):
+            args = self.parse_args("]")
+            return CallNode(tuple(types), None, args, self.parse_outputs(), subscript=True)
+        self.expect("(", "'(' after the type name")
+        args = self.parse_args(")")
+        return CallNode(tuple(types), None, args, self.parse_outputs())
+
+    def parse_args(self, closer: str) -> Args:
+        positional: list[Atom] = []
+        keywords: list[tuple[str, Atom]] = []
+        rest: Optional[Var] = None
+        while not self.accept(closer):
+            if positional or keywords or rest:
+                self.expect(",", f"',' or '{closer}'")
+                if self.accept(closer):
+                    break
+            self.skip_newlines()
+            tok = self.tok
+            if tok.kind == "pow":
+                self.i += 1
+                var = self.tok
+                if var.kind != "var":
+                    raise self.error("expected a variable after '**'")
+                self.i += 1
+                rest = Var(var.text[1:])
+            elif tok.kind == "name" and self.tokens[self.i + 1].text == "=":
+                self.i += 2
+                keywords.append((tok.text, self.parse_atom()))
+            else:
+                if keywords or rest:
+                    raise self.error("positional argument after keyword arguments", tok)
+                positional.append(self.parse_atom())
+        return Args(tuple(positional), tuple(keywords), rest)
+
+    def parse_atom(self) -> Atom:
+        self.skip_newlines()
+        tok = self.tok
+        self.i += 1
+        if tok.kind == "var":
+            return Var(tok.text[1:])
+        if tok.kind == "number":
+            return Const(float(tok.text) if any(c in tok.text for c in ".eE") else int(tok.text))
+        if tok.kind == "string":
+            return Const(tok.text[1:-1])
+        if tok.kind == "name" and tok.text in ("True", "False", "None"):
+            return Const({"True": True, "False": False, "None": None}[tok.text])
+        self.i -= 1
+        raise self.error("expected a $variable or a constant")
+
+    def parse_outputs(self) -> tuple[Var, ...]:
+        self.skip_newlines()
+        if self.tok.kind != "arrow":
+            raise self.error("expected '->' and an output variable")
+        self.i += 1
+        self.skip_newlines()
+        if self.accept("("):
+            outs = [self.parse_output_var()]
+            while self.accept(","):
+                outs.append(self.parse_output_var())
+            self.expect(")", "')' closing the output tuple")
+            return tuple(outs)
+        return (self.parse_output_var(),)
+
+    def parse_output_var(self) -> Var:
+        self.skip_newlines()
+        tok = self.tok
+        if tok.kind != "var":
+            raise self.error("expected an output $variable")
+        self.i += 1
+        return Var(tok.text[1:])
+
+
+def _check_rule(rule: Rule) -> None:
+    """Semantic checks a reader of the rule would expect to be caught at load time."""
+
+    def fail(item: RuleItem, message: str) -> RuleSyntaxError:
+        return RuleSyntaxError(rule.path, item.line, 1, message)
+
+    init_outputs: set[str] = set()
+    if rule.init is not None:
+        for node in rule.init.source:
+            if not isinstance(node, CallNode) or node.layer is not None:
+                raise fail(rule.init, "'init:' source patterns must be layer instantiations `Type(...) -> $layer`")
+            init_outputs.update(v.name for v in node.outputs)
+        if rule.init.target is not None:
+            for node in rule.init.target:
+                if not isinstance(node, CallNode) or len(node.outputs) != 1:
+                    raise fail(rule.init, "'init:' targets must be `Type(...) -> $layer`")
+                if node.outputs[0].name not in init_outputs:
+                    raise fail(rule.init, f"'init:' target output ${node.outputs[0].name} is not a source layer")
+    forward = rule.forward
+    assert forward is not None and forward.target is not None
+    bound: set[str] = set(init_outputs)
+    for node in forward.source:
+        if isinstance(node, CallNode) and node.layer is not None and node.layer.name not in init_outputs:
+            raise fail(forward, f"layer ${node.layer.name} is called in 'forward:' but not bound in 'init:'")
+        bound.update(_vars_of(node))
+    if len(forward.target) != 1 or not isinstance(forward.target[0], CallNode):
+        raise fail(forward, "a 'forward:' target must be exactly one call node")
+    for name in _vars_of(forward.target[0]):
+        if name not in bound:
+            raise fail(forward, f"target variable ${name} is not bound by the source pattern")
+
+
+def _vars_of(node: Node) -> set[str]:
+    names: set[str] = set()
+    if isinstance(node, CallNode):
+        atoms = list(node.args.positional) + [a for _, a in node.args.keywords]
+        names.update(a.name for a in atoms if isinstance(a, Var))
+        if node.args.rest is not None:
+            names.add(node.args.rest.name)
+        if node.layer is not None:
+            names.add(node.layer.name)
+        names.update(v.name for v in node.outputs)
+    elif isinstance(node, OpNode):
+        names.update(a.name for a in node.operands if isinstance(a, Var))
+        names.update(v.name for v in node.outputs)
+    return names
+
+
+def parse_rule(text: str, path: str = "<rule>") -> Rule:
+    """Parse one rule file's text; raises :class:`RuleSyntaxError` naming path, line and column."""
+    return _Parser(text, path).parse_file()
+
+
+def load_rule_file(path: Path) -> Rule:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RuleSyntaxError(str(path), 1, 1, f"not UTF-8 text ({exc.reason})") from None
+    return parse_rule(text, str(path))

@@ -1,0 +1,130 @@
+"""Run rules over one parsed module: findings for reports, rewritten modules for codemods.
+
+This is the one place that ties provider, matcher and rewriter together; every front-end (codemods, Fixit rules,
+``scan``, pre-commit, the Python API) calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .dsl import Rule
+from .matcher import LayerRef, Match, find_matches
+from .provider import build_module_structure
+from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
+from .structure import ModuleStructure
+
+MAX_ROUNDS = 8  # rewrites that overlap another one are applied in a later round
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rewrite site. ``line``/``end_line`` are 1-based lines of the first/last matched statement."""
+
+    code: str
+    rule: str
+    path: str
+    cls: str
+    function: str
+    line: int
+    end_line: int
+    message: str
+    fixable: bool = True
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "rule": self.rule,
+            "path": self.path,
+            "class": self.cls,
+            "function": self.function,
+            "line": self.line,
+            "end_line": self.end_line,
+            "message": self.message,
+            "fixable": self.fixable,
+        }
+
+
+def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
+    """Every safe match of every rule, each rule judged on the unmodified module."""
+    matches: list[Match] = []
+    for rule in rules:
+        for cls in structure.classes:
+            matches.extend(find_matches(rule, cls))
+    return matches
+
+
+def describe(match: Match) -> str:
+    layers = [f"self.{b.attr}" for b in match.env.values() if isinstance(b, LayerRef)]
+    detail = f" ({', '.join(dict.fromkeys(layers))})" if layers else ""
+    return f"{match.rule.summary or match.rule.name}{detail}"
+
+
+def findings_for(
+    module: cst.Module, matches: Sequence[Match], path: str, positions: Optional[object] = None
+) -> list[Finding]:
+    """Findings with line numbers; computes positions only when there is something to report."""
+    if not matches:
+        return []
+    if positions is None:
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    out = []
+    for m in matches:
+        smalls = [n.site.small for n in m.nodes]
+        ranges = [positions[s] for s in smalls if s in positions]  # type: ignore[operator]
+        line = min(r.start.line for r in ranges)
+        end = max(r.end.line for r in ranges)
+        function = m.anchor.site.function.split(".")[-1] if m.anchor is not None else "forward"
+        out.append(Finding(m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m)))
+    out.sort(key=lambda f: (f.line, f.code))
+    return out
+
+
+def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Match]]:
+    """Plans for the matches whose edits do not touch the same statements, in order."""
+    plans: list[EditPlan] = []
+    chosen: list[Match] = []
+    touched: set[int] = set()
+    for m in matches:
+        try:
+            plan = plan_match(m)
+        except RewriteError:
+            continue
+        footprint = plan.footprint() | {id(n.site.line) for n in m.nodes} | {id(n.site.small) for n in m.nodes}
+        if footprint & touched:
+            continue
+        touched |= footprint
+        plans.append(plan)
+        chosen.append(m)
+    return plans, chosen
+
+
+@dataclass
+class RewriteOutcome:
+    module: cst.Module
+    applied: list[Match]  # first-round matches (positions refer to the input module)
+    rounds: int
+
+
+def rewrite_module(
+    module: cst.Module, rules: Sequence[Rule], structure: Optional[ModuleStructure] = None
+) -> RewriteOutcome:
+    """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds."""
+    first: list[Match] = []
+    rounds = 0
+    while rounds < MAX_ROUNDS:
+        if structure is None:
+            structure = build_module_structure(module)
+        plans, chosen = select_compatible(find_all(structure, rules))
+        if not plans:
+            break
+        if rounds == 0:
+            first = chosen
+        module = apply_plan(module, merge_plans(plans))
+        structure = None
+        rounds += 1
+    return RewriteOutcome(module, first, rounds)

@@ -1,0 +1,587 @@
+"""Pattern matching (paper §3.4) plus the safety checks that make a rewrite trustworthy (DESIGN.md §4.4).
+
+1. Sub-sequence matching of the ``forward`` source pattern on every path of a class, with consistent ``$var``
+   bindings (a variable binds a value *id*, so data flow is exact) and ``*`` wildcards.
+2. The ``init`` source pattern against the ``__init__`` bindings of the layers the forward match called.
+3. A rewrite plan (where the fused call goes, which statements disappear or are copied into branches) and the
+   checks on *every* path through the matched statements: no intermediate value used outside the match, every
+   input of the fused call still holds the same value where the call is placed, no removed layer used elsewhere.
+
+Matches that fail a check are dropped, not reported: precision first.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Union
+
+import libcst as cst
+
+from . import guards as guard_registry
+from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .qualnames import qualname_matches
+from .signatures import SIGNATURES, default_source
+from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Use, Value
+
+_COMMUTATIVE = ("+", "*")
+_SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
+
+
+@dataclass(frozen=True)
+class LayerRef:
+    """A `$layer` bound to ``self.<attr>`` (and its ``__init__`` bindings)."""
+
+    attr: str
+    bindings: tuple[LayerBinding, ...]
+
+
+@dataclass(frozen=True)
+class InitArg:
+    """An ``__init__`` argument bound to a `$var`: the CST expression as written, or a default's source."""
+
+    expr: Optional[cst.BaseExpression]
+    default: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RestArgs:
+    """``**$rest``: the arguments the pattern did not name, as written."""
+
+    args: tuple[cst.Arg, ...]
+
+
+Binding = Union[Value, LayerRef, InitArg, RestArgs]
+
+
+@dataclass(eq=False)
+class Match:
+    rule: Rule
+    cls: ClassStructure
+    path: Path
+    nodes: list[DLNode]  # matched forward nodes, pattern order (wildcards excluded)
+    env: dict[str, Binding]
+    init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
+    anchor: Optional[DLNode] = None
+    plan: str = ""  # "inline" | "block" | "branch"
+    deleted: list[cst.CSTNode] = field(default_factory=list)  # forward small statements that disappear
+    branch_if: Optional[cst.If] = None
+    branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
+    prefix_lines: list[cst.BaseStatement] = field(default_factory=list)
+
+    def key(self) -> frozenset[tuple[int, Optional[str]]]:
+        return frozenset((id(n.expr), n.layer) for n in self.nodes)
+
+
+# ------------------------------------------------------------------------------------------ atoms
+
+
+def _literal(text: str) -> object:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def value_text(value: Value) -> str:
+    if value.kind == "expr":
+        return cst.Module([]).code_for_node(value.expr)
+    return value.text
+
+
+def _same(a: Binding, b: Binding) -> bool:
+    if isinstance(a, Value) and isinstance(b, Value):
+        if a.kind != b.kind:
+            return False
+        if a.kind == "var":
+            return a.vid == b.vid
+        if a.kind == "const":
+            return _literal(a.text) == _literal(b.text)
+        return value_text(a) == value_text(b)
+    if isinstance(a, LayerRef) and isinstance(b, LayerRef):
+        return a.attr == b.attr
+    return False
+
+
+def _bind(env: dict[str, Binding], atom: Atom, value: Value) -> Optional[dict[str, Binding]]:
+    if isinstance(atom, Const):
+        if value.kind == "const" and _literal(value.text) == atom.value:
+            return env
+        return None
+    bound = env.get(atom.name)
+    if bound is None:
+        new = dict(env)
+        new[atom.name] = value
+        return new
+    return env if _same(bound, value) else None
+
+
+def _bind_output(env: dict[str, Binding], var: Var, node: DLNode) -> Optional[dict[str, Binding]]:
+    out = Value("var", f"%{node.out}", node.out, node.expr, ((f"%{node.out}", node.out),))
+    return _bind(env, var, out)
+
+
+# ------------------------------------------------------------------------------------------ forward nodes
+
+
+def _node_arguments(node: DLNode, params: Optional[tuple[str, ...]]) -> dict[str, Value]:
+    """Concrete call arguments by parameter name (by position index when the signature is unknown)."""
+    named: dict[str, Value] = {}
+    for i, value in enumerate(node.args):
+        key = params[i] if params is not None and i < len(params) else str(i)
+        named[key] = value
+    for name, value in node.kwargs:
+        named[name] = value
+    return named
+
+
+def _match_call_args(
+    pattern: CallNode, node: DLNode, qualname: Optional[str], env: dict[str, Binding]
+) -> Optional[dict[str, Binding]]:
+    sig = SIGNATURES.get(qualname) if qualname else None
+    params = tuple(n for n, _ in sig) if sig is not None else None
+    given = _node_arguments(node, params)
+    wanted: list[tuple[str, Atom]] = []
+    for i, atom in enumerate(pattern.args.positional):
+        wanted.append((params[i] if params is not None and i < len(params) else str(i), atom))
+    wanted.extend(pattern.args.keywords)
+    for name, atom in wanted:
+        if name in given:
+            value = given.pop(name)
+        else:
+            default = default_source(qualname, name) if qualname else None
+            if default is None:
+                return None
+            value = Value("const", default, 0, cst.Name("None"), ())
+        result = _bind(env, atom, value)
+        if result is None:
+            return None
+        env = result
+    if given:
+        if pattern.args.rest is None or node.call is None:
+            return None
+        consumed = {id(v.expr) for n, v in _node_arguments(node, params).items() if n not in given}
+        rest = tuple(a for a in node.call.args if id(a.value) not in consumed)
+        new = dict(env)
+        new[pattern.args.rest.name] = RestArgs(rest)
+        env = new
+    elif pattern.args.rest is not None:
+        new = dict(env)
+        new[pattern.args.rest.name] = RestArgs(())
+        env = new
+    return env
+
+
+def _match_node(
+    pattern: Node, node: DLNode, env: dict[str, Binding], rule: Rule
+) -> Optional[dict[str, Binding]]:
+    if isinstance(pattern, Wildcard):
+        return env
+    if isinstance(pattern, OpNode):
+        if node.kind != "op" or node.qualname != pattern.op or len(node.args) != len(pattern.operands):
+            return None
+        orders = [pattern.operands]
+        if pattern.op in _COMMUTATIVE:
+            orders.append(tuple(reversed(pattern.operands)))
+        for operands in orders:
+            result: Optional[dict[str, Binding]] = env
+            for atom, value in zip(operands, node.args):
+                result = _bind(result, atom, value) if result is not None else None
+            if result is not None:
+                return _bind_output(result, pattern.outputs[0], node)
+        return None
+    assert isinstance(pattern, CallNode)
+    if pattern.layer is not None:
+        if node.kind != "layer" or node.layer is None:
+            return None
+        ref = LayerRef(node.layer[len("self."):], node.bindings)
+        bound = env.get(pattern.layer.name)
+        if bound is not None and not _same(bound, ref):
+            return None
+        init_pattern = _init_pattern_for(rule, pattern.layer.name)
+        if init_pattern is not None and not any(
+            node.qualname and qualname_matches(t, node.qualname) for t in init_pattern.types
+        ):
+            # Cheap type filter before argument matching; full init matching happens later.
+            if not any(b.qualname and any(qualname_matches(t, b.qualname) for t in init_pattern.types) for b in node.bindings):
+                return None
+        env = dict(env)
+        env[pattern.layer.name] = ref
+        qualname = None
+    else:
+        if node.qualname is None or not any(qualname_matches(t, node.qualname) for t in pattern.types):
+            return None
+        qualname = next(t for t in pattern.types if qualname_matches(t, node.qualname))
+        if qualname.startswith("*."):
+            qualname = None
+    result = _match_call_args(pattern, node, qualname, env)
+    if result is None:
+        return None
+    return _bind_output(result, pattern.outputs[0], node) if len(pattern.outputs) == 1 else None
+
+
+def _init_pattern_for(rule: Rule, var: str) -> Optional[CallNode]:
+    if rule.init is None:
+        return None
+    for node in rule.init.source:
+        if isinstance(node, CallNode) and any(v.name == var for v in node.outputs):
+            return node
+    return None
+
+
+def _subsequences(
+    patterns: tuple[Node, ...], path: Path, rule: Rule
+) -> Iterator[tuple[list[DLNode], dict[str, Binding]]]:
+    nodes = path.nodes
+
+    def search(pi: int, start: int, env: dict[str, Binding], chosen: list[DLNode]) -> Iterator[tuple[list[DLNode], dict[str, Binding]]]:
+        if pi == len(patterns):
+            yield chosen, env
+            return
+        for ni in range(start, len(nodes)):
+            result = _match_node(patterns[pi], nodes[ni], env, rule)
+            if result is not None:
+                yield from search(pi + 1, ni + 1, result, chosen + [nodes[ni]])
+
+    yield from search(0, 0, {}, [])
+
+
+# ------------------------------------------------------------------------------------------ init
+
+
+def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
+    params = tuple(n for n, _ in SIGNATURES.get(qualname, ()))
+    named: dict[str, cst.Arg] = {}
+    position = 0
+    for arg in binding.args:
+        if arg.keyword is not None:
+            named[arg.keyword.value] = arg
+        else:
+            named[params[position] if position < len(params) else str(position)] = arg
+            position += 1
+    return named
+
+
+def _match_init_node(
+    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding]
+) -> Optional[dict[str, Binding]]:
+    if binding.qualname is None or binding.subscript != pattern.subscript:
+        return None
+    types = [t for t in pattern.types if qualname_matches(t, binding.qualname)]
+    if not types:
+        return None
+    qualname = types[0]
+    if any(a.star for a in binding.args):
+        return None
+    given = _init_arguments(binding, qualname)
+    params = tuple(n for n, _ in SIGNATURES.get(qualname, ()))
+    wanted: list[tuple[str, Atom]] = [
+        (params[i] if i < len(params) else str(i), atom) for i, atom in enumerate(pattern.args.positional)
+    ]
+    wanted.extend(pattern.args.keywords)
+    env = dict(env)
+    consumed: set[str] = set()
+    for name, atom in wanted:
+        arg = given.get(name)
+        consumed.add(name)
+        if arg is not None:
+            text = cst.Module([]).code_for_node(arg.value)
+            bound: Binding = InitArg(arg.value)
+        else:
+            text = default_source(qualname, name) or ""
+            if not text:
+                return None
+            bound = InitArg(None, text)
+        if isinstance(atom, Const):
+            if _literal(text) != atom.value:
+                return None
+            continue
+        previous = env.get(atom.name)
+        if previous is not None:
+            if not isinstance(previous, InitArg) or _init_text(previous) != text:
+                return None
+            continue
+        env[atom.name] = bound
+    rest = tuple(arg for name, arg in given.items() if name not in consumed)
+    if rest and pattern.args.rest is None:
+        return None
+    if pattern.args.rest is not None:
+        env[pattern.args.rest.name] = RestArgs(tuple(a for a in binding.args if a in rest))
+    return env
+
+
+def _init_text(arg: InitArg) -> str:
+    return cst.Module([]).code_for_node(arg.expr) if arg.expr is not None else (arg.default or "")
+
+
+def _match_init(match: Match) -> bool:
+    rule = match.rule
+    if rule.init is None:
+        return True
+    edits = rule.init.target is not None
+    env = match.env
+    for pattern in rule.init.source:
+        assert isinstance(pattern, CallNode)
+        var = pattern.outputs[0].name
+        ref = env.get(var)
+        if not isinstance(ref, LayerRef) or not ref.bindings:
+            return False
+        if ref.bindings[0].container is not None:
+            return False  # elements of nn.Sequential are rewritten by container rules only
+        matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
+        good = [(b, e) for b, e in matched if e is not None]
+        if edits and (len(ref.bindings) != 1 or not good):
+            return False  # rewriting __init__ needs exactly one binding of the layer
+        if not good:
+            return False
+        binding, env = good[0]
+        match.init_matches[var] = binding
+    match.env = env
+    return True
+
+
+# ------------------------------------------------------------------------------------------ plan + checks
+
+
+def _target_inputs(match: Match) -> list[Value]:
+    """Values the fused call reads (bound `$vars` used in the forward target)."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None
+    target = match.rule.forward.target[0]
+    assert isinstance(target, CallNode)
+    atoms = list(target.args.positional) + [a for _, a in target.args.keywords]
+    values = [match.env[a.name] for a in atoms if isinstance(a, Var)]
+    return [v for v in values if isinstance(v, Value)]
+
+
+def _output_vids(match: Match) -> tuple[set[int], set[int]]:
+    """(intermediate value ids, target output ids) of the matched nodes."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None
+    target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
+    inter, outs = set(), set()
+    for pattern in match.rule.forward.source:
+        if isinstance(pattern, Wildcard):
+            continue
+        for var in pattern.outputs:
+            bound = match.env.get(var.name)
+            if isinstance(bound, Value):
+                (outs if var.name in target_outs else inter).add(bound.vid)
+    return inter, outs
+
+
+def _plan(match: Match) -> Optional[str]:
+    """Decide where the fused call goes and which statements disappear; None when no safe plan exists."""
+    nodes = match.nodes
+    anchor = max(nodes, key=lambda n: n.index)
+    match.anchor = anchor
+    sites = {id(n.site.small) for n in nodes}
+    if any(n.site.function != anchor.site.function or n.site.inline_stack != anchor.site.inline_stack for n in nodes):
+        return None  # a match across a helper boundary cannot be rewritten in one place
+    if any(n.site.loop_copy != anchor.site.loop_copy for n in nodes):
+        return None
+    by_expr = {id(n.expr): n for n in nodes}
+    nested_in_anchor = {id(anchor.expr)}
+    deleted: list[DLNode] = []
+    for n in sorted(nodes, key=lambda n: n.index, reverse=True):
+        if n is anchor or id(n.expr) == id(anchor.expr):
+            continue
+        if n.parent is not None and id(n.parent) in by_expr:
+            continue  # nested inside another matched node: goes away with it
+        if not n.whole_statement or not _deletable(n.site.small):
+            return None
+        deleted.append(n)
+    match.deleted = list({id(n.site.small): n.site.small for n in deleted}.values())
+    if not deleted:
+        return "inline" if len(sites) == 1 else None
+    anchor_block = anchor.site.block
+    if all(n.site.block is anchor_block for n in deleted):
+        return "block"
+    # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
+    prefix_lines = [n.site.line for n in deleted]
+    outer = deleted[0].site
+    if any(n.site.block is not outer.block for n in deleted):
+        return None
+    block = list(outer.block)
+    indices = sorted(block.index(line) for line in set(prefix_lines))  # type: ignore[arg-type]
+    after = indices[-1] + 1
+    if after >= len(block) or not isinstance(block[after], cst.If):
+        return None
+    if indices != list(range(indices[0], after)):
+        return None
+    if_stmt = block[after]
+    assert isinstance(if_stmt, cst.If)
+    if if_stmt.orelse is not None and isinstance(if_stmt.orelse, cst.If):
+        return None  # elif chains: copying into every arm would reorder the elif tests
+    owner = anchor.site.owner
+    in_body = owner is if_stmt.body
+    in_else = if_stmt.orelse is not None and owner is if_stmt.orelse.body
+    if not (in_body or in_else) or not _simple_test(if_stmt.test):
+        return None
+    match.branch_if = if_stmt
+    match.branch_owner = owner
+    match.prefix_lines = [block[i] for i in indices]
+    return "branch"
+
+
+def _deletable(small: cst.CSTNode) -> bool:
+    if isinstance(small, cst.Assign):
+        return len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+    if isinstance(small, cst.AnnAssign):
+        return isinstance(small.target, cst.Name)
+    return isinstance(small, cst.Expr)
+
+
+class _CallScan(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.unsafe = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not (isinstance(node.func, cst.Name) and node.func.value in _SAFE_TEST_CALLS):
+            self.unsafe = True
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.unsafe = True
+
+
+def _simple_test(test: cst.BaseExpression) -> bool:
+    scan = _CallScan()
+    test.visit(scan)
+    return not scan.unsafe
+
+
+def _check_paths(match: Match) -> bool:
+    """The safety checks on every path of the class that runs any matched statement."""
+    keys = {(id(n.expr), n.layer) for n in match.nodes}
+    anchor_key = (id(match.anchor.expr), match.anchor.layer)  # type: ignore[union-attr]
+    deleted = {id(s) for s in match.deleted}
+    prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
+    for path in match.cls.forward_paths:
+        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
+        if not occ:
+            continue
+        present = {(id(n.expr), n.layer) for n in occ}
+        if anchor_key not in present:
+            if match.plan == "branch" and all(id(n.site.small) in prefix for n in occ):
+                continue  # this path takes the other branch, where the prefix is copied unchanged
+            # The deleted statements run on this path without the fused call: their results must be unused.
+            if _used_outside(path, {n.out for n in occ}, keys, 0, len(path.events)):
+                return False
+            continue
+        if present != keys:
+            return False
+        if not _check_complete_path(match, path, occ, keys, deleted):
+            return False
+    return True
+
+
+def _used_outside(path: Path, vids: set[int], keys: set, start: int, stop: int) -> bool:
+    for event in path.events[start:stop]:
+        if isinstance(event, DLNode):
+            if (id(event.expr), event.layer) in keys:
+                continue
+            if any(v.vid in vids or any(u[1] in vids for u in v.uses) for v in event.args):
+                return True
+            if any(v.vid in vids or any(u[1] in vids for u in v.uses) for _, v in event.kwargs):
+                return True
+        elif isinstance(event, Use) and vids.intersection(event.vids):
+            return True
+    return False
+
+
+def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int]) -> bool:
+    by_key = {(id(n.expr), n.layer): n for n in occ}
+    anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
+    first = min(n.index for n in occ)
+    # Re-bind the pattern's values to this path's value ids via the representative match.
+    rep_to_path = {n.out: by_key[(id(n.expr), n.layer)].out for n in match.nodes}
+    inter_rep, outs_rep = _output_vids(match)
+    inter = {rep_to_path.get(v, v) for v in inter_rep}
+    outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
+    # (i) intermediates are used by matched nodes only
+    if _used_outside(path, inter, keys, 0, len(path.events)):
+        return False
+    # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
+    if outs and _used_outside(path, outs, keys, first, anchor.index):
+        return False
+    # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
+    state: dict[str, int] = {}
+    for event in path.events[: anchor.index]:
+        if isinstance(event, Def) and id(event.site.small) not in deleted:
+            state[event.name] = event.vid
+        elif isinstance(event, DLNode):
+            state[f"%{event.out}"] = event.out
+    anchor_stmt = id(anchor.site.small)
+    for value in _target_inputs(match):
+        if value.kind == "expr" and not value.pure and _value_site_moves(match, value, anchor_stmt):
+            return False
+        for name, vid in value.uses:
+            path_vid = rep_to_path.get(vid, vid)
+            if name.startswith("%"):
+                continue  # a DSL temporary: evaluated inside the matched expressions
+            if state.get(name, path_vid) != path_vid:
+                return False
+    return True
+
+
+def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> bool:
+    for n in match.nodes:
+        for v in list(n.args) + [kv for _, kv in n.kwargs]:
+            if v is value:
+                return id(n.site.small) != anchor_stmt
+    return False
+
+
+def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
+    """Every safe, non-overlapping match of `rule` in one class."""
+    if cls.truncated or rule.forward is None:
+        return []
+    found: list[Match] = []
+    taken: set[tuple[int, Optional[str]]] = set()
+    for path in cls.forward_paths:
+        for nodes, env in _subsequences(rule.forward.source, path, rule):
+            real = [n for n, p in zip(nodes, rule.forward.source) if not isinstance(p, Wildcard)]
+            match = Match(rule, cls, path, real, env)
+            key = match.key()
+            if key & taken:
+                continue
+            if not _match_init(match):
+                continue
+            plan = _plan(match)
+            if plan is None:
+                continue
+            match.plan = plan
+            if not _check_paths(match):
+                continue
+            if not _check_layer_uses(match, found):
+                continue
+            if not all(guard_registry.get(name)(match) for name in rule.guards):
+                continue
+            taken |= key
+            found.append(match)
+    return found
+
+
+def _check_layer_uses(match: Match, accepted: list[Match]) -> bool:
+    """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls."""
+    rule = match.rule
+    if rule.init is None or rule.init.target is None:
+        return True
+    kept = {n.outputs[0].name for n in rule.init.target if isinstance(n, CallNode)}
+    for var, binding in match.init_matches.items():
+        if var in kept:
+            continue
+        ref = match.env[var]
+        assert isinstance(ref, LayerRef)
+        allowed = set()
+        for m in accepted + [match]:
+            for n in m.nodes:
+                if n.layer == "self." + ref.attr and n.call is not None:
+                    allowed.add(id(n.call.func))
+        assert binding.statement is not None
+        for small in binding.statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                allowed.update(id(t) for t in targets)
+        for attr_node in match.cls.self_references.get(ref.attr, []):
+            if id(attr_node) not in allowed:
+                return False
+    return True

@@ -1,0 +1,981 @@
+"""ModelStructureProvider: per ``nn.Module`` class, the ``__init__`` bindings and the ``forward`` paths (paper §3.2).
+
+Computed once per file (a LibCST metadata provider keyed on the Module node) and shared by every rule, codemod,
+lint rule and ``scan``. The walk is a plain recursive descent over the CST, not scope analysis:
+
+* nn.Module classes are found through the import table (``nn.Module``, ``torch.nn.Module``, ``*PreTrainedModel``,
+  and classes in the same file that derive from one of those);
+* ``__init__``: every ``self.<attr> = <value>`` (also under ``if``), ``nn.Sequential(...)`` elements included;
+* ``forward``: every control-flow path (if/elif/else, early return/raise, loops expanded once for matching and
+  twice for the safety checks, try/with bodies, match cases), with calls to ``self`` helper methods inlined
+  (recursion-safe) and nested calls and tensor ops unchained into temporaries. Compound statements holding no
+  layer, function or helper call are folded into one opaque event, which keeps the number of paths small.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional, Sequence
+
+import libcst as cst
+from libcst.metadata import BaseMetadataProvider
+
+from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
+from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
+
+MAX_PATHS = 512  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
+_BINARY_OPS: dict[type, str] = {
+    cst.Add: "+",
+    cst.Subtract: "-",
+    cst.Multiply: "*",
+    cst.Divide: "/",
+    cst.MatrixMultiply: "@",
+}
+_MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
+
+
+class TooManyPaths(Exception):
+    pass
+
+
+def _is_self_attr(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+def _const_text(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary)):
+        return node.value
+    if isinstance(node, cst.SimpleString):
+        return node.value
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return node.value
+    if (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, (cst.Integer, cst.Float))
+    ):
+        return "-" + node.expression.value
+    return None
+
+
+class _NameCollector(cst.CSTVisitor):
+    """Names read by an expression: plain names and ``self.<attr>``; flags calls (impure)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.has_call = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        attr = _is_self_attr(node)
+        if attr is not None:
+            self.names.append("self." + attr)
+            return False
+        return True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.has_call = True
+
+    def visit_Await(self, node: cst.Await) -> None:
+        self.has_call = True
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.has_call = True  # assignment inside: never move it
+
+
+def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
+    collector = _NameCollector()
+    node.visit(collector)
+    return collector.names, collector.has_call
+
+
+class _TargetCollector(cst.CSTVisitor):
+    """Names (re)bound or mutated anywhere inside a statement: assignment targets, for targets, del, augassign."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def _targets(self, node: cst.BaseExpression) -> None:
+        if isinstance(node, cst.Name):
+            self.names.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:
+                self._targets(el.value)
+        elif isinstance(node, cst.StarredElement):
+            self._targets(node.value)
+        elif isinstance(node, (cst.Attribute, cst.Subscript)):
+            root = node
+            while isinstance(root, (cst.Attribute, cst.Subscript)):
+                attr = _is_self_attr(root) if isinstance(root, cst.Attribute) else None
+                if attr is not None:
+                    self.names.add("self." + attr)
+                    return
+                root = root.value
+            if isinstance(root, cst.Name):
+                self.names.add(root.value)  # mutation of the object the name refers to
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._targets(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._targets(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._targets(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._targets(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._targets(node.asname.name)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self._targets(node.name.name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # `x.add_(y)`: in-place tensor methods mutate their receiver.
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+            self._targets(func.value)
+
+
+def _written_names(node: cst.CSTNode) -> set[str]:
+    collector = _TargetCollector()
+    node.visit(collector)
+    return collector.names
+
+
+@dataclass
+class _Partial:
+    """A partial path during enumeration."""
+
+    events: list[Event]
+    state: dict[str, int]
+    status: str = "open"  # open | return | raise | break | continue
+    ret: Optional[Value] = None
+
+
+@dataclass
+class _Ctx:
+    function: str
+    prefix: str
+    inline_stack: tuple[cst.CSTNode, ...]
+    loop_copy: tuple[int, ...]
+    owner: cst.CSTNode
+    block: tuple[cst.BaseStatement, ...]
+    helper_stack: tuple[str, ...]
+
+
+@dataclass
+class _ClassInfo:
+    node: cst.ClassDef
+    methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    bases: list[str] = field(default_factory=list)  # local base class names
+
+
+class _ClassWalker:
+    """Builds one class's structure."""
+
+    def __init__(
+        self,
+        info: _ClassInfo,
+        classes: dict[str, _ClassInfo],
+        table: ImportTable,
+    ) -> None:
+        self.info = info
+        self.classes = classes
+        self.table = table
+        self._vid = itertools.count(1)
+        self._temp = itertools.count(1)
+        self._inline = itertools.count(1)
+        self._loop = itertools.count(1)
+        self.bindings: dict[str, list[LayerBinding]] = {}
+
+    # ------------------------------------------------------------------ class helpers
+    def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
+        """A method of this class or of a base class defined in the same file (left-to-right MRO approximation)."""
+        return _find_method(self.info, self.classes, name, set() if seen is None else seen)
+
+    # ------------------------------------------------------------------ __init__
+    def collect_bindings(self) -> None:
+        init = self.find_method("__init__")
+        if init is None:
+            return
+        self._collect_block(init.body, conditional=False)
+
+    def _collect_block(self, suite: cst.BaseSuite, conditional: bool) -> None:
+        body = suite.body
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    self._collect_assign(small, stmt, conditional)
+            elif isinstance(stmt, cst.BaseCompoundStatement):
+                for inner in _child_suites(stmt):
+                    self._collect_block(inner, conditional=True)
+
+    def _collect_assign(self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, conditional: bool) -> None:
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            target, value = small.target, small.value
+        else:
+            return
+        attr = _is_self_attr(target)
+        if attr is None:
+            return
+        binding = self._binding_for(attr, value, line, conditional)
+        self.bindings.setdefault(attr, []).append(binding)
+
+    def _binding_for(
+        self, attr: str, value: cst.BaseExpression, line: Optional[cst.SimpleStatementLine], conditional: bool
+    ) -> LayerBinding:
+        qualname: Optional[str] = None
+        args: tuple[cst.Arg, ...] = ()
+        subscript = False
+        if isinstance(value, cst.Call):
+            qualname = self.table.resolve(value.func)
+            args = tuple(value.args)
+        elif isinstance(value, cst.Subscript):
+            qualname = self.table.resolve(value.value)
+            subscript = True
+            args = tuple(
+                cst.Arg(value=el.slice.value) for el in value.slice if isinstance(el.slice, cst.Index)
+            )
+        if qualname is not None:
+            qualname = canonical_torch_name(qualname)
+        binding = LayerBinding(attr, qualname, args, subscript, value, line, conditional)
+        if qualname is not None and qualname_matches("torch.nn.Sequential", qualname) and not subscript:
+            if all(a.keyword is None and not a.star for a in args):
+                elements = []
+                for i, arg in enumerate(args):
+                    element = self._binding_for(f"{attr}.{i}", arg.value, None, conditional)
+                    element.container = binding
+                    elements.append(element)
+                binding.elements = tuple(elements)
+        return binding
+
+    # ------------------------------------------------------------------ forward
+    def forward_paths(self) -> list[Path]:
+        forward = self.find_method("forward")
+        if forward is None:
+            return []
+        function = f"{self.info.node.name.value}.forward"
+        ctx = _Ctx(function, "", (), (), forward, tuple(_suite_body(forward.body)), ("forward",))
+        state: dict[str, int] = {}
+        start = [_Partial([], state)]
+        partials = self.walk_block(forward.body, ctx, start)
+        paths = []
+        for p in partials:
+            for i, ev in enumerate(p.events):
+                if isinstance(ev, DLNode):
+                    ev.index = i
+            paths.append(Path(p.events, [e for e in p.events if isinstance(e, DLNode)]))
+        return paths
+
+    def new_vid(self) -> int:
+        return next(self._vid)
+
+    def lookup(self, state: dict[str, int], name: str) -> int:
+        vid = state.get(name)
+        if vid is None:
+            vid = state[name] = self.new_vid()  # parameters and globals: defined on entry
+        return vid
+
+    def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
+        body = _suite_body(suite)
+        ctx = _Ctx(ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy, suite, tuple(body), ctx.helper_stack)
+        for stmt in body:
+            open_partials = [p for p in partials if p.status == "open"]
+            if not open_partials:
+                break
+            closed = [p for p in partials if p.status != "open"]
+            partials = closed + self.walk_statement(stmt, ctx, open_partials)
+            if len(partials) > MAX_PATHS:
+                raise TooManyPaths()
+        return partials
+
+    def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
+        return Site(small, line, ctx.block, ctx.owner, ctx.function, ctx.inline_stack, ctx.loop_copy)  # type: ignore[arg-type]
+
+    def walk_statement(self, stmt: cst.BaseStatement, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                partials = self._flat_map(partials, lambda p, s=small: self.walk_small(s, stmt, ctx, p))
+            return partials
+        if not self.is_interesting(stmt):
+            return [self.opaque(stmt, stmt, ctx, p) for p in partials]
+        if isinstance(stmt, cst.If):
+            return self._flat_map(partials, lambda p: self.walk_if(stmt, ctx, p))
+        if isinstance(stmt, (cst.For, cst.While)):
+            return self._flat_map(partials, lambda p: self.walk_loop(stmt, ctx, p))
+        if isinstance(stmt, (cst.Try, cst.TryStar)):
+            return self._flat_map(partials, lambda p: self.walk_try(stmt, ctx, p))
+        if isinstance(stmt, cst.With):
+            out = []
+            for p in partials:
+                for item in stmt.items:
+                    p = self.opaque(item, stmt, ctx, p)
+                out.extend(self.walk_block(stmt.body, ctx, [p]))
+            return out
+        if isinstance(stmt, cst.Match):
+            return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
+        return [self.opaque(stmt, stmt, ctx, p) for p in partials]
+
+    @staticmethod
+    def _flat_map(partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
+        out: list[_Partial] = []
+        for p in partials:
+            if p.status != "open":
+                out.append(p)
+            else:
+                out.extend(fn(p))
+        return out
+
+    @staticmethod
+    def fork(p: _Partial) -> _Partial:
+        return _Partial(list(p.events), dict(p.state), p.status, p.ret)
+
+    def opaque(self, node: cst.CSTNode, line: cst.BaseStatement, ctx: _Ctx, p: _Partial) -> _Partial:
+        """A statement with no DSL content: one use event for what it reads, fresh ids for what it writes."""
+        names, _ = _read_names(node)
+        site = self.site(ctx, node, line)
+        vids = tuple(self.lookup(p.state, ctx.prefix + n if not n.startswith("self.") else n) for n in names)
+        if vids:
+            p.events.append(Use(vids, site))
+        for name in sorted(_written_names(node)):
+            scoped = name if name.startswith("self.") else ctx.prefix + name
+            vid = p.state[scoped] = self.new_vid()
+            p.events.append(Def(scoped, vid, site))
+        return p
+
+    def is_interesting(self, node: cst.CSTNode) -> bool:
+        """Whether a compound statement holds a layer/function/helper call worth separate paths."""
+        finder = _CallFinder(self)
+        node.visit(finder)
+        return finder.found
+
+    def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        out: list[_Partial] = []
+        for p2 in self.walk_expr_stmt(stmt.test, stmt, ctx, p, stmt):
+            if p2.status != "open":
+                out.append(p2)
+                continue
+            out.extend(self.walk_block(stmt.body, ctx, [self.fork(p2)]))
+            orelse = stmt.orelse
+            if orelse is None:
+                out.append(self.fork(p2))
+            elif isinstance(orelse, cst.If):
+                # An elif is the single statement of the else block.
+                ectx = _Ctx(ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy, orelse, (orelse,), ctx.helper_stack)
+                out.extend(self.walk_if(orelse, ectx, self.fork(p2)))
+            else:
+                out.extend(self.walk_block(orelse.body, ctx, [self.fork(p2)]))
+        return out
+
+    def walk_loop(self, stmt: cst.For | cst.While, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
+        p = self.opaque(header, stmt, ctx, p)
+        if isinstance(stmt, cst.For):
+            p = self.opaque(cst.Assign([cst.AssignTarget(stmt.target)], cst.Name("None")), stmt, ctx, p)
+        skipped = self.fork(p)
+        partials = [p]
+        # Two copies of the body: matches stay inside one copy, the second shows loop-carried uses.
+        for _ in range(2):
+            copy_ctx = _Ctx(
+                ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy + (next(self._loop),), stmt, (), ctx.helper_stack
+            )
+            partials = self.walk_block(stmt.body, copy_ctx, partials)
+            for q in partials:
+                if q.status in ("break", "continue"):
+                    q.status = "open"
+        out = [skipped] + partials
+        if stmt.orelse is not None:
+            out = self._flat_map(out, lambda q: self.walk_block(stmt.orelse.body, ctx, [q]))  # type: ignore[union-attr]
+        return out
+
+    def walk_try(self, stmt: cst.Try | cst.TryStar, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        main = self.walk_block(stmt.body, ctx, [self.fork(p)])
+        if stmt.orelse is not None:
+            main = self._flat_map(main, lambda q: self.walk_block(stmt.orelse.body, ctx, [q]))  # type: ignore[union-attr]
+        out = main
+        for handler in stmt.handlers:
+            h = self.opaque(handler.type, stmt, ctx, self.fork(p)) if handler.type is not None else self.fork(p)
+            out.extend(self.walk_block(handler.body, ctx, [h]))
+        if stmt.finalbody is not None:
+            final = stmt.finalbody
+            out = [q for q in out if q.status != "open"] + self.walk_block(
+                final.body, ctx, [q for q in out if q.status == "open"]
+            )
+        return out
+
+    def walk_match(self, stmt: cst.Match, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        p = self.opaque(stmt.subject, stmt, ctx, p)
+        out: list[_Partial] = []
+        for case in stmt.cases:
+            q = self.opaque(case.pattern, stmt, ctx, self.fork(p))
+            out.extend(self.walk_block(case.body, ctx, [q]))
+        return out
+
+    # ------------------------------------------------------------------ simple statements
+    def walk_small(
+        self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, ctx: _Ctx, p: _Partial
+    ) -> list[_Partial]:
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            value = small.value
+            if value is None:
+                return [p]
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            out = []
+            for q, val in self.walk_expr(value, small, line, ctx, p, None, whole=True):
+                if q.status == "open":
+                    self.assign(targets, val, small, line, ctx, q)
+                out.append(q)
+            return out
+        if isinstance(small, cst.Return):
+            if small.value is None:
+                p.status = "return"
+                return [p]
+            out = []
+            for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
+                if q.status == "open":
+                    q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                    q.status, q.ret = "return", val
+                out.append(q)
+            return out
+        if isinstance(small, cst.Expr):
+            out = []
+            for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
+                if q.status == "open" and val.kind != "var":
+                    if val.uses:
+                        q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                    for name in sorted(_written_names(small)):
+                        scoped = name if name.startswith("self.") else ctx.prefix + name
+                        vid = q.state[scoped] = self.new_vid()
+                        q.events.append(Def(scoped, vid, self.site(ctx, small, line)))
+                out.append(q)
+            return out
+        if isinstance(small, cst.Raise):
+            p = self.opaque(small, line, ctx, p)
+            p.status = "raise"
+            return [p]
+        if isinstance(small, cst.Break):
+            p.status = "break"
+            return [p]
+        if isinstance(small, cst.Continue):
+            p.status = "continue"
+            return [p]
+        return [self.opaque(small, line, ctx, p)]
+
+    def walk_expr_stmt(
+        self, expr: cst.BaseExpression, small: cst.CSTNode, ctx: _Ctx, p: _Partial, line: cst.BaseStatement
+    ) -> list[_Partial]:
+        """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads."""
+        out = []
+        for q, val in self.walk_expr(expr, small, line, ctx, p, None, whole=False):
+            if q.status == "open" and val.uses:
+                q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+            out.append(q)
+        return out
+
+    def assign(
+        self,
+        targets: list[cst.BaseExpression],
+        val: Value,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+    ) -> None:
+        site = self.site(ctx, small, line)
+        for target in targets:
+            name = self.target_name(target, ctx)
+            if name is not None and val.kind == "var":
+                p.state[name] = val.vid  # alias (or the DSL node's output): same value id
+                p.events.append(Def(name, val.vid, site))
+                continue
+            if val.kind == "expr" and val.uses:
+                p.events.append(Use(tuple(v for _, v in val.uses), site))
+            if name is not None:
+                vid = p.state[name] = self.new_vid()
+                p.events.append(Def(name, vid, site))
+                continue
+            reads, _ = _read_names(target)
+            vids = tuple(self.lookup(p.state, self.scoped(n, ctx)) for n in reads)
+            if vids:
+                p.events.append(Use(vids, site))
+            for written in sorted(_written_names(cst.Assign([cst.AssignTarget(target)], cst.Name("None")))):
+                scoped = self.scoped(written, ctx)
+                vid = p.state[scoped] = self.new_vid()
+                p.events.append(Def(scoped, vid, site))
+
+    def target_name(self, target: cst.BaseExpression, ctx: _Ctx) -> Optional[str]:
+        if isinstance(target, cst.Name):
+            return ctx.prefix + target.value
+        attr = _is_self_attr(target)
+        return "self." + attr if attr is not None else None
+
+    @staticmethod
+    def scoped(name: str, ctx: _Ctx) -> str:
+        return name if name.startswith("self.") else ctx.prefix + name
+
+    # ------------------------------------------------------------------ expressions
+    def walk_expr(
+        self,
+        expr: cst.BaseExpression,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        """Unchain an expression: DSL nodes in evaluation order; returns (partial, value) alternatives."""
+        const = _const_text(expr)
+        if const is not None:
+            return [(p, Value("const", const, 0, expr, ()))]
+        if isinstance(expr, cst.Name):
+            name = ctx.prefix + expr.value
+            vid = self.lookup(p.state, name)
+            return [(p, Value("var", expr.value, vid, expr, ((name, vid),)))]
+        attr = _is_self_attr(expr)
+        if attr is not None:
+            name = "self." + attr
+            vid = self.lookup(p.state, name)
+            return [(p, Value("var", name, vid, expr, ((name, vid),)))]
+        if isinstance(expr, cst.Call):
+            return self.walk_call(expr, small, line, ctx, p, parent, whole)
+        if isinstance(expr, cst.BinaryOperation) and type(expr.operator) in _BINARY_OPS:
+            return self.walk_op(_BINARY_OPS[type(expr.operator)], [expr.left, expr.right], expr, small, line, ctx, p, parent, whole)
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            return self.walk_op("neg", [expr.expression], expr, small, line, ctx, p, parent, whole)
+        return self.walk_opaque_expr(expr, small, line, ctx, p, parent)
+
+    def walk_opaque_expr(
+        self,
+        expr: cst.BaseExpression,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+    ) -> list[tuple[_Partial, Value]]:
+        """An expression that is no DSL node: still unchain DSL nodes nested in it (not inside lambdas or
+        comprehensions, which may not run)."""
+        alternatives: list[tuple[_Partial, list[Value]]] = [(p, [])]
+        if not isinstance(expr, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            for child in _sub_expressions(expr):
+                nxt = []
+                for q, vals in alternatives:
+                    if q.status != "open":
+                        nxt.append((q, vals))
+                        continue
+                    for q2, v in self.walk_expr(child, small, line, ctx, q, parent, whole=False):
+                        nxt.append((q2, vals + [v]))
+                alternatives = nxt
+        out = []
+        for q, vals in alternatives:
+            names, has_call = _read_names(expr)
+            uses = {(self.scoped(n, ctx), self.lookup(q.state, self.scoped(n, ctx))) for n in names}
+            for v in vals:
+                if v.kind != "var" and v.kind != "const":
+                    uses.update(v.uses)
+                if v.kind == "var" and v.vid not in {u[1] for u in uses}:
+                    uses.add((v.text, v.vid))  # a DSL node's temporary
+            out.append((q, Value("expr", "", self.new_vid(), expr, tuple(sorted(uses)), pure=not has_call)))
+        return out
+
+    def walk_op(
+        self,
+        op: str,
+        operands: list[cst.BaseExpression],
+        expr: cst.BaseExpression,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        out = []
+        for q, vals in self.walk_values(operands, small, line, ctx, p, expr):
+            if q.status != "open":
+                out.append((q, Value("const", "None", 0, expr, ())))
+                continue
+            out.append((q, self.emit_node("op", op, None, (), vals, (), None, expr, parent, whole, small, line, ctx, q)))
+        return out
+
+    def walk_values(
+        self,
+        exprs: Sequence[cst.BaseExpression],
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: cst.BaseExpression,
+    ) -> list[tuple[_Partial, list[Value]]]:
+        alternatives: list[tuple[_Partial, list[Value]]] = [(p, [])]
+        for e in exprs:
+            nxt = []
+            for q, vals in alternatives:
+                if q.status != "open":
+                    nxt.append((q, vals))
+                    continue
+                for q2, v in self.walk_expr(e, small, line, ctx, q, parent, whole=False):
+                    nxt.append((q2, vals + [v]))
+            alternatives = nxt
+        return alternatives
+
+    def emit_node(
+        self,
+        kind: str,
+        qualname: Optional[str],
+        layer: Optional[str],
+        bindings: tuple[LayerBinding, ...],
+        args: list[Value],
+        kwargs: tuple[tuple[str, Value], ...],
+        call: Optional[cst.Call],
+        expr: cst.BaseExpression,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+    ) -> Value:
+        temp = f"%{next(self._temp)}"
+        vid = p.state[temp] = self.new_vid()
+        node = DLNode(
+            kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
+        )
+        p.events.append(node)
+        return Value("var", temp, vid, expr, ((temp, vid),))
+
+    def walk_call(
+        self,
+        call: cst.Call,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        if any(a.star for a in call.args):
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        attr = _is_self_attr(call.func)
+        if attr is not None and attr not in self.bindings:
+            method = self.find_method(attr)
+            if method is not None and attr not in ctx.helper_stack and _inlinable(method):
+                return self.inline(method, call, small, line, ctx, p, parent)
+        qualname: Optional[str] = None
+        bindings: tuple[LayerBinding, ...] = ()
+        kind = "func"
+        if attr is not None and attr in self.bindings:
+            kind = "layer"
+            bindings = tuple(self.bindings[attr])
+            types = {b.qualname for b in bindings}
+            qualname = types.pop() if len(types) == 1 else None
+        elif attr is None:
+            qualname = self.table.resolve(call.func)
+            if qualname is not None:
+                qualname = canonical_torch_name(qualname)
+        if kind == "func" and qualname is None:
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        if kind == "layer" and len(bindings) == 1 and bindings[0].elements:
+            return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
+        positional = [a.value for a in call.args if a.keyword is None]
+        keyword = [a for a in call.args if a.keyword is not None]
+        out = []
+        for q, vals in self.walk_values(positional + [a.value for a in keyword], small, line, ctx, p, call):
+            if q.status != "open":
+                out.append((q, Value("const", "None", 0, call, ())))
+                continue
+            kwargs = tuple((a.keyword.value, v) for a, v in zip(keyword, vals[len(positional):]))  # type: ignore[union-attr]
+            layer = "self." + attr if attr is not None else None
+            out.append(
+                (
+                    q,
+                    self.emit_node(
+                        kind, qualname, layer, bindings, vals[: len(positional)], kwargs, call, call, parent, whole, small, line, ctx, q
+                    ),
+                )
+            )
+        return out
+
+    def walk_sequential(
+        self,
+        binding: LayerBinding,
+        call: cst.Call,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        """``self.block(x)`` on an ``nn.Sequential``: one layer node per element, in order."""
+        if len(call.args) != 1 or call.args[0].keyword is not None:
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        out = []
+        for q, val in self.walk_expr(call.args[0].value, small, line, ctx, p, call, whole=False):
+            if q.status != "open":
+                out.append((q, val))
+                continue
+            for element in binding.elements:
+                val = self.emit_node(
+                    "layer", element.qualname, "self." + element.attr, (element,), [val], (), None, call, parent, False,
+                    small, line, ctx, q,
+                )
+            out.append((q, val))
+        return out
+
+    def inline(
+        self,
+        method: cst.FunctionDef,
+        call: cst.Call,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+    ) -> list[tuple[_Partial, Value]]:
+        """Inline a helper method: bind parameters as aliases, walk its paths, continue with its return value."""
+        params = [prm for prm in method.params.params][1:]  # drop `self`
+        kwonly = list(method.params.kwonly_params)
+        positional = [a for a in call.args if a.keyword is None]
+        keyword = {a.keyword.value: a for a in call.args if a.keyword is not None}  # type: ignore[union-attr]
+        if len(positional) > len(params):
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        prefix = f"{ctx.prefix}{method.name.value}@{next(self._inline)}::"
+        bound: list[tuple[str, cst.BaseExpression]] = []
+        for i, prm in enumerate(params + kwonly):
+            name = prm.name.value
+            if i < len(positional) and prm in params:
+                bound.append((name, positional[i].value))
+            elif name in keyword:
+                bound.append((name, keyword[name].value))
+            elif prm.default is not None:
+                bound.append((name, prm.default))
+            else:
+                return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        if set(keyword) - {n for n, _ in bound}:
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        helper_ctx = _Ctx(
+            f"{self.info.node.name.value}.{method.name.value}",
+            prefix,
+            ctx.inline_stack + (line,),
+            ctx.loop_copy,
+            method,
+            tuple(_suite_body(method.body)),
+            ctx.helper_stack + (method.name.value,),
+        )
+        out: list[tuple[_Partial, Value]] = []
+        for q, vals in self.walk_values([e for _, e in bound], small, line, ctx, p, call):
+            if q.status != "open":
+                out.append((q, Value("const", "None", 0, call, ())))
+                continue
+            site = self.site(ctx, small, line)
+            for (name, _), val in zip(bound, vals):
+                scoped = prefix + name
+                vid = q.state[scoped] = val.vid if val.kind == "var" else self.new_vid()
+                q.events.append(Def(scoped, vid, site))
+            for r in self.walk_block(method.body, helper_ctx, [q]):
+                if r.status == "return" and r.ret is not None:
+                    ret = r.ret
+                    r.status, r.ret = "open", None
+                    out.append((r, ret))
+                elif r.status in ("open", "return"):
+                    r.status = "open"
+                    out.append((r, Value("const", "None", 0, call, ())))
+                else:
+                    out.append((r, Value("const", "None", 0, call, ())))
+        return out
+
+
+def _inlinable(method: cst.FunctionDef) -> bool:
+    prm = method.params
+    return (
+        bool(prm.params)
+        and prm.params[0].name.value == "self"
+        and not isinstance(prm.star_arg, cst.Param)
+        and prm.star_kwarg is None
+        and not prm.posonly_params
+        and not method.decorators
+        and not method.asynchronous
+    )
+
+
+class _CallFinder(cst.CSTVisitor):
+    """Finds a call the walk would turn into a DSL node or inline."""
+
+    def __init__(self, walker: _ClassWalker) -> None:
+        self.walker = walker
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        attr = _is_self_attr(node.func)
+        if attr is not None:
+            if attr in self.walker.bindings or self.walker.find_method(attr) is not None:
+                self.found = True
+        elif self.walker.table.resolve(node.func) is not None:
+            self.found = True
+        return not self.found
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def _find_method(
+    info: _ClassInfo, classes: dict[str, _ClassInfo], name: str, seen: set[str]
+) -> Optional[cst.FunctionDef]:
+    if name in info.methods:
+        return info.methods[name]
+    seen.add(info.node.name.value)
+    for base in info.bases:
+        if base in classes and base not in seen:
+            found = _find_method(classes[base], classes, name, seen)
+            if found is not None:
+                return found
+    return None
+
+
+def _suite_body(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.body
+    return [suite]  # type: ignore[list-item]  # SimpleStatementSuite: one "line" of small statements
+
+
+def _child_suites(stmt: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
+    for child in stmt.children:
+        if isinstance(child, cst.BaseSuite):
+            yield child
+        elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)):
+            yield child.body
+        elif isinstance(child, cst.If):
+            yield from _child_suites(child)
+
+
+def _sub_expressions(expr: cst.CSTNode) -> Iterable[cst.BaseExpression]:
+    """Direct sub-expressions in (approximate) evaluation order."""
+    for child in expr.children:
+        if isinstance(child, cst.BaseExpression):
+            yield child
+        elif isinstance(child, (cst.Arg, cst.Element, cst.DictElement, cst.StarredDictElement, cst.Index)):
+            yield from _sub_expressions(child)
+        elif isinstance(child, (cst.SubscriptElement, cst.Slice, cst.FormattedStringExpression)):
+            yield from _sub_expressions(child)
+
+
+class _SelfRefCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.refs: dict[str, list[cst.Attribute]] = {}
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        attr = _is_self_attr(node)
+        if attr is not None:
+            self.refs.setdefault(attr, []).append(node)
+
+
+def _is_module_class(
+    info: _ClassInfo, classes: dict[str, _ClassInfo], table: ImportTable, memo: dict[str, bool]
+) -> bool:
+    name = info.node.name.value
+    if name in memo:
+        return memo[name]
+    memo[name] = False  # cycles
+    result = False
+    for base in info.node.bases:
+        qual = table.resolve(base.value)
+        if qual is not None and qual not in table.local_classes:
+            qual = canonical_torch_name(qual)
+            if any(qualname_matches(b, qual) for b in _MODULE_BASES) or qual.endswith("PreTrainedModel"):
+                result = True
+        bname = dotted_name(base.value)
+        if bname in classes and _is_module_class(classes[bname], classes, table, memo):
+            result = True
+    memo[name] = result
+    return result
+
+
+def build_module_structure(module: cst.Module) -> ModuleStructure:
+    """The model structure of every nn.Module class defined at the top level of a module."""
+    table = ImportTable.from_module(module)
+    classes: dict[str, _ClassInfo] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            info = _ClassInfo(stmt)
+            for item in _suite_body(stmt.body):
+                if isinstance(item, cst.FunctionDef):
+                    info.methods[item.name.value] = item
+            info.bases = [n for n in (dotted_name(b.value) for b in stmt.bases) if n is not None]
+            classes[stmt.name.value] = info
+    memo: dict[str, bool] = {}
+    refs: dict[str, dict[str, list[cst.Attribute]]] = {}
+    for name, info in classes.items():
+        collector = _SelfRefCollector()
+        info.node.body.visit(collector)
+        refs[name] = collector.refs
+    subclasses: dict[str, set[str]] = {n: set() for n in classes}
+    for name, info in classes.items():
+        for base in info.bases:
+            if base in subclasses:
+                subclasses[base].add(name)
+    result: list[ClassStructure] = []
+    for name, info in classes.items():
+        if not _is_module_class(info, classes, table, memo):
+            continue
+        walker = _ClassWalker(info, classes, table)
+        walker.collect_bindings()
+        self_refs: dict[str, list[cst.Attribute]] = {}
+        for cls_name in _descendants(name, subclasses):
+            for attr, nodes in refs[cls_name].items():
+                self_refs.setdefault(attr, []).extend(nodes)
+        structure = ClassStructure(name, info.node, walker.bindings, [], self_refs)
+        try:
+            structure.forward_paths = walker.forward_paths()
+        except TooManyPaths:
+            structure.truncated = True
+            structure.skipped_reason = f"more than {MAX_PATHS} control-flow paths in forward"
+        except RecursionError:
+            structure.truncated = True
+            structure.skipped_reason = "forward is nested too deeply to analyse"
+        result.append(structure)
+    return ModuleStructure(result, module)
+
+
+def _descendants(name: str, subclasses: dict[str, set[str]]) -> list[str]:
+    out, todo = [], [name]
+    while todo:
+        cur = todo.pop()
+        if cur in out:
+            continue
+        out.append(cur)
+        todo.extend(subclasses.get(cur, ()))
+    return out
+
+
+class ModelStructureProvider(BaseMetadataProvider[ModuleStructure]):
+    """LibCST metadata provider: ``wrapper.resolve(ModelStructureProvider)[module]`` is the ModuleStructure.
+
+    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``.
+    """
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        self.set_metadata(node, build_module_structure(node))
+        return False

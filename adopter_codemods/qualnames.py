@@ -1,0 +1,153 @@
+"""Qualified names from a module-level import table.
+
+LibCST's ``QualifiedNameProvider`` builds full scope analysis, which costs several times the parse on large
+modeling files (DESIGN.md §5). Model code names layers through a handful of module-level imports
+(``import torch.nn as nn``, ``from torch.nn import functional as F``, ``from ...activations import ACT2FN``), so a
+table of those imports plus the classes defined in the file is all the resolution this tool needs.
+
+A name imported through a relative import keeps its leading dots (``...activations.ACT2FN``); patterns match it
+by dotted suffix (see :func:`qualname_matches`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+
+def dotted_name(node: cst.BaseExpression) -> Optional[str]:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _module_name(node: cst.BaseExpression) -> str:
+    name = dotted_name(node)
+    assert name is not None  # import targets are always dotted names
+    return name
+
+
+@dataclass
+class ImportTable:
+    """Maps local names bound at module level to qualified names."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    local_classes: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_module(cls, module: cst.Module) -> "ImportTable":
+        table = cls()
+        for stmt in module.body:
+            table._visit_top_level(stmt)
+        return table
+
+    def _visit_top_level(self, stmt: cst.CSTNode) -> None:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    self.add_import(small)
+        elif isinstance(stmt, cst.ClassDef):
+            self.local_classes.add(stmt.name.value)
+        elif isinstance(stmt, (cst.If, cst.Try)):
+            # `if TYPE_CHECKING:` / `try: import x except ImportError:` blocks hold imports too.
+            for block in _sub_blocks(stmt):
+                for inner in block:
+                    self._visit_top_level(inner)
+
+    def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = _module_name(alias.name)
+                if alias.asname is not None:
+                    self.names[_module_name(alias.asname.name)] = full
+                else:
+                    # `import torch.nn` binds `torch`; attribute access then spells the rest.
+                    head = full.split(".")[0]
+                    self.names.setdefault(head, head)
+            return
+        if isinstance(node.names, cst.ImportStar):
+            return
+        module = _module_name(node.module) if node.module is not None else ""
+        prefix = "." * len(node.relative) + module
+        for alias in node.names:
+            name = _module_name(alias.name)
+            local = _module_name(alias.asname.name) if alias.asname is not None else name
+            if prefix.endswith("."):
+                self.names[local] = prefix + name
+            else:
+                self.names[local] = f"{prefix}.{name}" if prefix else name
+
+    def resolve(self, node: cst.BaseExpression) -> Optional[str]:
+        """Qualified name of a Name/Attribute chain rooted at an imported or locally defined name."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        if head in self.names:
+            base = self.names[head]
+        elif head in self.local_classes:
+            base = head
+        else:
+            return None
+        return f"{base}.{rest}" if rest else base
+
+
+def _sub_blocks(stmt: cst.CSTNode) -> list[list[cst.CSTNode]]:
+    blocks: list[list[cst.CSTNode]] = []
+    if isinstance(stmt, cst.If):
+        blocks.append(list(stmt.body.body))
+        if stmt.orelse is not None:
+            orelse = stmt.orelse
+            if isinstance(orelse, cst.If):
+                blocks.extend(_sub_blocks(orelse))
+            else:
+                blocks.append(list(orelse.body.body))
+    elif isinstance(stmt, cst.Try):
+        blocks.append(list(stmt.body.body))
+        blocks.extend(list(h.body.body) for h in stmt.handlers)
+        if stmt.orelse is not None:
+            blocks.append(list(stmt.orelse.body.body))
+    return blocks
+
+
+def qualname_matches(pattern: str, concrete: str) -> bool:
+    """Whether a concrete qualified name satisfies a pattern name.
+
+    ``*.Name`` matches ``Name`` from any module; a relative or file-local concrete name matches a pattern that
+    ends with it on a dotted boundary (``...activations.ACT2FN`` matches ``transformers.activations.ACT2FN``).
+    ``torch.nn.modules.dropout.Dropout``-style spellings are normalised by :data:`TORCH_ALIASES` first.
+    """
+    concrete = canonical_torch_name(concrete)
+    if pattern.startswith("*."):
+        return concrete == pattern[2:] or concrete.endswith(pattern[1:])
+    if concrete == pattern:
+        return True
+    stripped = concrete.lstrip(".")
+    if stripped != concrete or "." not in concrete:
+        return pattern.endswith("." + stripped)
+    return False
+
+
+# Public re-exports that resolve to the same object; canonical spelling first.
+TORCH_ALIASES: dict[str, str] = {
+    "torch.nn.modules.dropout.Dropout": "torch.nn.Dropout",
+    "torch.nn.modules.normalization.LayerNorm": "torch.nn.LayerNorm",
+    "torch.nn.modules.linear.Linear": "torch.nn.Linear",
+    "torch.nn.modules.conv.Conv2d": "torch.nn.Conv2d",
+    "torch.nn.modules.batchnorm.BatchNorm2d": "torch.nn.BatchNorm2d",
+    "torch.nn.modules.batchnorm.BatchNorm1d": "torch.nn.BatchNorm1d",
+    "torch.nn.modules.container.Sequential": "torch.nn.Sequential",
+    "torch.nn.modules.module.Module": "torch.nn.Module",
+}
+
+
+def canonical_torch_name(name: str) -> str:
+    return TORCH_ALIASES.get(name, name)

@@ -1,0 +1,297 @@
+"""Synthesis-based code transformation (paper §3.5) on the concrete syntax tree.
+
+Given verified matches, build the target calls from the rule's target patterns and the match bindings, and edit
+the CST: replace the anchor expression, delete the absorbed statements (their leading comments move to the next
+statement), rewrite or delete ``__init__`` statements, copy prefix statements into the other branch when the match
+crosses an ``if`` (paper Fig. 4/5), and add ``import adopter_kernels`` once. Everything else is left byte-for-byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import libcst as cst
+
+from .dsl import Atom, CallNode, Const, Var
+from .matcher import InitArg, LayerRef, Match, RestArgs
+from .qualnames import ImportTable
+from .structure import Value
+
+KERNEL_PACKAGE = "adopter_kernels"
+
+
+class RewriteError(Exception):
+    """A match whose bindings cannot produce the target code (a rule bug, reported with the rule's path)."""
+
+
+# ------------------------------------------------------------------------------------------ target synthesis
+
+
+def _expr(text: str) -> cst.BaseExpression:
+    return cst.parse_expression(text)
+
+
+def _atom_expr(atom: Atom, match: Match) -> cst.BaseExpression:
+    if isinstance(atom, Const):
+        return _expr(repr(atom.value))
+    bound = match.env.get(atom.name)
+    if isinstance(bound, Value):
+        return bound.expr  # the original variable, constant, expression or nested DSL node
+    if isinstance(bound, LayerRef):
+        return _expr("self." + bound.attr)
+    if isinstance(bound, InitArg):
+        return bound.expr if bound.expr is not None else _expr(bound.default or "None")
+    raise RewriteError(f"{match.rule.path}: ${atom.name} cannot be used as an argument")
+
+
+def _callee(target: CallNode, match: Match, imports: set[str]) -> cst.BaseExpression:
+    if target.layer is not None:
+        return _atom_expr(target.layer, match)
+    name = target.types[0]
+    root = name.split(".")[0]
+    imports.add(root)
+    return _expr(name)
+
+
+def build_call(
+    target: CallNode, match: Match, imports: set[str], original: Optional[cst.Call] = None
+) -> cst.Call:
+    """The target pattern instantiated with the match's bindings."""
+    func = _callee(target, match, imports)
+    rest: tuple[cst.Arg, ...] = ()
+    if target.args.rest is not None:
+        bound = match.env.get(target.args.rest.name)
+        if not isinstance(bound, RestArgs):
+            raise RewriteError(f"{match.rule.path}: **${target.args.rest.name} is not bound to arguments")
+        rest = bound.args
+    if (
+        original is not None
+        and not target.args.positional
+        and not target.args.keywords
+        and rest == tuple(original.args)
+    ):
+        return original.with_changes(func=func)  # same arguments: keep their formatting and comments
+    args: list[cst.Arg] = [cst.Arg(_atom_expr(a, match)) for a in target.args.positional]
+    args.extend(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in rest)
+    args.extend(
+        cst.Arg(_atom_expr(a, match), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        for k, a in target.args.keywords
+    )
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return cst.Call(func=func, args=args)
+
+
+# ------------------------------------------------------------------------------------------ edit plan
+
+
+@dataclass
+class EditPlan:
+    replace: dict[int, cst.CSTNode] = field(default_factory=dict)  # id(original node) -> replacement
+    originals: dict[int, cst.CSTNode] = field(default_factory=dict)  # keeps ids alive and checkable
+    delete: set[int] = field(default_factory=set)  # id(small statement) to remove
+    branch_copies: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = field(default_factory=dict)
+    imports: set[str] = field(default_factory=set)
+
+    def footprint(self) -> set[int]:
+        return set(self.replace) | self.delete | set(self.branch_copies)
+
+
+def plan_match(match: Match) -> EditPlan:
+    """The CST edits for one match."""
+    plan = EditPlan()
+    rule = match.rule
+    assert rule.forward is not None and rule.forward.target is not None and match.anchor is not None
+    target = rule.forward.target[0]
+    assert isinstance(target, CallNode)
+    anchor = match.anchor
+    call = build_call(target, match, plan.imports, anchor.call)
+    if len(target.outputs) == 1:
+        _put(plan, anchor.expr, call)
+    else:
+        _put(plan, anchor.site.small, _tuple_assignment(match, target, call))
+    for small in match.deleted:
+        plan.delete.add(id(small))
+        plan.originals[id(small)] = small
+    if match.plan == "branch":
+        assert match.branch_if is not None and match.branch_owner is not None
+        plan.branch_copies[id(match.branch_if)] = (match.branch_owner, match.prefix_lines)
+        plan.originals[id(match.branch_if)] = match.branch_if
+    if rule.init is not None and rule.init.target is not None:
+        kept = set()
+        for node in rule.init.target:
+            assert isinstance(node, CallNode)
+            var = node.outputs[0].name
+            kept.add(var)
+            binding = match.init_matches[var]
+            original = binding.value if isinstance(binding.value, cst.Call) else None
+            _put(plan, binding.value, build_call(node, match, plan.imports, original))
+        for var, binding in match.init_matches.items():
+            if var not in kept:
+                assert binding.statement is not None
+                for small in binding.statement.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
+                        plan.delete.add(id(small))
+                        plan.originals[id(small)] = small
+    return plan
+
+
+def _put(plan: EditPlan, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
+    plan.replace[id(original)] = replacement
+    plan.originals[id(original)] = original
+
+
+def _tuple_assignment(match: Match, target: CallNode, call: cst.Call) -> cst.Assign:
+    names: list[str] = []
+    for var in target.outputs:
+        bound = match.env.get(var.name)
+        node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
+        if node is None or not isinstance(node.site.small, cst.Assign):
+            raise RewriteError(f"{match.rule.path}: output ${var.name} is not assigned to a name")
+        name_target = node.site.small.targets[0].target
+        assert isinstance(name_target, cst.Name)
+        names.append(name_target.value)
+    tup = cst.Tuple([cst.Element(cst.Name(n)) for n in names], lpar=[], rpar=[])
+    return cst.Assign([cst.AssignTarget(tup)], call)
+
+
+# ------------------------------------------------------------------------------------------ applying edits
+
+
+def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
+    merged = EditPlan()
+    for plan in plans:
+        merged.replace.update(plan.replace)
+        merged.originals.update(plan.originals)
+        merged.delete |= plan.delete
+        merged.branch_copies.update(plan.branch_copies)
+        merged.imports |= plan.imports
+    return merged
+
+
+class _Apply(cst.CSTTransformer):
+    def __init__(self, plan: EditPlan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
+        replacement = self.plan.replace.get(id(original_node))
+        if replacement is not None and self.plan.originals.get(id(original_node)) is original_node:
+            return replacement
+        updated = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, cst.If) and id(original_node) in self.plan.branch_copies:
+            return self._copy_into_other_branch(original_node, updated)  # type: ignore[arg-type]
+        return updated
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        if not any(id(s) in self.plan.delete for s in original_node.body):
+            return updated_node
+        kept = [u for o, u in zip(original_node.body, updated_node.body) if id(o) not in self.plan.delete]
+        if kept:
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(body=kept)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        body, orphans = _drop_empty_lines(updated_node.body)
+        if not body:
+            return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()], leading_lines=orphans)])
+        return updated_node.with_changes(body=body, footer=[*orphans, *updated_node.footer])
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        body, orphans = _drop_empty_lines(updated_node.body)
+        return updated_node.with_changes(body=body, footer=[*orphans, *updated_node.footer])
+
+    def _copy_into_other_branch(self, original: cst.If, updated: cst.If) -> cst.If:
+        owner, prefix = self.plan.branch_copies[id(original)]
+        copies = [line.deep_clone() for line in prefix]
+        # A copied statement keeps its own comments; the first copy must not repeat a blank line.
+        copies = [c.with_changes(leading_lines=[ln for ln in c.leading_lines if ln.comment is not None]) for c in copies]  # type: ignore[attr-defined]
+        if owner is original.body:
+            orelse = updated.orelse
+            if orelse is None:
+                new_else = cst.Else(body=cst.IndentedBlock(body=copies))
+                return updated.with_changes(orelse=new_else)
+            assert isinstance(orelse, cst.Else)
+            block = orelse.body
+            assert isinstance(block, cst.IndentedBlock)
+            return updated.with_changes(orelse=orelse.with_changes(body=block.with_changes(body=[*copies, *block.body])))
+        body = updated.body
+        assert isinstance(body, cst.IndentedBlock)
+        return updated.with_changes(body=body.with_changes(body=[*copies, *body.body]))
+
+
+def _drop_empty_lines(body: Sequence[cst.BaseStatement]) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+    """Remove statements whose small statements were all deleted; their comments move to the next statement
+    (or, after the last one, to the block's footer)."""
+    out: list[cst.BaseStatement] = []
+    carry: list[cst.EmptyLine] = []
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine) and not stmt.body:
+            carry.extend(ln for ln in stmt.leading_lines if ln.comment is not None)
+            continue
+        if carry:
+            stmt = stmt.with_changes(leading_lines=[*carry, *stmt.leading_lines])  # type: ignore[attr-defined]
+            carry = []
+        out.append(stmt)
+    return out, carry
+
+
+def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
+    new = module.visit(_Apply(plan))
+    assert isinstance(new, cst.Module)
+    for root in sorted(plan.imports):
+        new = add_import(new, root)
+    return new
+
+
+def add_import(module: cst.Module, name: str) -> cst.Module:
+    """``import <name>`` after the module's leading imports, unless already imported."""
+    table = ImportTable.from_module(module)
+    if table.names.get(name) == name:
+        return module
+    body = list(module.body)
+    insert_at = 0
+    for i, stmt in enumerate(body):
+        if i == 0 and _is_docstring(stmt):
+            insert_at = 1
+            continue
+        if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            insert_at = i + 1
+            continue
+        if isinstance(stmt, (cst.If, cst.Try)) and insert_at == i and _only_imports(stmt):
+            insert_at = i + 1  # `try: import x except ImportError:` blocks belong to the import section
+            continue
+        break
+    line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name))])])
+    body.insert(insert_at, line)
+    return module.with_changes(body=body)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _only_imports(stmt: cst.CSTNode) -> bool:
+    found = False
+
+    class V(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            nonlocal found
+            for s in node.body:
+                if not isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass, cst.Assign, cst.Expr)):
+                    raise StopIteration
+                found = found or isinstance(s, (cst.Import, cst.ImportFrom))
+
+    try:
+        stmt.visit(V())
+    except StopIteration:
+        return False
+    return found

@@ -1,0 +1,112 @@
+"""The model structure of a module in the paper's DSL (§3.1–3.2), linked back to the CST.
+
+Per ``nn.Module`` class: the layer bindings of ``__init__`` and the ``forward`` paths. A path is the sequence of
+events along one control-flow path (helpers inlined): DSL nodes (layer calls, functional calls, tensor ops) plus
+the uses and definitions of every other statement, which the matcher needs to prove a rewrite safe. Values carry
+*value ids*: a fresh id per computation, shared by aliases (``a = b``), so data flow is exact along a path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import libcst as cst
+
+
+@dataclass(eq=False)
+class LayerBinding:
+    """``self.<attr> = <value>`` in ``__init__`` (or an element of an ``nn.Sequential`` bound there)."""
+
+    attr: str
+    qualname: Optional[str]  # resolved layer type; None when the value is not a call/subscript of a known name
+    args: tuple[cst.Arg, ...]
+    subscript: bool
+    value: cst.BaseExpression
+    statement: Optional[cst.SimpleStatementLine]  # None for Sequential elements
+    conditional: bool  # assigned under an if/for/try in __init__
+    container: Optional["LayerBinding"] = None  # the nn.Sequential binding holding this element
+    elements: tuple["LayerBinding", ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Site:
+    """Where an event's statement lives: the small statement, its line, the block holding it."""
+
+    small: cst.BaseSmallStatement | cst.BaseCompoundStatement
+    line: cst.BaseStatement  # the statement as it appears in `block`
+    block: tuple[cst.BaseStatement, ...]  # statements of the enclosing block (identity of the suite's body)
+    owner: cst.CSTNode  # the node whose body is `block` (FunctionDef, If, Else, For, ...)
+    function: str  # qualified method name, e.g. "BertSelfOutput.forward"
+    inline_stack: tuple[cst.CSTNode, ...]  # call-site lines through which a helper was inlined
+    loop_copy: tuple[int, ...]  # ids of the enclosing loop-body copies on this path
+
+
+@dataclass(frozen=True, eq=False)
+class Value:
+    """An operand: a variable (with its value id), a constant, or an opaque expression."""
+
+    kind: str  # "var" | "const" | "expr"
+    text: str
+    vid: int  # value id (constants get one too; they are never redefined)
+    expr: cst.BaseExpression
+    uses: tuple[tuple[str, int], ...]  # (name, value id) the expression reads; for "var": itself
+    pure: bool = True  # no calls inside: safe to evaluate at a later point
+
+
+@dataclass(eq=False)
+class DLNode:
+    """A DSL node on one path: ``Type(args) -> out`` or ``a op b -> out``."""
+
+    kind: str  # "layer" | "func" | "op"
+    qualname: Optional[str]  # layer type / function name / operator symbol
+    layer: Optional[str]  # "self.dropout" for layer calls
+    bindings: tuple[LayerBinding, ...]  # __init__ bindings of `layer`
+    args: tuple[Value, ...]
+    kwargs: tuple[tuple[str, Value], ...]
+    call: Optional[cst.Call]
+    out: int
+    expr: cst.BaseExpression
+    parent: Optional[cst.BaseExpression]  # expression of the DSL node this one is nested in
+    whole_statement: bool  # `expr` is the entire value of its statement (`x = expr`, `return expr`, `expr`)
+    site: Site
+    index: int = -1  # position on the path
+
+
+@dataclass(frozen=True, eq=False)
+class Use:
+    vids: tuple[int, ...]
+    site: Site
+
+
+@dataclass(frozen=True, eq=False)
+class Def:
+    name: str
+    vid: int
+    site: Site
+
+
+Event = Union[DLNode, Use, Def]
+
+
+@dataclass(eq=False)
+class Path:
+    events: list[Event]
+    nodes: list[DLNode]
+
+
+@dataclass(eq=False)
+class ClassStructure:
+    name: str
+    node: cst.ClassDef
+    init_bindings: dict[str, list[LayerBinding]]
+    forward_paths: list[Path]
+    self_references: dict[str, list[cst.Attribute]]  # attr -> every `self.<attr>` in the class (and subclasses)
+    truncated: bool = False  # too many paths: matches are refused in this class
+    skipped_reason: Optional[str] = None
+
+
+@dataclass(eq=False)
+class ModuleStructure:
+    classes: list[ClassStructure]
+    module: cst.Module
