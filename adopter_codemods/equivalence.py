@@ -39,6 +39,7 @@ __all__ = [
     "assert_equivalent",
     "check_equivalent",
     "compare_models",
+    "iter_leaves",
     "load_source_as_module",
 ]
 
@@ -163,20 +164,20 @@ class EquivalenceReport:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """Yield ``(path, leaf)`` for every leaf of tuples/lists/dicts/dataclasses (ModelOutput is a dict)."""
+def iter_leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield ``(path, leaf)`` for every non-None leaf of tuples/lists/dicts/dataclasses (ModelOutput is a dict)."""
     if isinstance(value, torch.Tensor):
         yield path, value
     elif isinstance(value, Mapping):
         # ModelOutput is an OrderedDict holding only the non-None fields; treat every mapping alike.
         for key, item in value.items():
-            yield from _walk(item, f"{path}.{key}" if path else str(key))
+            yield from iter_leaves(item, f"{path}.{key}" if path else str(key))
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for field in dataclasses.fields(value):
-            yield from _walk(getattr(value, field.name), f"{path}.{field.name}" if path else field.name)
+            yield from iter_leaves(getattr(value, field.name), f"{path}.{field.name}" if path else field.name)
     elif isinstance(value, (tuple, list)):
         for index, item in enumerate(value):
-            yield from _walk(item, f"{path}[{index}]")
+            yield from iter_leaves(item, f"{path}[{index}]")
     elif value is not None:
         yield path, value
 
@@ -308,7 +309,7 @@ def _run(
         torch.manual_seed(seed)
         with context():
             outputs = model(*call_args, **call_kwargs)
-        leaves = list(_walk(outputs, "output"))
+        leaves = list(iter_leaves(outputs, "output"))
         differentiable = [t for _, t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
         if differentiable:
             generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -370,8 +371,8 @@ def compare_models(
 
         _compare_outputs(report, mode, ref_leaves, new_leaves)
         for (name, ref_in), (_, new_in) in zip(
-            [*_walk(ref_args, "args"), *_walk(ref_kwargs, "kwargs")],
-            [*_walk(new_args, "args"), *_walk(new_kwargs, "kwargs")],
+            [*iter_leaves(ref_args, "args"), *iter_leaves(ref_kwargs, "kwargs")],
+            [*iter_leaves(new_args, "args"), *iter_leaves(new_kwargs, "kwargs")],
         ):
             if isinstance(ref_in, torch.Tensor) and ref_in.requires_grad:
                 _compare_grad(report, "input_grad", mode, name, ref_in.grad, new_in.grad, ref_in)

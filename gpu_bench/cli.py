@@ -1,0 +1,173 @@
+"""Command line of ``python -m gpu_bench``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpu_bench.report import SCHEMA_VERSION, environment, write_outputs
+from gpu_bench.runner import DTYPES, TOLERANCES, BenchConfig, run_suite
+from gpu_bench.suite import SIZES, SUITE
+from gpu_bench.variants import Rewriter, default_rewriter
+
+EPILOG = """\
+models: {models}
+
+examples:
+  python -m gpu_bench --size tiny --device cpu --no-compile            # CPU smoke: pipeline + equivalence
+  python -m gpu_bench --size base --device cuda --dtype bf16 --out gpu_bench/results/h100-base-bf16
+  python -m gpu_bench --models bert,gpt2 --rules ADP001,ADP005 --repeats 20
+
+exit status: 0 all variants equivalent and timed; 1 some variant not equivalent or failed; 2 usage error
+or the codemod core is unavailable.
+"""
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpu_bench",
+        description=(
+            "Benchmark vanilla models against the same models rewritten by adopter_codemods: one variant per "
+            "applicable rule plus all rules, rewritten from the model's source. Every variant loads the vanilla "
+            "state_dict with strict=True and is checked for equivalence (outputs and gradients, eval and train) "
+            "before training steps and inference are timed. Writes results.json, results.md and results.png."
+        ),
+        epilog=EPILOG.format(models=", ".join(f"{name} ({spec.title})" for name, spec in SUITE.items())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--size", choices=SIZES, default="tiny",
+                        help="model sizes: tiny (CPU smoke) or base (published base checkpoints' shapes); "
+                        "default: tiny")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="default: cuda when available, else cpu")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
+                        help="fp32, or bf16 autocast (fp32 weights, mixed-precision training); default: fp32")
+    parser.add_argument("--models", type=_csv, default=list(SUITE),
+                        help=f"comma-separated subset of the suite; default: all ({','.join(SUITE)})")
+    parser.add_argument("--rules", type=_csv, default=None,
+                        help="comma-separated rule codes or codemod names to try (e.g. ADP005,FuseConvBN); "
+                        "default: all rules. Which of them apply to a model is found by rewriting it")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="also time torch.compile of vanilla and of the all-rules variant; "
+                        "default: on for cuda, off for cpu")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory; default: gpu_bench/results/tmp/<size>-<device>-<dtype>")
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (default: 10, tiny: 3)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed calls before timing, at least 1 (default: 3, tiny: 1)")
+    parser.add_argument("--batch-size", type=int, default=None, help="override every model's batch size")
+    parser.add_argument("--seq-len", type=int, default=None, help="override the sequence length of text models")
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights, inputs, dropout and cotangents")
+    parser.add_argument("--no-equivalence", dest="equivalence", action="store_false",
+                        help="skip the equivalence check (timing only)")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="equivalence rtol; default per dtype: "
+                        + ", ".join(f"{d} {r:g}" for d, (r, _) in TOLERANCES.items()))
+    parser.add_argument("--atol", type=float, default=None,
+                        help="equivalence atol; default per dtype: "
+                        + ", ".join(f"{d} {a:g}" for d, (_, a) in TOLERANCES.items()))
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> BenchConfig:
+    """Validate the arguments and resolve the defaults that depend on size and device."""
+    unknown = [name for name in args.models if name not in SUITE]
+    if unknown or not args.models:
+        parser.error(f"unknown model(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SUITE)}")
+    device_name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_name == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device cuda, but torch {torch.__version__} sees no CUDA device")
+    tiny = args.size == "tiny"
+    warmup = args.warmup if args.warmup is not None else (1 if tiny else 3)
+    repeats = args.repeats if args.repeats is not None else (3 if tiny else 10)
+    if warmup < 1 or repeats < 1:
+        parser.error("--warmup and --repeats must be at least 1")
+    for option in ("batch_size", "seq_len"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be positive")
+    return BenchConfig(
+        size=args.size,
+        device=torch.device(device_name),
+        dtype=args.dtype,
+        models=args.models,
+        rules=args.rules,
+        compile=args.compile if args.compile is not None else device_name == "cuda",
+        warmup=warmup,
+        repeats=repeats,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        equivalence=args.equivalence,
+        rtol=args.rtol,
+        atol=args.atol,
+    )
+
+
+def _log(message: str, _start: float = time.perf_counter()) -> None:
+    print(f"[{time.perf_counter() - _start:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _memory_method(models: list[dict[str, Any]]) -> str | None:
+    for model in models:
+        for variant in model["variants"]:
+            if "train" in variant:
+                return variant["train"]["memory_method"]
+    return None
+
+
+def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) -> int:
+    """Run the benchmark; ``rewrite`` replaces ``adopter_codemods.api.rewrite_source`` (tests inject one)."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    config = config_from_args(args, parser)
+    if rewrite is None:
+        try:
+            rewrite = default_rewriter()
+        except ImportError as exc:
+            print(f"gpu_bench: {exc}", file=sys.stderr)
+            return 2
+    out = args.out or Path("gpu_bench/results/tmp") / f"{config.size}-{config.device.type}-{config.dtype}"
+
+    _log(f"gpu_bench: {len(config.models)} model(s), size {config.size}, {config.dtype} on {config.device}, "
+         f"compile {'on' if config.compile else 'off'}, output {out}")
+    models = run_suite(config, rewrite, _log)
+    rtol, atol = config.tolerances
+    payload = {
+        "schema": SCHEMA_VERSION,
+        "command": shlex.join(["python", "-m", "gpu_bench", *argv]),
+        "environment": environment(config.device),
+        "settings": {
+            "size": config.size, "device": str(config.device), "dtype": config.dtype,
+            "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,
+            "compile": config.compile, "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
+            "equivalence": config.equivalence, "rtol": rtol, "atol": atol,
+            "memory_method": _memory_method(models),
+            "loss": "sum over outputs requiring grad of mean(output.float()**2)", "optimizer": "AdamW(lr=1e-5)",
+        },
+        "models": models,
+    }
+    for path in write_outputs(out, payload):
+        _log(f"wrote {path}")
+
+    failed = [
+        f"{model['name']}/{variant['name']}"
+        for model in models
+        for variant in model["variants"]
+        if variant.get("error") or (variant.get("equivalence") and not variant["equivalence"]["ok"])
+    ] + [model["name"] for model in models if model.get("error")]
+    if failed:
+        _log(f"not equivalent or failed: {', '.join(failed)}")
+        return 1
+    return 0

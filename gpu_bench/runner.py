@@ -1,0 +1,277 @@
+"""Run the suite: rewrite each model's source, check every variant against vanilla, then time them all."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import time
+import traceback
+import types
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from adopter_codemods.equivalence import compare_models, load_source_as_module
+from gpu_bench.suite import SUITE, Inputs, ModelSpec, SourceUnavailable, synthetic_loss
+from gpu_bench.timing import Timing, measure
+from gpu_bench.variants import Rewriter, Variant, make_variants
+
+#: Equivalence tolerances per benchmark dtype (rtol, atol), applied to outputs, gradients and buffers.
+#: fp32: different but exact kernels (SDPA vs eager softmax, folded BN) differ by float rounding only.
+#: bf16 autocast: both sides round to bf16 (8 bits of mantissa, eps 7.8e-3) at different points.
+TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-2, 5e-2)}
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    """Everything that determines one run (the CLI's arguments, resolved)."""
+
+    size: str
+    device: torch.device
+    dtype: str
+    models: Sequence[str]
+    rules: Sequence[str] | None = None
+    compile: bool = False
+    warmup: int = 3
+    repeats: int = 10
+    batch_size: int | None = None
+    seq_len: int | None = None
+    seed: int = 0
+    equivalence: bool = True
+    rtol: float | None = None
+    atol: float | None = None
+
+    @property
+    def tolerances(self) -> tuple[float, float]:
+        rtol, atol = TOLERANCES[self.dtype]
+        return (self.rtol if self.rtol is not None else rtol, self.atol if self.atol is not None else atol)
+
+
+Log = Callable[[str], None]
+
+
+def _autocast(config: BenchConfig) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """Forward-pass context: bf16 autocast (weights stay fp32, as in mixed-precision training) or nothing."""
+    if config.dtype == "bf16":
+        return lambda: torch.autocast(config.device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+@contextlib.contextmanager
+def _strict_fp32(device: torch.device) -> Iterator[None]:
+    """Disable TF32 for the equivalence check, so fp32 means fp32 (cuDNN convolutions use TF32 by default)."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_device(item, device) for item in value)
+    return value
+
+
+def _seeded(seed: int, fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` with the global RNG seeded, leaving the caller's RNG state untouched."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return fn()
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def time_model(model: nn.Module, inputs: Inputs, config: BenchConfig, batch_size: int) -> dict[str, Timing]:
+    """Time inference (eval, ``inference_mode``) then a training step (forward, backward, AdamW step)."""
+    args, kwargs = inputs
+    autocast = _autocast(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def infer() -> None:
+        with torch.inference_mode(), autocast():
+            model(*args, **kwargs)
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            output = model(*args, **kwargs)
+        synthetic_loss(output).backward()
+        optimizer.step()
+
+    settings = dict(device=config.device, batch_size=batch_size, warmup=config.warmup, repeats=config.repeats)
+    model.eval()
+    inference = measure(infer, **settings)
+    model.train()
+    training = measure(train_step, **settings)
+    return {"train": training, "inference": inference}
+
+
+def _check(
+    spec: ModelSpec,
+    config: BenchConfig,
+    reference: nn.Module,
+    module: types.ModuleType,
+    inputs: Inputs,
+) -> dict[str, Any]:
+    """Equivalence of one variant against the vanilla ``reference`` (dropout off, both modes)."""
+    rtol, atol = config.tolerances
+    candidate = _seeded(config.seed, lambda: spec.build(module, config.size, False)).to(config.device)
+    with _strict_fp32(config.device):
+        report = compare_models(
+            reference, candidate, *inputs, rtol=rtol, atol=atol, seed=config.seed, context=_autocast(config)
+        )
+    return {
+        "ok": report.ok,
+        "rtol": rtol,
+        "atol": atol,
+        "tensors_compared": report.compared,
+        "max_abs_diff": report.max_abs_diff,
+        "mismatches": [str(m) for m in report.mismatches[:20]],
+        "mismatch_count": len(report.mismatches),
+    }
+
+
+def run_model(spec: ModelSpec, config: BenchConfig, rewrite: Rewriter, log: Log) -> dict[str, Any]:
+    """Benchmark one suite entry; failures of single variants are recorded in the result, not raised."""
+    batch_size = config.batch_size or spec.batch_size[config.size]
+    seq_len = (config.seq_len or spec.seq_len[config.size]) if spec.seq_len[config.size] is not None else None
+    result: dict[str, Any] = {"name": spec.name, "title": spec.title, "module": spec.module,
+                              "batch_size": batch_size, "seq_len": seq_len, "variants": []}
+    path = spec.source_path()
+    source = path.read_text()
+    result["source"] = str(path)
+
+    start = time.perf_counter()
+    variants = make_variants(source, str(path), rewrite, config.rules)
+    result["rewrite_s"] = time.perf_counter() - start
+    result["findings"] = {code: max(v.findings.get(code, 0) for v in variants)
+                          for code in sorted({code for v in variants for code in v.findings})}
+    found = ", ".join(f"{code}x{n}" for code, n in result["findings"].items()) or "none"
+    log(f"[{spec.name}] rewrite: {len(variants) - 1} variant(s); findings: {found} ({result['rewrite_s']:.1f}s)")
+
+    entries: dict[str, dict[str, Any]] = {}
+    modules: dict[str, types.ModuleType] = {}
+    for variant in variants:
+        entries[variant.name] = {"name": variant.name, "rules": list(variant.rules), "compiled": False,
+                                 "findings": variant.findings, "rule_names": variant.rule_names,
+                                 "equivalence": None}
+        try:
+            modules[variant.name] = load_source_as_module(
+                variant.source,
+                f"{spec.module}__{variant.name.lower()}",
+                package=spec.package,
+                # Distinct names keep each variant's text in linecache (tracebacks show the executed code).
+                path=str(path) if variant.name == "vanilla" else f"{path}[{variant.name}]",
+            )
+        except Exception as exc:  # e.g. the rewritten code imports a kernel that does not exist
+            if variant.name == "vanilla":
+                raise
+            entries[variant.name]["error"] = f"loading the rewritten source failed: {_error(exc)}"
+            log(f"[{spec.name}/{variant.name}] {entries[variant.name]['error']}")
+    variants = [v for v in variants if v.name in modules]
+    vanilla_module = modules["vanilla"]
+    inputs: Inputs = _to_device(
+        _seeded(config.seed, lambda: spec.inputs(vanilla_module, config.size, batch_size, seq_len)), config.device
+    )
+
+    if config.equivalence and len(variants) > 1:
+        reference = _seeded(config.seed, lambda: spec.build(vanilla_module, config.size, False)).to(config.device)
+        for variant in variants[1:]:
+            entry = entries[variant.name]
+            try:
+                entry["equivalence"] = _check(spec, config, reference, modules[variant.name], inputs)
+            except Exception as exc:  # a broken variant must not stop the other variants
+                entry["equivalence"] = {"ok": False, "mismatches": [_error(exc)], "mismatch_count": 1}
+                log(traceback.format_exc())
+            eq = entry["equivalence"]
+            diff = max(eq.get("max_abs_diff", {}).values(), default=float("nan"))
+            status = "ok" if eq["ok"] else "FAILED: " + "; ".join(eq["mismatches"][:3])
+            log(f"[{spec.name}/{variant.name}] equivalence {status} (max abs diff {diff:.2e})")
+        del reference
+        _free(config.device)
+
+    # Timing models keep their dropout; every variant starts from the vanilla weights (strict load).
+    vanilla = _seeded(config.seed, lambda: spec.build(vanilla_module, config.size, True))
+    result["params"] = sum(p.numel() for p in vanilla.parameters())
+    vanilla_state = {k: v.detach().clone() for k, v in vanilla.state_dict().items()}
+    del vanilla
+    runs = [(variant, False) for variant in variants]
+    if config.compile:
+        runs += [(variants[0], True)] + ([(variants[-1], True)] if len(variants) > 1 else [])
+    for variant, compiled in runs:
+        name = f"{variant.name}+compile" if compiled else variant.name
+        # Compiled anchors are timed only; their eager variant carries the equivalence result.
+        entry = entries.setdefault(name, {**entries[variant.name], "name": name, "compiled": True, "equivalence": None})
+        entry.update(_timed(spec, config, modules[variant.name], vanilla_state, inputs, batch_size, compiled, log,
+                            f"{spec.name}/{name}"))
+        _free(config.device)
+    result["variants"] = list(entries.values())
+    return result
+
+
+def _timed(
+    spec: ModelSpec,
+    config: BenchConfig,
+    module: types.ModuleType,
+    state: dict[str, torch.Tensor],
+    inputs: Inputs,
+    batch_size: int,
+    compiled: bool,
+    log: Log,
+    label: str,
+) -> dict[str, Any]:
+    """Build, load the vanilla weights with ``strict=True``, optionally compile, and time one variant."""
+    try:
+        model = _seeded(config.seed, lambda: spec.build(module, config.size, True))
+        model.load_state_dict(state, strict=True)
+        model.to(config.device)
+        runnable = torch.compile(model) if compiled else model
+        timings = time_model(runnable, inputs, config, batch_size)
+    except Exception as exc:  # record and go on with the next variant
+        log(f"[{label}] FAILED: {_error(exc)}\n{traceback.format_exc()}")
+        return {"error": _error(exc)}
+    finally:
+        if compiled:
+            torch._dynamo.reset()  # drop compiled graphs (and their memory) before the next variant
+    summary = {mode: timing.summary() for mode, timing in timings.items()}
+    log(f"[{label}] train {summary['train']['samples_per_s']:.1f} samples/s, "
+        f"inference {summary['inference']['samples_per_s']:.1f} samples/s")
+    return summary
+
+
+def run_suite(config: BenchConfig, rewrite: Rewriter, log: Log) -> list[dict[str, Any]]:
+    """Run every selected model; one whose source is unavailable is skipped, one that fails is recorded."""
+    results: list[dict[str, Any]] = []
+    for name in config.models:
+        spec = SUITE[name]
+        try:
+            results.append(run_model(spec, config, rewrite, log))
+        except SourceUnavailable as exc:
+            log(f"[{name}] skipped: {exc}")
+            results.append({"name": name, "title": spec.title, "skipped": str(exc), "variants": []})
+        except Exception as exc:  # e.g. the rewriter crashed on this source: report it, run the other models
+            log(f"[{name}] FAILED: {_error(exc)}\n{traceback.format_exc()}")
+            results.append({"name": name, "title": spec.title, "error": _error(exc), "variants": []})
+        _free(config.device)
+    return results
