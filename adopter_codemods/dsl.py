@@ -80,6 +80,8 @@ class CallNode:
     args: Args
     outputs: tuple[Var, ...]
     subscript: bool = False
+    type_var: Optional[Var] = None  # `$cls:Type(...)` binds the callee as written
+    callee_args: Optional[Args] = None  # target `factory($cls)(args)`: the callee is itself a call
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class Rule:
     init: Optional[RuleItem] = None
     forward: Optional[RuleItem] = None
     guards: list[str] = field(default_factory=list)
+    sequential: Optional[str] = None  # drop-in replacement for an nn.Sequential whose elements match
 
 
 # ---------------------------------------------------------------------------------------------- lexer
@@ -165,7 +168,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 
 # ---------------------------------------------------------------------------------------------- parser
 
-_HEADER_KEYS = ("rule", "code", "summary", "guard")
+_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential")
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
 
@@ -247,16 +250,20 @@ class _Parser:
                 raise RuleSyntaxError(self.path, 1, 1, f"missing header line '{key} ...'")
         if not re.fullmatch(r"ADP\d{3}", header["code"]):
             raise RuleSyntaxError(self.path, 1, 1, f"rule code must look like ADP005, found {header['code']!r}")
-        if "forward" not in sections:
-            raise RuleSyntaxError(self.path, self.tok.line, 1, "missing section 'forward:'")
+        init = sections.get("init")
+        if "forward" not in sections and (init is None or init.target is None):
+            raise RuleSyntaxError(
+                self.path, self.tok.line, 1, "missing section 'forward:' (only a rewriting 'init:' may stand alone)"
+            )
         rule = Rule(
             name=header["rule"],
             code=header["code"],
             summary=header.get("summary", ""),
             path=self.path,
-            init=sections.get("init"),
-            forward=sections["forward"],
+            init=init,
+            forward=sections.get("forward"),
             guards=guards,
+            sequential=header.get("sequential"),
         )
         _check_rule(rule)
         return rule
@@ -291,6 +298,10 @@ class _Parser:
         if tok.kind == "var":
             self.i += 1
             nxt = self.tokens[self.i]
+            if nxt.text == ":":  # `$cls:Type(...)`
+                self.i += 1
+                node = self.parse_typed_call([self.parse_type_name()], consumed=True)
+                return CallNode(node.types, None, node.args, node.outputs, node.subscript, type_var=Var(tok.text[1:]))
             if nxt.text == "(":
                 self.i += 1
                 args = self.parse_args(")")
@@ -335,6 +346,9 @@ class _Parser:
             return CallNode(tuple(types), None, args, self.parse_outputs(), subscript=True)
         self.expect("(", "'(' after the type name")
         args = self.parse_args(")")
+        if self.tok.text == "(":  # `factory($cls)(args)`
+            self.i += 1
+            return CallNode(tuple(types), None, self.parse_args(")"), self.parse_outputs(), callee_args=args)
         return CallNode(tuple(types), None, args, self.parse_outputs())
 
     def parse_args(self, closer: str) -> Args:
@@ -414,14 +428,19 @@ def _check_rule(rule: Rule) -> None:
             if not isinstance(node, CallNode) or node.layer is not None:
                 raise fail(rule.init, "'init:' source patterns must be layer instantiations `Type(...) -> $layer`")
             init_outputs.update(v.name for v in node.outputs)
+        init_vars = set().union(*(_vars_of(n) for n in rule.init.source))
         if rule.init.target is not None:
             for node in rule.init.target:
                 if not isinstance(node, CallNode) or len(node.outputs) != 1:
                     raise fail(rule.init, "'init:' targets must be `Type(...) -> $layer`")
                 if node.outputs[0].name not in init_outputs:
                     raise fail(rule.init, f"'init:' target output ${node.outputs[0].name} is not a source layer")
+                for name in _vars_of(node) - init_vars:
+                    raise fail(rule.init, f"'init:' target variable ${name} is not bound by the source pattern")
     forward = rule.forward
-    assert forward is not None and forward.target is not None
+    if forward is None:
+        return
+    assert forward.target is not None
     bound: set[str] = set(init_outputs)
     for node in forward.source:
         if isinstance(node, CallNode) and node.layer is not None and node.layer.name not in init_outputs:
@@ -438,6 +457,10 @@ def _vars_of(node: Node) -> set[str]:
     names: set[str] = set()
     if isinstance(node, CallNode):
         atoms = list(node.args.positional) + [a for _, a in node.args.keywords]
+        if node.callee_args is not None:
+            atoms += list(node.callee_args.positional) + [a for _, a in node.callee_args.keywords]
+        if node.type_var is not None:
+            names.add(node.type_var.name)
         names.update(a.name for a in atoms if isinstance(a, Var))
         if node.args.rest is not None:
             names.add(node.args.rest.name)

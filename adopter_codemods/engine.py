@@ -74,11 +74,15 @@ def findings_for(
         positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     out = []
     for m in matches:
-        smalls = [n.site.small for n in m.nodes]
+        smalls: list[cst.CSTNode] = [n.site.small for n in m.nodes]
+        if not smalls or m.plan == "container":
+            smalls = [b.statement for b in m.init_matches.values() if b.statement is not None]
+            if m.container is not None and m.container.statement is not None:
+                smalls = [m.container.statement]
         ranges = [positions[s] for s in smalls if s in positions]  # type: ignore[operator]
         line = min(r.start.line for r in ranges)
         end = max(r.end.line for r in ranges)
-        function = m.anchor.site.function.split(".")[-1] if m.anchor is not None else "forward"
+        function = m.anchor.site.function.split(".")[-1] if m.plan not in ("init", "container") else "__init__"
         out.append(Finding(m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m)))
     out.sort(key=lambda f: (f.line, f.code))
     return out

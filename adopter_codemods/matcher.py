@@ -63,11 +63,12 @@ class Match:
     env: dict[str, Binding]
     init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
     anchor: Optional[DLNode] = None
-    plan: str = ""  # "inline" | "block" | "branch"
+    plan: str = ""  # "inline" | "block" | "branch" | "init" (init-only rule) | "container" (nn.Sequential)
     deleted: list[cst.CSTNode] = field(default_factory=list)  # forward small statements that disappear
     branch_if: Optional[cst.If] = None
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
     prefix_lines: list[cst.BaseStatement] = field(default_factory=list)
+    container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -280,6 +281,9 @@ def _match_init_node(
     ]
     wanted.extend(pattern.args.keywords)
     env = dict(env)
+    if pattern.type_var is not None:
+        callee = binding.value.value if isinstance(binding.value, cst.Subscript) else binding.value.func  # type: ignore[attr-defined]
+        env[pattern.type_var.name] = InitArg(callee)
     consumed: set[str] = set()
     for name, atom in wanted:
         arg = given.get(name)
@@ -326,8 +330,12 @@ def _match_init(match: Match) -> bool:
         ref = env.get(var)
         if not isinstance(ref, LayerRef) or not ref.bindings:
             return False
-        if ref.bindings[0].container is not None:
-            return False  # elements of nn.Sequential are rewritten by container rules only
+        container = ref.bindings[0].container
+        if container is not None:
+            # Elements of an nn.Sequential: only a rule with a `sequential` drop-in rewrites them, all in one container.
+            if rule.sequential is None or (match.container is not None and match.container is not container):
+                return False
+            match.container = container
         matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
         if edits and (len(ref.bindings) != 1 or not good):
@@ -530,9 +538,31 @@ def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> bool:
     return False
 
 
+def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
+    """Rules without a forward section rewrite each matching ``__init__`` binding (e.g. attention classes)."""
+    assert rule.init is not None
+    pattern = rule.init.source[0]
+    assert isinstance(pattern, CallNode)
+    found = []
+    for attr, bindings in cls.init_bindings.items():
+        for binding in bindings:
+            if binding.container is not None or binding.statement is None:
+                continue
+            env = _match_init_node(pattern, binding, {})
+            if env is None:
+                continue
+            env[pattern.outputs[0].name] = LayerRef(attr, (binding,))
+            match = Match(rule, cls, Path([], []), [], env, {pattern.outputs[0].name: binding}, plan="init")
+            if all(guard_registry.get(name)(match) for name in rule.guards):
+                found.append(match)
+    return found
+
+
 def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
     """Every safe, non-overlapping match of `rule` in one class."""
-    if cls.truncated or rule.forward is None:
+    if rule.forward is None:
+        return _find_init_only(rule, cls) if rule.init is not None and len(rule.init.source) == 1 else []
+    if cls.truncated:
         return []
     found: list[Match] = []
     taken: set[tuple[int, Optional[str]]] = set()
@@ -544,6 +574,14 @@ def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
             if key & taken:
                 continue
             if not _match_init(match):
+                continue
+            if match.container is not None:
+                # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
+                match.plan = "container"
+                match.anchor = match.nodes[-1]
+                if all(guard_registry.get(name)(match) for name in rule.guards):
+                    taken |= key
+                    found.append(match)
                 continue
             plan = _plan(match)
             if plan is None:

@@ -976,6 +976,5 @@ class ModelStructureProvider(BaseMetadataProvider[ModuleStructure]):
     Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``.
     """
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        self.set_metadata(node, build_module_structure(node))
-        return False
+    def _gen_impl(self, module: cst.Module) -> None:
+        self.set_metadata(module, build_module_structure(module))

@@ -59,6 +59,8 @@ def build_call(
 ) -> cst.Call:
     """The target pattern instantiated with the match's bindings."""
     func = _callee(target, match, imports)
+    if target.callee_args is not None:
+        func = cst.Call(func, [cst.Arg(_atom_expr(a, match)) for a in target.callee_args.positional])
     rest: tuple[cst.Arg, ...] = ()
     if target.args.rest is not None:
         bound = match.env.get(target.args.rest.name)
@@ -102,6 +104,16 @@ def plan_match(match: Match) -> EditPlan:
     """The CST edits for one match."""
     plan = EditPlan()
     rule = match.rule
+    if match.plan == "container":
+        assert match.container is not None and rule.sequential is not None
+        value = match.container.value
+        assert isinstance(value, cst.Call)
+        plan.imports.add(rule.sequential.split(".")[0])
+        _put(plan, value.func, _expr(rule.sequential))
+        return plan
+    if match.plan == "init":
+        _plan_init(match, plan)
+        return plan
     assert rule.forward is not None and rule.forward.target is not None and match.anchor is not None
     target = rule.forward.target[0]
     assert isinstance(target, CallNode)
@@ -118,6 +130,13 @@ def plan_match(match: Match) -> EditPlan:
         assert match.branch_if is not None and match.branch_owner is not None
         plan.branch_copies[id(match.branch_if)] = (match.branch_owner, match.prefix_lines)
         plan.originals[id(match.branch_if)] = match.branch_if
+    _plan_init(match, plan)
+    return plan
+
+
+def _plan_init(match: Match, plan: EditPlan) -> None:
+    """``__init__`` edits: rewrite the bindings the target keeps, delete the others."""
+    rule = match.rule
     if rule.init is not None and rule.init.target is not None:
         kept = set()
         for node in rule.init.target:
@@ -134,7 +153,6 @@ def plan_match(match: Match) -> EditPlan:
                     if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
                         plan.delete.add(id(small))
                         plan.originals[id(small)] = small
-    return plan
 
 
 def _put(plan: EditPlan, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
