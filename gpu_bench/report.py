@@ -147,6 +147,8 @@ def markdown(payload: dict[str, Any]) -> str:
             notes.append(f"- {label}: {'skipped' if model.get('skipped') else 'failed'}: "
                          f"{model.get('skipped') or model.get('error')}")
             continue
+        if len(model["variants"]) < 2 or all(v["name"].startswith("vanilla") for v in model["variants"]):
+            notes.append(f"- {label}: no selected rule applies to this model's source (vanilla timed only)")
         shape = f"b={model['batch_size']}" + (f", s={model['seq_len']}" if model.get("seq_len") else "")
         for variant in model["variants"]:
             cells = [f"{label} ({shape})", _variant_label(variant), _equivalence_cell(variant)]
@@ -169,7 +171,7 @@ def markdown(payload: dict[str, Any]) -> str:
             if eq and not eq["ok"]:
                 notes += [f"- {label}/{variant['name']} not equivalent: {m}" for m in eq["mismatches"][:5]]
     if notes:
-        lines += ["", "## Problems", "", *notes]
+        lines += ["", "## Notes and problems", "", *notes]
     return "\n".join(lines) + "\n"
 
 
