@@ -38,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpu_bench",
         description=(
-            "Benchmark vanilla models against the same models rewritten by adopter_codemods: one variant per "
-            "applicable rule plus all rules, rewritten from the model's source. Every variant loads the vanilla "
-            "state_dict with strict=True and is checked for equivalence (outputs and gradients, eval and train) "
+            "Benchmark vanilla models against the same models rewritten by adopter_codemods: one variant per\n"
+            "applicable rule plus all rules, rewritten from each model's source. Every variant loads the vanilla\n"
+            "state_dict with strict=True and is checked for equivalence (outputs and gradients, eval and train)\n"
             "before training steps and inference are timed. Writes results.json, results.md and results.png."
         ),
         epilog=EPILOG.format(models=", ".join(f"{name} ({spec.title})" for name, spec in SUITE.items())),
@@ -114,8 +114,12 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     )
 
 
-def _log(message: str, _start: float = time.perf_counter()) -> None:
-    print(f"[{time.perf_counter() - _start:7.1f}s] {message}", file=sys.stderr, flush=True)
+_START = time.perf_counter()
+
+
+def _log(message: str) -> None:
+    """Progress line on stderr, stamped with seconds since start (stdout stays free for other tools)."""
+    print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def _memory_method(models: list[dict[str, Any]]) -> str | None:
@@ -138,6 +142,11 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
         except ImportError as exc:
             print(f"gpu_bench: {exc}", file=sys.stderr)
             return 2
+    if config.rules is not None:
+        try:  # unknown rule names: fail once here rather than once per model
+            rewrite("", config.rules, path="<rule check>")
+        except KeyError as exc:
+            parser.error(str(exc.args[0]) if exc.args else str(exc))
     out = args.out or Path("gpu_bench/results/tmp") / f"{config.size}-{config.device.type}-{config.dtype}"
 
     _log(f"gpu_bench: {len(config.models)} model(s), size {config.size}, {config.dtype} on {config.device}, "

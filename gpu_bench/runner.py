@@ -17,7 +17,7 @@ from torch import nn
 from adopter_codemods.equivalence import compare_models, load_source_as_module
 from gpu_bench.suite import SUITE, Inputs, ModelSpec, SourceUnavailable, synthetic_loss
 from gpu_bench.timing import Timing, measure
-from gpu_bench.variants import Rewriter, Variant, make_variants
+from gpu_bench.variants import Rewriter, make_variants
 
 #: Equivalence tolerances per benchmark dtype (rtol, atol), applied to outputs, gradients and buffers.
 #: fp32: different but exact kernels (SDPA vs eager softmax, folded BN) differ by float rounding only.

@@ -43,7 +43,7 @@ class Timing:
     def samples_per_s(self) -> float:
         return self.batch_size / self.median_s
 
-    def summary(self) -> dict[str, float | int | str | None | list[float]]:
+    def summary(self) -> dict[str, float | int | str | list[float] | None]:
         """JSON-ready figures: median, quartiles, min/max, relative spread (IQR / median), throughput."""
         times = sorted(self.times_s)
         q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (times[0],) * 3
@@ -139,7 +139,9 @@ def measure(
             fn()
         if cuda:
             torch.cuda.synchronize(device)
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+            events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)
+            ]
             for begin, end in events:
                 begin.record()
                 fn()

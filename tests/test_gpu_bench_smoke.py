@@ -190,3 +190,11 @@ def test_real_rewriter_smoke(tmp_path: Path) -> None:
             assert variant["equivalence"]["ok"], (model["name"], variant["name"], variant["equivalence"])
             assert "error" not in variant, variant["error"]
     assert code == 0
+
+
+@pytest.mark.skipif(not HAS_API, reason="adopter_codemods.api (the codemod core) is not in the tree yet")
+def test_unknown_rule_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--rules", "ADP005,NoSuchRule", "--models", "groupvit", "--out", str(tmp_path)])
+    assert info.value.code == 2
+    assert "unknown rule(s) NoSuchRule" in capsys.readouterr().err
