@@ -1,0 +1,53 @@
+"""Runtime kernels imported by model code rewritten with adopter_codemods.
+
+Each op keeps the exact semantics of the code it replaces on its pure-PyTorch reference path (CPU,
+and the oracle in tests) and has a fast path on CUDA (own Triton kernels, or PyTorch's SDPA for
+attention). The package depends only on torch: triton is imported lazily, the first time a call is
+routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton``).
+
+| rule   | what rewritten code calls                                  |
+|--------|------------------------------------------------------------|
+| ADP001 | ``bert_self_attention_sdpa(cls)``                          |
+| ADP002 | ``t5_attention_sdpa(cls)``                                 |
+| ADP003 | ``gpt2_attention_sdpa(cls)``                               |
+| ADP004 | ``softmax(input, dim, _stacklevel, dtype)``                |
+| ADP005 | ``FusedDropoutAddLayerNorm``, ``dropout_add_layer_norm``   |
+| ADP006 | ``linear_bias_activation(input, linear, activation, **kw)``|
+| ADP007 | ``conv_bn2d(input, conv, bn)``, ``FusedSequential``        |
+| ADP008 | ``linear_bn1d(input, linear, bn)``, ``FusedSequential``    |
+| ADP009 | ``packed_qkv_linear(input, q, k, v)``                      |
+"""
+
+from ._cache import clear_weight_cache
+from ._dispatch import BACKEND_ENV, current_backend, triton_available, use_backend
+from .activation import classify_activation, linear_bias_activation
+
+# --- begin ADP001-003 attention block (adopter_kernels/attention.py, maintained separately) ---
+from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
+
+# --- end attention block ---
+from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
+from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm
+from .qkv import packed_qkv_linear
+from .softmax import softmax
+
+__all__ = [
+    "BACKEND_ENV",
+    "FusedDropoutAddLayerNorm",
+    "FusedSequential",
+    "bert_self_attention_sdpa",
+    "classify_activation",
+    "clear_weight_cache",
+    "conv_bn2d",
+    "current_backend",
+    "dropout_add_layer_norm",
+    "fold_bn",
+    "gpt2_attention_sdpa",
+    "linear_bias_activation",
+    "linear_bn1d",
+    "packed_qkv_linear",
+    "softmax",
+    "t5_attention_sdpa",
+    "triton_available",
+    "use_backend",
+]

@@ -1,0 +1,121 @@
+"""ADP005 runtime: fused dropout + residual add + LayerNorm.
+
+``FusedDropoutAddLayerNorm`` *is* an ``nn.LayerNorm`` (same constructor plus a keyword-only ``dropout``,
+same ``weight``/``bias`` parameters and state-dict keys), so the codemod can give it the LayerNorm's
+attribute name and pretrained checkpoints load unchanged. Its ``forward(input, residual)`` replaces the
+three statements ``x = dropout(a); b = x + r; c = layer_norm(b)``.
+
+Reference path: literally ``F.layer_norm(F.dropout(input, p, training) + residual, ...)``; this consumes
+the RNG exactly as ``nn.Dropout`` then add then ``nn.LayerNorm``, so training outputs are bit-identical
+to the original model under the same seed. Dropout follows ``self.training`` at every call (epoi's
+version froze it at construction).
+
+Triton path (CUDA, or forced): one fused kernel for the forward and one for the backward (see
+``triton_kernels.layer_norm``). Its dropout mask comes from Triton's Philox stream, so with ``p > 0`` in
+training it is statistically, not bitwise, equal to torch's. It needs ``input`` and ``residual`` of the
+same shape and dtype (no broadcasting), contiguous, float16/bfloat16/float32, weight/bias in that dtype,
+and a normalised size up to ``MAX_N``; anything else takes the reference path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._dispatch import use_triton
+
+__all__ = ["FusedDropoutAddLayerNorm", "dropout_add_layer_norm"]
+
+_ShapeLike = Union[int, Sequence[int], torch.Size]
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _triton_eligible(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    shape: List[int],
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+) -> bool:
+    from .triton_kernels.layer_norm import MAX_N
+
+    n = math.prod(shape)
+    return (
+        input.dtype in _TRITON_DTYPES
+        and residual.shape == input.shape
+        and residual.dtype == input.dtype
+        and input.dim() >= len(shape)
+        and list(input.shape[input.dim() - len(shape):]) == shape
+        and 0 < n <= MAX_N
+        and input.numel() > 0
+        and input.is_contiguous()
+        and residual.is_contiguous()
+        and all(t is None or (t.dtype == input.dtype and t.numel() == n) for t in (weight, bias))
+    )
+
+
+def dropout_add_layer_norm(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    normalized_shape: _ShapeLike,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+    p: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """``F.layer_norm(F.dropout(input, p, training) + residual, normalized_shape, weight, bias, eps)``."""
+    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    tensors = [t for t in (input, residual, weight, bias) if t is not None]
+    if use_triton(*tensors) and _triton_eligible(input, residual, shape, weight, bias):
+        if not 0.0 <= p <= 1.0:  # same check and message as F.dropout
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        from .triton_kernels.layer_norm import dropout_add_layer_norm as fused
+
+        n = math.prod(shape)
+        out = fused(
+            input.view(-1, n),
+            residual.view(-1, n),
+            None if weight is None else weight.reshape(n),
+            None if bias is None else bias.reshape(n),
+            eps,
+            p if training else 0.0,
+        )
+        return out.view(input.shape)
+    return F.layer_norm(F.dropout(input, p, training) + residual, shape, weight, bias, eps)
+
+
+class FusedDropoutAddLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` whose forward is ``layer_norm(dropout(input) + residual)``.
+
+    Drop-in for ``nn.Dropout(p)`` + add + ``nn.LayerNorm(...)``: the LayerNorm's arguments are unchanged
+    and ``dropout=p`` carries the Dropout's probability.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: _ShapeLike,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+        *,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype)
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
+        self.dropout = dropout
+
+    def forward(self, input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return dropout_add_layer_norm(
+            input, residual, self.normalized_shape, self.weight, self.bias, self.eps, self.dropout, self.training
+        )
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, dropout={self.dropout}"

@@ -1,0 +1,64 @@
+"""ADP009 runtime: the q/k/v projections of one input as a single GEMM.
+
+``packed_qkv_linear(x, q, k, v)`` returns ``(q(x), k(x), v(x))`` computed as one ``F.linear`` over
+``cat([Wq, Wk, Wv])`` (biases concatenated; a missing bias counts as zeros when another one exists, no
+bias at all when none does) and split along the last dim by the three ``out_features``. The three
+Linear modules keep their parameters, so state-dict keys do not change.
+
+The outputs are column slices of one buffer (views, like ``.split`` in fused-QKV models):
+``.view(B, S, heads, head_dim)`` works, a ``.view`` that merges the last dim with earlier ones needs
+``.reshape``.
+
+In training / with grad, the weights are concatenated on every call (autograd splits the gradients back
+to each Linear). In eval or under ``no_grad`` the packed weight is cached until a source tensor changes
+(see ``_cache``). Linears that are not plain ``nn.Linear`` (overridden forward, hooks) or whose weights
+differ in dtype/device are applied one by one.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._cache import cached, needs_grad
+from ._dispatch import is_plain
+
+__all__ = ["packed_qkv_linear"]
+
+
+def _pack(q: nn.Linear, k: nn.Linear, v: nn.Linear) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    layers = (q, k, v)
+    weight = torch.cat([m.weight for m in layers])
+    if all(m.bias is None for m in layers):
+        return weight, None
+    biases: List[torch.Tensor] = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in layers]
+    return weight, torch.cat(biases)
+
+
+def packed_qkv_linear(
+    input: torch.Tensor, q: nn.Linear, k: nn.Linear, v: nn.Linear
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q(input), k(input), v(input))`` with one matrix multiply."""
+    if not q.in_features == k.in_features == v.in_features:
+        raise ValueError(
+            "packed_qkv_linear needs three Linear layers reading the same features, got in_features "
+            f"q={q.in_features}, k={k.in_features}, v={v.in_features}"
+        )
+    layers = (q, k, v)
+    params = [t for m in layers for t in (m.weight, m.bias) if t is not None]
+    if not (
+        all(is_plain(m, nn.Linear) for m in layers)
+        and all(t.dtype == q.weight.dtype and t.device == q.weight.device for t in params)
+    ):
+        return q(input), k(input), v(input)
+    sources = tuple(t for m in layers for t in (m.weight, m.bias))
+    if needs_grad(sources):
+        weight, bias = _pack(q, k, v)
+    else:
+        weight, bias = cached(q, sources, (id(k), id(v)), lambda: _pack(q, k, v))
+    out = F.linear(input, weight, bias)
+    query, key, value = out.split([q.out_features, k.out_features, v.out_features], dim=-1)
+    return query, key, value

@@ -1,0 +1,106 @@
+"""ADP005: FusedDropoutAddLayerNorm / dropout_add_layer_norm against nn.Dropout + add + nn.LayerNorm."""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import adopter_kernels as ak
+
+
+def _pair(shape: Sequence[int], p: float, dtype: torch.dtype, **ln_kwargs: bool) -> Tuple[nn.Module, nn.Module]:
+    """(original Dropout+LayerNorm, fused module with the same parameters)."""
+    ln = nn.LayerNorm(shape, dtype=dtype, **ln_kwargs)
+    with torch.no_grad():
+        for param in ln.parameters():
+            param.normal_()
+    original = nn.ModuleDict({"drop": nn.Dropout(p), "ln": ln})
+    fused = ak.FusedDropoutAddLayerNorm(shape, dtype=dtype, dropout=p, **ln_kwargs)
+    fused.load_state_dict(ln.state_dict(), strict=True)
+    return original, fused
+
+
+def _run_original(original: nn.Module, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    return original["ln"](original["drop"](x) + r)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("normalized,batch", [((16,), (4, 7)), ((7, 16), (4,)), ((5,), (3, 2, 2))])
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+@pytest.mark.parametrize("training", [True, False])
+def test_bit_identical_to_original_under_same_seed(
+    normalized: Tuple[int, ...], batch: Tuple[int, ...], p: float, training: bool, dtype: torch.dtype
+) -> None:
+    original, fused = _pair(normalized, p, dtype)
+    original.train(training)
+    fused.train(training)
+    x = torch.randn(*batch, *normalized, dtype=dtype, requires_grad=True)
+    r = torch.randn(*batch, *normalized, dtype=dtype, requires_grad=True)
+    x2, r2 = (t.detach().clone().requires_grad_() for t in (x, r))
+    g = torch.randn(*batch, *normalized, dtype=dtype)
+
+    torch.manual_seed(123)
+    y = fused(x, r)
+    y.backward(g)
+    torch.manual_seed(123)
+    y_ref = _run_original(original, x2, r2)
+    y_ref.backward(g)
+
+    assert torch.equal(y, y_ref)
+    assert torch.equal(x.grad, x2.grad) and torch.equal(r.grad, r2.grad)
+    assert torch.equal(fused.weight.grad, original["ln"].weight.grad)
+    assert torch.equal(fused.bias.grad, original["ln"].bias.grad)
+
+
+@pytest.mark.parametrize("ln_kwargs", [{}, {"bias": False}, {"elementwise_affine": False}])
+def test_state_dict_keys_and_shapes_are_layer_norms(ln_kwargs: dict) -> None:
+    original, fused = _pair((6,), 0.1, torch.float32, **ln_kwargs)
+    ref_sd, sd = original["ln"].state_dict(), fused.state_dict()
+    assert list(sd) == list(ref_sd)
+    assert all(sd[k].shape == ref_sd[k].shape for k in sd)
+    assert isinstance(fused, nn.LayerNorm)
+    x, r = torch.randn(3, 6), torch.randn(3, 6)
+    fused.eval()
+    assert torch.equal(fused(x, r), original["ln"](x + r))
+
+
+def test_dropout_follows_training_flag_at_every_call() -> None:
+    _, fused = _pair((32,), 0.5, torch.float32)
+    x, r = torch.randn(8, 32), torch.randn(8, 32)
+    no_dropout = F.layer_norm(x + r, (32,), fused.weight, fused.bias, fused.eps)
+    fused.eval()
+    assert torch.equal(fused(x, r), no_dropout)
+    fused.train()
+    assert not torch.equal(fused(x, r), no_dropout)
+    fused.eval()
+    assert torch.equal(fused(x, r), no_dropout)
+
+
+def test_functional_matches_composition() -> None:
+    x, r = torch.randn(2, 3, 10), torch.randn(2, 3, 10)
+    w, b = torch.randn(10), torch.randn(10)
+    torch.manual_seed(0)
+    y = ak.dropout_add_layer_norm(x, r, (10,), w, b, 1e-6, 0.2, True)
+    torch.manual_seed(0)
+    y_ref = F.layer_norm(F.dropout(x, 0.2, True) + r, (10,), w, b, 1e-6)
+    assert torch.equal(y, y_ref)
+    no_dropout = ak.dropout_add_layer_norm(x, r, 10, w, b, 1e-6, 0.2, False)
+    assert torch.equal(no_dropout, F.layer_norm(x + r, (10,), w, b, 1e-6))
+
+
+def test_broadcast_residual_uses_reference_semantics() -> None:
+    _, fused = _pair((8,), 0.0, torch.float32)
+    x, r = torch.randn(4, 8), torch.randn(8)
+    assert torch.equal(fused(x, r), F.layer_norm(x + r, (8,), fused.weight, fused.bias, fused.eps))
+
+
+def test_constructor_validation_and_repr() -> None:
+    with pytest.raises(ValueError, match="dropout probability"):
+        ak.FusedDropoutAddLayerNorm(4, dropout=1.5)
+    module = ak.FusedDropoutAddLayerNorm(4, 1e-6, dropout=0.25)
+    assert module.eps == 1e-6 and module.dropout == 0.25
+    assert "dropout=0.25" in repr(module)

@@ -1,0 +1,112 @@
+"""ADP009: packed_qkv_linear == (q(x), k(x), v(x)) with one GEMM."""
+
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import adopter_kernels as ak
+from adopter_kernels import qkv as qkv_module
+
+
+def _layers(
+    dtype: torch.dtype, biases: Tuple[bool, ...] = (True, True, True), outs: Tuple[int, ...] = (8, 8, 8)
+) -> List[nn.Linear]:
+    return [nn.Linear(6, o, bias=b, dtype=dtype) for o, b in zip(outs, biases)]
+
+
+def _tol(dtype: torch.dtype) -> dict:
+    return {"rtol": 1e-6, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("biases", [(True, True, True), (False, False, False), (True, False, True)])
+@pytest.mark.parametrize("outs", [(8, 8, 8), (8, 4, 4)])
+@pytest.mark.parametrize("shape", [(5, 6), (2, 3, 6)])
+def test_outputs_and_grads_match_separate_linears(
+    dtype: torch.dtype, biases: Tuple[bool, bool, bool], outs: Tuple[int, int, int], shape: Tuple[int, ...]
+) -> None:
+    q, k, v = _layers(dtype, biases, outs)
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    ours = ak.packed_qkv_linear(x, q, k, v)
+    ref = (q(x), k(x), v(x))
+    assert isinstance(ours, tuple) and len(ours) == 3
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, **_tol(dtype))
+    gs = [torch.randn_like(t) for t in ref]
+    params = [x, *q.parameters(), *k.parameters(), *v.parameters()]
+    for a, b in zip(torch.autograd.grad(ours, params, gs), torch.autograd.grad(ref, params, gs)):
+        torch.testing.assert_close(a, b, **_tol(dtype))
+
+
+def test_one_gemm_and_no_bias_when_none_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: List[Any] = []
+    real = F.linear
+
+    def spy(input: torch.Tensor, weight: torch.Tensor, bias: Any = None) -> torch.Tensor:
+        calls.append(bias)
+        return real(input, weight, bias)
+
+    monkeypatch.setattr(qkv_module.F, "linear", spy)
+    ak.packed_qkv_linear(torch.randn(2, 6), *_layers(torch.float32, (False, False, False)))
+    assert calls == [None]
+    ak.packed_qkv_linear(torch.randn(2, 6), *_layers(torch.float32, (False, True, False)))
+    assert len(calls) == 2 and calls[1].shape == (24,) and torch.equal(calls[1][:8], torch.zeros(8))
+
+
+def test_outputs_split_into_heads() -> None:
+    q, k, v = _layers(torch.float32)
+    x = torch.randn(2, 3, 6)
+    for t, layer in zip(ak.packed_qkv_linear(x, q, k, v), (q, k, v)):
+        torch.testing.assert_close(t.view(2, 3, 2, 4), layer(x).view(2, 3, 2, 4), rtol=1e-6, atol=1e-6)
+
+
+def test_different_in_features_is_an_error() -> None:
+    with pytest.raises(ValueError, match="in_features q=6, k=5, v=6"):
+        ak.packed_qkv_linear(torch.randn(2, 6), nn.Linear(6, 4), nn.Linear(5, 4), nn.Linear(6, 4))
+
+
+def test_subclassed_or_hooked_linears_are_called() -> None:
+    q, k, v = _layers(torch.float32)
+    seen: List[str] = []
+    k.register_forward_hook(lambda *args: seen.append("k"))
+    x = torch.randn(2, 6)
+    out = ak.packed_qkv_linear(x, q, k, v)
+    assert seen == ["k"] and all(torch.equal(a, m(x)) for a, m in zip(out, (q, k, v)))
+
+
+def test_packed_weight_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: List[int] = []
+    real = qkv_module._pack
+
+    def counting(*args: nn.Linear) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(qkv_module, "_pack", counting)
+    layers = nn.ModuleList(_layers(torch.float32))
+    q, k, v = layers
+    x = torch.randn(3, 6)
+
+    def check(expected_calls: int) -> None:
+        with torch.no_grad():
+            for a, m in zip(ak.packed_qkv_linear(x, q, k, v), (q, k, v)):
+                torch.testing.assert_close(a, m(x), rtol=1e-6, atol=1e-6)
+        assert len(calls) == expected_calls
+
+    check(1)
+    check(1)
+    # training: packed per call, grads flow, then the optimizer step invalidates the cache
+    opt = torch.optim.SGD(layers.parameters(), lr=0.5)
+    sum(t.sum() for t in ak.packed_qkv_linear(x, q, k, v)).backward()
+    assert len(calls) == 2 and all(p.grad is not None for p in layers.parameters())
+    opt.step()
+    check(3)
+    layers.load_state_dict(nn.ModuleList(_layers(torch.float32)).state_dict())
+    check(4)
+    check(4)
