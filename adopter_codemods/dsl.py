@@ -298,9 +298,10 @@ class _Parser:
         if tok.kind == "var":
             self.i += 1
             nxt = self.tokens[self.i]
-            if nxt.text == ":":  # `$cls:Type(...)`
+            if nxt.text == ":":  # `$cls:Type(...)` or `$cls:(A | B)(...)`
                 self.i += 1
-                node = self.parse_typed_call([self.parse_type_name()], consumed=True)
+                types = self.parse_type_choice() if self.accept("(") else [self.parse_type_name()]
+                node = self.parse_typed_call(types, consumed=True)
                 return CallNode(node.types, None, node.args, node.outputs, node.subscript, type_var=Var(tok.text[1:]))
             if nxt.text == "(":
                 self.i += 1
@@ -323,12 +324,16 @@ class _Parser:
             return OpNode(op.text, (left, right), self.parse_outputs())
         if tok.text == "(":
             self.i += 1
-            types = [self.parse_type_name()]
-            while self.accept("|"):
-                types.append(self.parse_type_name())
-            self.expect(")", "')' closing the type choice")
-            return self.parse_typed_call(types, consumed=True)
+            return self.parse_typed_call(self.parse_type_choice(), consumed=True)
         raise self.error("expected a pattern node")
+
+    def parse_type_choice(self) -> list[str]:
+        """The types of a choice ``(A | B)``, after its opening parenthesis."""
+        types = [self.parse_type_name()]
+        while self.accept("|"):
+            types.append(self.parse_type_name())
+        self.expect(")", "')' closing the type choice")
+        return types
 
     def parse_type_name(self) -> str:
         self.skip_newlines()
