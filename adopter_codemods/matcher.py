@@ -518,11 +518,18 @@ def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set,
         elif isinstance(event, DLNode):
             state[f"%{event.out}"] = event.out
     anchor_stmt = id(anchor.site.small)
+    # Value ids differ between paths once they fork: read each input as this path's copy of its matched node saw it.
+    twins: dict[int, Value] = {}
+    for n in match.nodes:
+        twin = by_key[(id(n.expr), n.layer)]
+        for rep_value, value in zip([*n.args, *(v for _, v in n.kwargs)], [*twin.args, *(v for _, v in twin.kwargs)]):
+            twins[id(rep_value)] = value
     for value in _target_inputs(match):
         if value.kind == "expr" and not value.pure and _value_site_moves(match, value, anchor_stmt):
             return False
-        for name, vid in value.uses:
-            path_vid = rep_to_path.get(vid, vid)
+        twin_value = twins.get(id(value))
+        uses = twin_value.uses if twin_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses]
+        for name, path_vid in uses:
             if name.startswith("%"):
                 continue  # a DSL temporary: evaluated inside the matched expressions
             if state.get(name, path_vid) != path_vid:

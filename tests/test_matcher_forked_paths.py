@@ -1,0 +1,57 @@
+"""Core: the "inputs unchanged at the anchor" check compares value ids of the path being checked.
+
+Value ids differ between paths once control flow forks before the match (e.g. DPT's second conditional
+BatchNorm follows a first ``if``), so the check must read each input as that path's copy of the node saw it.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from adopter_codemods.dsl import parse_rule
+from adopter_codemods.matcher import find_matches
+from adopter_codemods.provider import build_module_structure
+
+RULE = """\
+rule FusePair
+code ADP900
+init:
+    torch.nn.Conv2d(**$c) -> $conv;
+    torch.nn.BatchNorm2d(**$b) -> $bn
+forward:
+    $conv($x) -> $y;
+    $bn($y) -> $z
+    =>
+    kernels.conv_bn($x, $conv, $bn) -> $z
+"""
+
+HEADER = """\
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = nn.ReLU()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x, flag: bool):
+        if flag:  # a layer call inside: two paths from here on
+            x = self.act(x)
+        x = x * 2
+"""
+
+
+def _matches(body: str) -> int:
+    structure = build_module_structure(cst.parse_module(HEADER + body))
+    (cls,) = structure.classes
+    return len(find_matches(parse_rule(RULE), cls))
+
+
+def test_match_after_a_fork_is_accepted() -> None:
+    assert _matches("        y = self.conv(x)\n        if flag:\n            y = self.bn(y)\n        return y\n") == 1
+
+
+def test_input_rebound_after_a_fork_is_refused() -> None:
+    assert _matches("        y = self.conv(x)\n        x = x + 1\n        z = self.bn(y)\n        return z + x\n") == 0
