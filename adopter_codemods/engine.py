@@ -34,6 +34,10 @@ class Finding:
     end_line: int
     message: str
     fixable: bool = True
+    # 1-based column where the first matched statement starts and (exclusive) where the last one ends, for
+    # text/SARIF/Fixit positions; not part of the JSON contract (DESIGN.md §6).
+    col: int = 1
+    end_col: int = 1
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -80,10 +84,16 @@ def findings_for(
             if m.container is not None and m.container.statement is not None:
                 smalls = [m.container.statement]
         ranges = [positions[s] for s in smalls if s in positions]  # type: ignore[operator]
-        line = min(r.start.line for r in ranges)
-        end = max(r.end.line for r in ranges)
+        first = min(ranges, key=lambda r: (r.start.line, r.start.column))
+        last = max(ranges, key=lambda r: (r.end.line, r.end.column))
+        line, end = first.start.line, last.end.line
         function = m.anchor.site.function.split(".")[-1] if m.plan not in ("init", "container") else "__init__"
-        out.append(Finding(m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m)))
+        out.append(
+            Finding(
+                m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
+                col=first.start.column + 1, end_col=last.end.column + 1,
+            )
+        )
     out.sort(key=lambda f: (f.line, f.code))
     return out
 
