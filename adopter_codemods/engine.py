@@ -99,22 +99,57 @@ def findings_for(
 
 
 def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Match]]:
-    """Plans for the matches whose edits do not touch the same statements, in order."""
+    """Plans for the matches that can be applied together, in order.
+
+    Matches that edit the same ``__init__`` statement (two arms of an ``if`` sharing a Dropout and a LayerNorm)
+    form a group applied all at once or not at all: applying half of it would delete a layer the other half still
+    calls. A group is deferred to a later round when its forward edits overlap edits already chosen.
+    """
+    planned: list[tuple[Match, EditPlan]] = []
+    for m in matches:
+        try:
+            planned.append((m, plan_match(m)))
+        except RewriteError:
+            continue
+    groups: list[list[tuple[Match, EditPlan]]] = []
+    for item in planned:
+        joined = [g for g in groups if any(item[1].init_statements & p.init_statements for _, p in g)]
+        merged = [item]
+        for g in joined:
+            merged = g + merged
+            groups.remove(g)
+        groups.append(merged)
+    groups.sort(key=lambda g: min(planned.index(i) for i in g))
     plans: list[EditPlan] = []
     chosen: list[Match] = []
     touched: set[int] = set()
-    for m in matches:
-        try:
-            plan = plan_match(m)
-        except RewriteError:
+    for group in groups:
+        footprints = [
+            p.footprint() | {id(n.site.line) for n in m.nodes} | {id(n.site.small) for n in m.nodes} for m, p in group
+        ]
+        union: set[int] = set()
+        clash = False
+        for fp in footprints:
+            clash = clash or bool(fp & union) or bool(fp & touched)
+            union |= fp
+        if clash or not _same_init_edits([p for _, p in group]):
             continue
-        footprint = plan.footprint() | {id(n.site.line) for n in m.nodes} | {id(n.site.small) for n in m.nodes}
-        if footprint & touched:
-            continue
-        touched |= footprint
-        plans.append(plan)
-        chosen.append(m)
+        touched |= union | set().union(*(p.init_statements for _, p in group))
+        plans.extend(p for _, p in group)
+        chosen.extend(m for m, _ in group)
     return plans, chosen
+
+
+def _same_init_edits(plans: Sequence[EditPlan]) -> bool:
+    """Plans that rewrite the same ``__init__`` node must produce the same code for it."""
+    seen: dict[int, str] = {}
+    empty = cst.Module([])
+    for plan in plans:
+        for key in plan._init_nodes:
+            code = empty.code_for_node(plan.replace[key]) if key in plan.replace else "<deleted>"
+            if seen.setdefault(key, code) != code:
+                return False
+    return True
 
 
 @dataclass

@@ -22,7 +22,7 @@ from . import guards as guard_registry
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
-from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Use, Value
+from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
 
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
@@ -69,6 +69,7 @@ class Match:
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
     prefix_lines: list[cst.BaseStatement] = field(default_factory=list)
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
+    names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -382,31 +383,32 @@ def _plan(match: Match) -> Optional[str]:
     anchor = max(nodes, key=lambda n: n.index)
     match.anchor = anchor
     sites = {id(n.site.small) for n in nodes}
-    if any(n.site.function != anchor.site.function or n.site.inline_stack != anchor.site.inline_stack for n in nodes):
-        return None  # a match across a helper boundary cannot be rewritten in one place
     if any(n.site.loop_copy != anchor.site.loop_copy for n in nodes):
         return None
     by_expr = {id(n.expr): n for n in nodes}
-    nested_in_anchor = {id(anchor.expr)}
-    deleted: list[DLNode] = []
+    deleted: list[Site] = []
     for n in sorted(nodes, key=lambda n: n.index, reverse=True):
         if n is anchor or id(n.expr) == id(anchor.expr):
             continue
         if n.parent is not None and id(n.parent) in by_expr:
             continue  # nested inside another matched node: goes away with it
-        if not n.whole_statement or not _deletable(n.site.small):
+        site = _statement_site(n, anchor, match.cls)
+        if site is None:
             return None
-        deleted.append(n)
-    match.deleted = list({id(n.site.small): n.site.small for n in deleted}.values())
+        deleted.append(site)
+    if any(n.site.inline_stack != anchor.site.inline_stack for n in nodes if n.site not in deleted) and not deleted:
+        return None
+    match.deleted = list({id(s.small): s.small for s in deleted}.values())
+    match.names = _names_at_anchor(match)
     if not deleted:
         return "inline" if len(sites) == 1 else None
     anchor_block = anchor.site.block
-    if all(n.site.block is anchor_block for n in deleted):
+    if all(s.block is anchor_block for s in deleted):
         return "block"
     # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
-    prefix_lines = [n.site.line for n in deleted]
-    outer = deleted[0].site
-    if any(n.site.block is not outer.block for n in deleted):
+    prefix_lines = [s.line for s in deleted]
+    outer = deleted[0]
+    if any(s.block is not outer.block for s in deleted):
         return None
     block = list(outer.block)
     indices = sorted(block.index(line) for line in set(prefix_lines))  # type: ignore[arg-type]
@@ -428,6 +430,74 @@ def _plan(match: Match) -> Optional[str]:
     match.branch_owner = owner
     match.prefix_lines = [block[i] for i in indices]
     return "branch"
+
+
+def _statement_site(node: DLNode, anchor: DLNode, cls: ClassStructure) -> Optional[Site]:
+    """The statement that disappears with a non-anchor node, in the anchor's function; None if none can.
+
+    Usually the node's own statement (`x = self.dropout(h)`). A node that is the whole body of a helper method
+    (`def _drop(self, h): return self.dropout(h)`) called once, as `x = self._drop(h)`, from the anchor's function
+    takes that call statement with it: this is how a pattern split across a helper is rewritten.
+    """
+    if node.site.inline_stack == anchor.site.inline_stack:
+        if node.site.function != anchor.site.function or not node.whole_statement or not _deletable(node.site.small):
+            return None
+        return node.site
+    stack = node.site.inline_stack
+    if len(stack) != len(anchor.site.inline_stack) + 1 or stack[:-1] != anchor.site.inline_stack:
+        return None
+    call_site = stack[-1]
+    if not node.whole_statement or not isinstance(node.site.small, cst.Return):
+        return None
+    if [s for s in node.site.block if not _is_docstring_line(s)] != [node.site.line]:
+        return None  # the helper does more than return the node
+    small = call_site.small
+    if not _deletable(small) or not isinstance(small, (cst.Assign, cst.AnnAssign)):
+        return None
+    call = small.value
+    helper = _self_attr_name(call.func) if isinstance(call, cst.Call) else None
+    if helper is None or len(cls.self_references.get(helper, [])) != 1:
+        return None  # the helper is used elsewhere: it must keep working
+    return call_site
+
+
+def _self_attr_name(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+def _is_docstring_line(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _names_at_anchor(match: Match) -> dict[int, str]:
+    """Which variable holds each value id where the fused call goes (deleted statements' definitions ignored).
+
+    Needed when a bound value was named differently where it was matched (a helper's parameter).
+    """
+    assert match.anchor is not None
+    deleted = {id(s) for s in match.deleted}
+    scope = match.anchor.site.scope
+    state: dict[str, int] = {}
+    for event in match.path.events[: match.anchor.index]:
+        if isinstance(event, Def) and id(event.site.small) not in deleted:
+            state[event.name] = event.vid
+    pairs = list(state.items())
+    # Parameters and globals hold their entry value unless assigned before the anchor.
+    pairs += [(name, vid) for vid, name in match.cls.entry_names.items() if name not in state]
+    names: dict[int, str] = {}
+    for name, vid in pairs:
+        if name.startswith("self."):
+            names.setdefault(vid, name)
+        elif name.startswith(scope) and "::" not in name[len(scope):] and not name.startswith("%"):
+            names.setdefault(vid, name[len(scope):])
+    return names
 
 
 def _deletable(small: cst.CSTNode) -> bool:
@@ -524,16 +594,24 @@ def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set,
         twin = by_key[(id(n.expr), n.layer)]
         for rep_value, value in zip([*n.args, *(v for _, v in n.kwargs)], [*twin.args, *(v for _, v in twin.kwargs)]):
             twins[id(rep_value)] = value
+    producers = {n.out: n for n in path.nodes}
+    todo: list[tuple[str, int]] = []
     for value in _target_inputs(match):
         if value.kind == "expr" and not value.pure and _value_site_moves(match, value, anchor_stmt):
             return False
         twin_value = twins.get(id(value))
-        uses = twin_value.uses if twin_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses]
-        for name, path_vid in uses:
-            if name.startswith("%"):
-                continue  # a DSL temporary: evaluated inside the matched expressions
-            if state.get(name, path_vid) != path_vid:
-                return False
+        todo.extend(twin_value.uses if twin_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
+    while todo:
+        name, path_vid = todo.pop()
+        if name.startswith("%"):
+            # A nested DSL node's result: its expression is evaluated at the anchor now, so check its inputs.
+            producer = producers.get(path_vid)
+            if producer is not None:
+                for arg in [*producer.args, *(v for _, v in producer.kwargs)]:
+                    todo.extend(arg.uses)
+            continue
+        if state.get(name, path_vid) != path_vid:
+            return False
     return True
 
 
@@ -596,37 +674,62 @@ def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
             match.plan = plan
             if not _check_paths(match):
                 continue
-            if not _check_layer_uses(match, found):
-                continue
             if not all(guard_registry.get(name)(match) for name in rule.guards):
                 continue
             taken |= key
             found.append(match)
-    return found
+    return _drop_unremovable_layers(found)
 
 
-def _check_layer_uses(match: Match, accepted: list[Match]) -> bool:
-    """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls."""
+def _drop_unremovable_layers(matches: list[Match]) -> list[Match]:
+    """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls.
+
+    Judged over all matches together (one Dropout shared by the two arms of an ``if`` is fine when both arms are
+    rewritten); dropping a match can invalidate another, so iterate to a fixpoint.
+    """
+    while True:
+        kept = [m for m in matches if _layer_uses_covered(m, matches)]
+        if len(kept) == len(matches):
+            return kept
+        matches = kept
+
+
+def layers_to_delete(match: Match) -> list[tuple[str, LayerBinding]]:
+    """Source layers the ``init`` target drops: (attr, binding).
+
+    A layer still called by a statement the branch plan copies into the other arm of the ``if`` is kept.
+    """
     rule = match.rule
     if rule.init is None or rule.init.target is None:
-        return True
+        return []
     kept = {n.outputs[0].name for n in rule.init.target if isinstance(n, CallNode)}
+    copied = {id(s) for s in match.deleted} if match.plan == "branch" else set()
+    still_called = {n.layer for n in match.nodes if id(_statement_of(n, match)) in copied}
+    out = []
     for var, binding in match.init_matches.items():
-        if var in kept:
-            continue
         ref = match.env[var]
-        assert isinstance(ref, LayerRef)
-        allowed = set()
-        for m in accepted + [match]:
-            for n in m.nodes:
-                if n.layer == "self." + ref.attr and n.call is not None:
-                    allowed.add(id(n.call.func))
+        if var not in kept and isinstance(ref, LayerRef) and "self." + ref.attr not in still_called:
+            out.append((ref.attr, binding))
+    return out
+
+
+def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
+    assert match.anchor is not None
+    site = _statement_site(node, match.anchor, match.cls)
+    return site.small if site is not None else node.site.small
+
+
+def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
+    for attr, binding in layers_to_delete(match):
+        allowed = {
+            id(n.call.func) for m in matches for n in m.nodes if n.layer == "self." + attr and n.call is not None
+        }
         assert binding.statement is not None
         for small in binding.statement.body:
-            if isinstance(small, (cst.Assign, cst.AnnAssign)):
-                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-                allowed.update(id(t) for t in targets)
-        for attr_node in match.cls.self_references.get(ref.attr, []):
-            if id(attr_node) not in allowed:
-                return False
+            if isinstance(small, cst.Assign):
+                allowed.update(id(t.target) for t in small.targets)
+            elif isinstance(small, cst.AnnAssign):
+                allowed.add(id(small.target))
+        if any(id(node) not in allowed for node in match.cls.self_references.get(attr, [])):
+            return False
     return True

@@ -172,7 +172,7 @@ class _Partial:
 class _Ctx:
     function: str
     prefix: str
-    inline_stack: tuple[cst.CSTNode, ...]
+    inline_stack: tuple[Site, ...]
     loop_copy: tuple[int, ...]
     owner: cst.CSTNode
     block: tuple[cst.BaseStatement, ...]
@@ -203,6 +203,7 @@ class _ClassWalker:
         self._inline = itertools.count(1)
         self._loop = itertools.count(1)
         self.bindings: dict[str, list[LayerBinding]] = {}
+        self.entry_names: dict[int, str] = {}
 
     # ------------------------------------------------------------------ class helpers
     def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
@@ -292,6 +293,7 @@ class _ClassWalker:
         vid = state.get(name)
         if vid is None:
             vid = state[name] = self.new_vid()  # parameters and globals: defined on entry
+            self.entry_names[vid] = name
         return vid
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
@@ -308,7 +310,7 @@ class _ClassWalker:
         return partials
 
     def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
-        return Site(small, line, ctx.block, ctx.owner, ctx.function, ctx.inline_stack, ctx.loop_copy)  # type: ignore[arg-type]
+        return Site(small, line, ctx.block, ctx.owner, ctx.function, ctx.inline_stack, ctx.loop_copy, ctx.prefix)  # type: ignore[arg-type]
 
     def walk_statement(self, stmt: cst.BaseStatement, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -451,7 +453,8 @@ class _ClassWalker:
             out = []
             for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
                 if q.status == "open":
-                    q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                    if not ctx.prefix:  # a helper's return value flows into its caller, which records the uses
+                        q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
                     q.status, q.ret = "return", val
                 out.append(q)
             return out
@@ -572,11 +575,12 @@ class _ClassWalker:
         p: _Partial,
         parent: Optional[cst.BaseExpression],
     ) -> list[tuple[_Partial, Value]]:
-        """An expression that is no DSL node: still unchain DSL nodes nested in it (not inside lambdas or
-        comprehensions, which may not run)."""
+        """An expression that is no DSL node: still unchain DSL nodes nested in it, except where they may not run
+        (lambdas, comprehensions, conditional expressions, `and`/`or`): those are read as a whole."""
         alternatives: list[tuple[_Partial, list[Value]]] = [(p, [])]
-        if not isinstance(expr, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
-            for child in _sub_expressions(expr):
+        children = _sub_expressions(expr)
+        if children is not None:
+            for child in children:
                 nxt = []
                 for q, vals in alternatives:
                     if q.status != "open":
@@ -585,15 +589,13 @@ class _ClassWalker:
                     for q2, v in self.walk_expr(child, small, line, ctx, q, parent, whole=False):
                         nxt.append((q2, vals + [v]))
                 alternatives = nxt
+        names, has_call = _read_names(expr)
         out = []
         for q, vals in alternatives:
-            names, has_call = _read_names(expr)
-            uses = {(self.scoped(n, ctx), self.lookup(q.state, self.scoped(n, ctx))) for n in names}
-            for v in vals:
-                if v.kind != "var" and v.kind != "const":
-                    uses.update(v.uses)
-                if v.kind == "var" and v.vid not in {u[1] for u in uses}:
-                    uses.add((v.text, v.vid))  # a DSL node's temporary
+            if children is None:
+                uses = {(self.scoped(n, ctx), self.lookup(q.state, self.scoped(n, ctx))) for n in names}
+            else:
+                uses = {u for v in vals for u in v.uses}  # what the parts read (a DSL node's result for nodes)
             out.append((q, Value("expr", "", self.new_vid(), expr, tuple(sorted(uses)), pure=not has_call)))
         return out
 
@@ -776,7 +778,7 @@ class _ClassWalker:
         helper_ctx = _Ctx(
             f"{self.info.node.name.value}.{method.name.value}",
             prefix,
-            ctx.inline_stack + (line,),
+            ctx.inline_stack + (self.site(ctx, small, line),),
             ctx.loop_copy,
             method,
             tuple(_suite_body(method.body)),
@@ -871,15 +873,39 @@ def _child_suites(stmt: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
             yield from _child_suites(child)
 
 
-def _sub_expressions(expr: cst.CSTNode) -> Iterable[cst.BaseExpression]:
-    """Direct sub-expressions in (approximate) evaluation order."""
-    for child in expr.children:
-        if isinstance(child, cst.BaseExpression):
-            yield child
-        elif isinstance(child, (cst.Arg, cst.Element, cst.DictElement, cst.StarredDictElement, cst.Index)):
-            yield from _sub_expressions(child)
-        elif isinstance(child, (cst.SubscriptElement, cst.Slice, cst.FormattedStringExpression)):
-            yield from _sub_expressions(child)
+def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
+    """The parts an expression evaluates, in order; None when some part may not run or is a new scope."""
+    if isinstance(expr, cst.Attribute):
+        return [expr.value]
+    if isinstance(expr, cst.Call):
+        return [expr.func, *(a.value for a in expr.args)]
+    if isinstance(expr, cst.Subscript):
+        parts: list[cst.BaseExpression] = [expr.value]
+        for el in expr.slice:
+            if isinstance(el.slice, cst.Index):
+                parts.append(el.slice.value)
+            else:
+                parts.extend(x for x in (el.slice.lower, el.slice.upper, el.slice.step) if x is not None)
+        return parts
+    if isinstance(expr, cst.BinaryOperation):
+        return [expr.left, expr.right]
+    if isinstance(expr, cst.UnaryOperation):
+        return [expr.expression]
+    if isinstance(expr, cst.Comparison):
+        return [expr.left, *(c.comparator for c in expr.comparisons)]
+    if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
+        return [el.value for el in expr.elements]
+    if isinstance(expr, cst.Dict):
+        out: list[cst.BaseExpression] = []
+        for el in expr.elements:
+            if isinstance(el, cst.DictElement):
+                out.extend((el.key, el.value))
+            else:
+                out.append(el.value)
+        return out
+    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)):
+        return []
+    return None
 
 
 class _SelfRefCollector(cst.CSTVisitor):
@@ -946,7 +972,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         for cls_name in _descendants(name, subclasses):
             for attr, nodes in refs[cls_name].items():
                 self_refs.setdefault(attr, []).extend(nodes)
-        structure = ClassStructure(name, info.node, walker.bindings, [], self_refs)
+        structure = ClassStructure(name, info.node, walker.bindings, [], self_refs, walker.entry_names)
         try:
             structure.forward_paths = walker.forward_paths()
         except TooManyPaths:

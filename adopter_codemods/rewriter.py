@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from .dsl import Atom, CallNode, Const, Var
-from .matcher import InitArg, LayerRef, Match, RestArgs
+from .matcher import InitArg, LayerRef, Match, RestArgs, layers_to_delete
 from .qualnames import ImportTable
 from .structure import Value
 
@@ -37,6 +37,10 @@ def _atom_expr(atom: Atom, match: Match) -> cst.BaseExpression:
         return _expr(repr(atom.value))
     bound = match.env.get(atom.name)
     if isinstance(bound, Value):
+        if bound.kind == "var" and not bound.text.startswith("%"):
+            name = match.names.get(bound.vid)
+            if name is not None and name != bound.text:
+                return _expr(name)  # the variable holding this value where the fused call goes
         return bound.expr  # the original variable, constant, expression or nested DSL node
     if isinstance(bound, LayerRef):
         return _expr("self." + bound.attr)
@@ -95,9 +99,14 @@ class EditPlan:
     delete: set[int] = field(default_factory=set)  # id(small statement) to remove
     branch_copies: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = field(default_factory=dict)
     imports: set[str] = field(default_factory=set)
+    init_statements: set[int] = field(default_factory=set)  # id(__init__ line) edited: shared edits are merged
 
     def footprint(self) -> set[int]:
-        return set(self.replace) | self.delete | set(self.branch_copies)
+        """Forward-side nodes this plan edits (``__init__`` edits are compared separately)."""
+        init_nodes = {k for k, node in self.originals.items() if id(node) in self._init_nodes}
+        return (set(self.replace) | self.delete | set(self.branch_copies)) - init_nodes
+
+    _init_nodes: set[int] = field(default_factory=set)
 
 
 def plan_match(match: Match) -> EditPlan:
@@ -135,24 +144,26 @@ def plan_match(match: Match) -> EditPlan:
 
 
 def _plan_init(match: Match, plan: EditPlan) -> None:
-    """``__init__`` edits: rewrite the bindings the target keeps, delete the others."""
+    """``__init__`` edits: rewrite the bindings the target keeps, delete the dropped ones."""
     rule = match.rule
-    if rule.init is not None and rule.init.target is not None:
-        kept = set()
-        for node in rule.init.target:
-            assert isinstance(node, CallNode)
-            var = node.outputs[0].name
-            kept.add(var)
-            binding = match.init_matches[var]
-            original = binding.value if isinstance(binding.value, cst.Call) else None
-            _put(plan, binding.value, build_call(node, match, plan.imports, original))
-        for var, binding in match.init_matches.items():
-            if var not in kept:
-                assert binding.statement is not None
-                for small in binding.statement.body:
-                    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
-                        plan.delete.add(id(small))
-                        plan.originals[id(small)] = small
+    if rule.init is None or rule.init.target is None:
+        return
+    for node in rule.init.target:
+        assert isinstance(node, CallNode)
+        binding = match.init_matches[node.outputs[0].name]
+        original = binding.value if isinstance(binding.value, cst.Call) else None
+        _put(plan, binding.value, build_call(node, match, plan.imports, original))
+        plan._init_nodes.add(id(binding.value))
+        if binding.statement is not None:
+            plan.init_statements.add(id(binding.statement))
+    for _, binding in layers_to_delete(match):
+        assert binding.statement is not None
+        for small in binding.statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
+                plan.delete.add(id(small))
+                plan.originals[id(small)] = small
+                plan._init_nodes.add(id(small))
+                plan.init_statements.add(id(binding.statement))
 
 
 def _put(plan: EditPlan, original: cst.CSTNode, replacement: cst.CSTNode) -> None:

@@ -8,7 +8,7 @@ the uses and definitions of every other statement, which the matcher needs to pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import libcst as cst
@@ -38,8 +38,9 @@ class Site:
     block: tuple[cst.BaseStatement, ...]  # statements of the enclosing block (identity of the suite's body)
     owner: cst.CSTNode  # the node whose body is `block` (FunctionDef, If, Else, For, ...)
     function: str  # qualified method name, e.g. "BertSelfOutput.forward"
-    inline_stack: tuple[cst.CSTNode, ...]  # call-site lines through which a helper was inlined
+    inline_stack: tuple["Site", ...]  # call sites through which a helper was inlined (outermost first)
     loop_copy: tuple[int, ...]  # ids of the enclosing loop-body copies on this path
+    scope: str = ""  # variable-name prefix of the inlined helper ("" in forward itself)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +103,7 @@ class ClassStructure:
     init_bindings: dict[str, list[LayerBinding]]
     forward_paths: list[Path]
     self_references: dict[str, list[cst.Attribute]]  # attr -> every `self.<attr>` in the class (and subclasses)
+    entry_names: dict[int, str] = field(default_factory=dict)  # value id -> name read before any assignment
     truncated: bool = False  # too many paths: matches are refused in this class
     skipped_reason: Optional[str] = None
 
