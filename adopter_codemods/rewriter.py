@@ -203,6 +203,9 @@ class _Apply(cst.CSTTransformer):
     def __init__(self, plan: EditPlan) -> None:
         super().__init__()
         self.plan = plan
+        # libcst silently drops a line left without statements, comments included: such lines become marked
+        # placeholders instead, removed by _drop_empty_lines after their comments move on.
+        self.emptied: set[int] = set()
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
         replacement = self.plan.replace.get(id(original_node))
@@ -219,18 +222,21 @@ class _Apply(cst.CSTTransformer):
         if not any(id(s) in self.plan.delete for s in original_node.body):
             return updated_node
         kept = [u for o, u in zip(original_node.body, updated_node.body) if id(o) not in self.plan.delete]
-        if kept:
-            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        if not kept:
+            placeholder = updated_node.with_changes(body=[cst.Pass()])
+            self.emptied.add(id(placeholder))
+            return placeholder
+        kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(body=kept)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
-        body, orphans = _drop_empty_lines(updated_node.body)
+        body, orphans = _drop_empty_lines(updated_node.body, self.emptied)
         if not body:
             return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()], leading_lines=orphans)])
         return updated_node.with_changes(body=body, footer=[*orphans, *updated_node.footer])
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        body, orphans = _drop_empty_lines(updated_node.body)
+        body, orphans = _drop_empty_lines(updated_node.body, self.emptied)
         return updated_node.with_changes(body=body, footer=[*orphans, *updated_node.footer])
 
     def _copy_into_other_branch(self, original: cst.If, updated: cst.If) -> cst.If:
@@ -252,13 +258,15 @@ class _Apply(cst.CSTTransformer):
         return updated.with_changes(body=body.with_changes(body=[*copies, *body.body]))
 
 
-def _drop_empty_lines(body: Sequence[cst.BaseStatement]) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
-    """Remove statements whose small statements were all deleted; their comments move to the next statement
-    (or, after the last one, to the block's footer)."""
+def _drop_empty_lines(
+    body: Sequence[cst.BaseStatement], emptied: set[int]
+) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+    """Remove the placeholders (ids in `emptied`) of lines whose small statements were all deleted; their comments
+    move to the next statement (or, after the last one, to the block's footer)."""
     out: list[cst.BaseStatement] = []
     carry: list[cst.EmptyLine] = []
     for stmt in body:
-        if isinstance(stmt, cst.SimpleStatementLine) and not stmt.body:
+        if id(stmt) in emptied:
             carry.extend(ln for ln in stmt.leading_lines if ln.comment is not None)
             continue
         if carry:
