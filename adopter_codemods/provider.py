@@ -204,11 +204,26 @@ class _ClassWalker:
         self._loop = itertools.count(1)
         self.bindings: dict[str, list[LayerBinding]] = {}
         self.entry_names: dict[int, str] = {}
+        # Paths revisit the same statements and nested expressions many times: memoise their name scans.
+        self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
+        self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
 
     # ------------------------------------------------------------------ class helpers
     def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
         """A method of this class or of a base class defined in the same file (left-to-right MRO approximation)."""
         return _find_method(self.info, self.classes, name, set() if seen is None else seen)
+
+    def read_names(self, node: cst.CSTNode) -> tuple[list[str], bool]:
+        hit = self._reads.get(id(node))
+        if hit is None or hit[0] is not node:  # the entry keeps its node alive, so its id is not reused
+            hit = self._reads[id(node)] = (node, _read_names(node))
+        return hit[1]
+
+    def written_names(self, node: cst.CSTNode) -> list[str]:
+        hit = self._writes.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = self._writes[id(node)] = (node, sorted(_written_names(node)))
+        return hit[1]
 
     # ------------------------------------------------------------------ __init__
     def collect_bindings(self) -> None:
@@ -352,12 +367,12 @@ class _ClassWalker:
 
     def opaque(self, node: cst.CSTNode, line: cst.BaseStatement, ctx: _Ctx, p: _Partial) -> _Partial:
         """A statement with no DSL content: one use event for what it reads, fresh ids for what it writes."""
-        names, _ = _read_names(node)
+        names, _ = self.read_names(node)
         site = self.site(ctx, node, line)
         vids = tuple(self.lookup(p.state, ctx.prefix + n if not n.startswith("self.") else n) for n in names)
         if vids:
             p.events.append(Use(vids, site))
-        for name in sorted(_written_names(node)):
+        for name in self.written_names(node):
             scoped = name if name.startswith("self.") else ctx.prefix + name
             vid = p.state[scoped] = self.new_vid()
             p.events.append(Def(scoped, vid, site))
@@ -589,7 +604,7 @@ class _ClassWalker:
                     for q2, v in self.walk_expr(child, small, line, ctx, q, parent, whole=False):
                         nxt.append((q2, vals + [v]))
                 alternatives = nxt
-        names, has_call = _read_names(expr)
+        names, has_call = self.read_names(expr)
         out = []
         for q, vals in alternatives:
             if children is None:
