@@ -1,0 +1,436 @@
+"""The ``adopter-codemods`` command line (``python -m adopter_codemods``): scan, rewrite, list, explain, demo.
+
+A thin adapter: files come from :mod:`.files`, matching and rewriting from :mod:`.engine`, output formats from
+:mod:`.report`. Files are processed independently (optionally in worker processes) and reported in input order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import multiprocessing
+import os
+import shutil
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Optional, Sequence, TextIO, TypeVar
+
+import libcst as cst
+
+from . import __version__, guards, matcher
+from .dsl import Rule, RuleSyntaxError
+from .engine import Finding, find_all, findings_for, rewrite_module
+from .files import FileError, SourceError, atomic_write, discover, load_module
+from .provider import build_module_structure
+from .report import (
+    Replacement,
+    ScanResults,
+    doc_sections,
+    error_line,
+    format_json,
+    format_sarif,
+    format_text,
+    rule_doc,
+    rule_targets,
+    summary,
+    text_replacements,
+    unified_diff,
+)
+from .rules import builtin_rules, select_rules
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXAMPLE = ("examples", "bert_like.py")  # inside the package, so `demo` works from an installed wheel
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"  # source checkouts only; wheels do not ship them
+
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """A problem with the command line or a rule file: nothing was processed."""
+
+
+def _rule_keys(values: Optional[Sequence[str]]) -> Optional[list[str]]:
+    keys = [k.strip() for v in values or () for k in v.split(",") if k.strip()]
+    return keys or None
+
+
+def _select(keys: Optional[list[str]], rule_files: Sequence[str]) -> list[Rule]:
+    try:
+        return select_rules(keys, [Path(f) for f in rule_files])
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    except RuleSyntaxError as exc:
+        raise UsageError(f"malformed rule file: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read rule file {exc.filename}: {exc.strerror}") from None
+
+
+# ----------------------------------------------------------------------------------------- per-file work
+
+# The rules of this process: set once per worker (they are re-selected there rather than pickled, so guards
+# registered on import exist under every start method).
+_RULES: list[Rule] = []
+
+
+def _init_worker(keys: Optional[list[str]], rule_files: Sequence[str]) -> None:
+    _RULES[:] = select_rules(keys, [Path(f) for f in rule_files])
+
+
+def _internal_error(path: str, exc: Exception) -> FileError:
+    return FileError(path, None, f"internal error ({type(exc).__name__}: {exc}); please report it with this file")
+
+
+@dataclass
+class _Scanned:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: Optional[FileError] = None
+    fix: list[Replacement] = field(default_factory=list)
+
+
+def _scan_file(path: str, with_fix: bool) -> _Scanned:
+    try:
+        module = load_module(path)
+        structure = build_module_structure(module)
+        findings = findings_for(module, find_all(structure, _RULES), path)
+        fix: list[Replacement] = []
+        if with_fix and any(f.fixable for f in findings):
+            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure).module.code)
+        return _Scanned(path, findings, fix=fix)
+    except SourceError as exc:
+        return _Scanned(path, error=exc.error)
+    except Exception as exc:  # one file crashing the engine must not hide the results of the others
+        return _Scanned(path, error=_internal_error(path, exc))
+
+
+@dataclass
+class _Rewritten:
+    path: str
+    changed: bool = False
+    codes: tuple[str, ...] = ()
+    diff: str = ""
+    error: Optional[FileError] = None
+
+
+def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
+    try:
+        module = load_module(path)
+        outcome = rewrite_module(module, _RULES)
+        if outcome.module.code == module.code:
+            return _Rewritten(path)
+        diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
+        if write:
+            atomic_write(path, outcome.module.bytes)  # the file's own encoding and newlines
+        return _Rewritten(path, True, tuple(sorted({m.rule.code for m in outcome.applied})), diff)
+    except SourceError as exc:
+        return _Rewritten(path, error=exc.error)
+    except OSError as exc:
+        return _Rewritten(path, error=FileError(path, None, f"cannot write file: {exc.strerror or exc}"))
+    except Exception as exc:  # one file crashing the engine must not hide the results of the others
+        return _Rewritten(path, error=_internal_error(path, exc))
+
+
+class _Progress:
+    """``[done/total] path`` on one self-overwriting stderr line."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.width = shutil.get_terminal_size().columns - 1
+
+    def step(self, done: int, path: str) -> None:
+        self.stream.write(f"\r\x1b[K{f'[{done}/{self.total}] {path}'[: self.width]}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+
+def _run(
+    worker: Callable[[str], T],
+    paths: list[str],
+    jobs: int,
+    init: tuple[Optional[list[str]], Sequence[str]],
+    show_progress: bool,
+) -> list[T]:
+    """Run ``worker`` on every path, in ``jobs`` processes when > 1; results in input order."""
+    _init_worker(*init)
+    jobs = min(jobs or os.cpu_count() or 1, len(paths))
+    progress = _Progress(len(paths), sys.stderr) if show_progress and sys.stderr.isatty() and paths else None
+    results: list[T] = []
+    pool = multiprocessing.get_context().Pool(jobs, _init_worker, init) if jobs > 1 else None
+    try:
+        for done, result in enumerate(pool.imap(worker, paths) if pool else map(worker, paths), 1):
+            results.append(result)
+            if progress:
+                progress.step(done, paths[done - 1])
+    finally:
+        if pool:
+            pool.terminate()
+            pool.join()
+        if progress:
+            progress.close()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    keys = _rule_keys(args.rules)
+    rules = _select(keys, args.rule_file)
+    paths, errors = discover(args.paths, args.exclude)
+    worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
+    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file), not args.no_progress)
+    errors += [s.error for s in scanned if s.error]
+    results = ScanResults(
+        files_scanned=sum(s.error is None for s in scanned),
+        findings=[f for s in scanned for f in s.findings],
+        errors=errors,
+        fixes={s.path: s.fix for s in scanned if s.fix},
+    )
+    if args.format == "json":
+        sys.stdout.write(format_json(results))
+    elif args.format == "sarif":
+        sys.stdout.write(format_sarif(results, rules))
+    else:
+        sys.stdout.write(format_text(results))
+        sys.stdout.flush()
+        print(summary(results), file=sys.stderr)
+    if results.errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if results.findings else EXIT_OK
+
+
+def cmd_rewrite(args: argparse.Namespace) -> int:
+    keys = _rule_keys(args.rules)
+    _select(keys, args.rule_file)  # report bad rules before touching any file
+    paths, errors = discover(args.paths, args.exclude)
+    write = not (args.diff or args.check)
+    worker = functools.partial(_rewrite_file, write=write, with_diff=args.diff)
+    done = _run(worker, paths, args.jobs, (keys, args.rule_file), not args.no_progress)
+    for r in done:
+        sys.stdout.write(r.diff)
+    sys.stdout.flush()
+    changed = [r for r in done if r.changed]
+    for r in changed:
+        print(f"{'rewrote' if write else 'would rewrite'} {r.path} ({', '.join(r.codes)})", file=sys.stderr)
+    errors += [r.error for r in done if r.error]
+    for e in errors:
+        print(error_line(e), file=sys.stderr)
+    verb = "rewritten" if write else "would be rewritten"
+    unchanged = len(done) - len(changed) - sum(r.error is not None for r in done)
+    line = f"{len(changed)} file{'s' * (len(changed) != 1)} {verb}, {unchanged} unchanged"
+    if errors:
+        line += f"; {len(errors)} input{'s' * (len(errors) != 1)} could not be processed"
+    print(line, file=sys.stderr)
+    if errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if args.check and changed else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = [("CODE", "NAME", "TARGET", "SUMMARY")]
+    rows += [(r.code, r.name, ", ".join(rule_targets(r)) or "-", r.summary) for r in builtin_rules()]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+    return EXIT_OK
+
+
+def _rule_sections(rule: Rule) -> str:
+    """The rule file's ``init:``/``forward:`` sections as written (comments included)."""
+    lines = Path(rule.path).read_text(encoding="utf-8").splitlines()
+    starts = sorted(item.line for item in (rule.init, rule.forward) if item is not None)
+    chunks = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)
+        chunks.append("\n".join(lines[start - 1 : end]).rstrip())
+    return "\n".join(chunks)
+
+
+def _fixture_example(rule: Rule) -> Optional[tuple[str, str]]:
+    """``(fixture path, diff)`` of the rule on its first positive fixture that it rewrites."""
+    for case in sorted(FIXTURES.glob(f"{rule.code}_*/*.py")):
+        if case.name.endswith(".expected.py") or case.name.startswith("neg_"):
+            continue
+        try:
+            module = load_module(str(case))
+        except SourceError:
+            continue
+        rewritten = rewrite_module(module, [rule]).module
+        if rewritten.code != module.code:
+            label = case.relative_to(FIXTURES.parent).as_posix()
+            return label, unified_diff(module.code, rewritten.code, label)
+    return None
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    rule = _select([args.rule], [])[0]
+    out = [f"{rule.code} {rule.name}: {rule.summary}", f"rule file: {rule.path}", ""]
+    out += ["What it matches (from the rule file):", textwrap.indent(_rule_sections(rule), "    "), ""]
+    out.append("Preconditions:")
+    for name in rule.guards:
+        first = (guards.get(name).__doc__ or "").strip().split("\n\n")[0]
+        out.append(f"  - guard {name}: {' '.join(first.split())}" if first else f"  - guard {name}")
+    generic = (matcher.__doc__ or "").split("\n\n", 1)[-1].strip()  # the matcher's own account of its checks
+    out.append("  - how every rule is matched and the safety checks it must pass (adopter_codemods.matcher):")
+    out += [textwrap.indent(generic, "      "), ""]
+    out += [f"Target: {', '.join(rule_targets(rule)) or 'rewrites the matched calls in place'}", ""]
+    doc = rule_doc(rule)
+    sections = doc_sections(doc) if doc else []
+    example = _fixture_example(rule)
+    for title, text in sections:
+        if title == "":
+            text = text.split("\n", 1)[1].strip() if "\n" in text else ""  # the first line repeats the summary
+        if text and not (title.lower() == "example" and example):
+            out += [f"{title}:" if title else "", textwrap.indent(text, "    ") if title else text, ""]
+    if example:
+        label, diff = example
+        out += [f"Example (generated by running {rule.name} on {label}):", diff]
+    elif not any(title.lower() == "example" for title, _ in sections):
+        out.append("Example: none available (no fixture found and no example in the codemod docstring).")
+    sys.stdout.write("\n".join(line for line in out).rstrip("\n") + "\n")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    data = resources.files("adopter_codemods").joinpath(*EXAMPLE).read_bytes()
+    module = cst.parse_module(data)
+    if args.source:
+        sys.stdout.write(module.code)
+        return EXIT_OK
+    label = "/".join(("adopter_codemods", *EXAMPLE))
+    print(f"# AdoptAll (every rule) on the bundled example {label}; nothing is written.", file=sys.stderr)
+    rewritten = rewrite_module(module, select_rules()).module
+    sys.stdout.write(unified_diff(module.code, rewritten.code, label))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------ parser
+
+_EXIT_CODES = """\
+exit status:
+  0  nothing found / nothing to change
+  1  findings (scan), or files would change (rewrite --check)
+  2  some input could not be processed (the rest is still reported), or a usage/rule-file error"""
+
+
+def _add_rule_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        action="append",
+        metavar="CODES",
+        help="comma-separated rule codes or names to run (e.g. ADP005,FastSoftmax); default: every rule",
+    )
+    parser.add_argument(
+        "--rule-file",
+        action="append",
+        default=[],
+        metavar="FILE.adopter",
+        help="also run the rule in this DSL file (repeatable)",
+    )
+
+
+def _add_file_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="files or directories (walked for *.py); none given means nothing to do (for pre-commit)",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip files/directories whose name or path matches GLOB (repeatable); .git, venvs, build, dist, "
+        "node_modules, __pycache__, site-packages, ... are always skipped when walking directories",
+    )
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=1, metavar="N", help="process files in N processes (0: one per CPU)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr (shown on a TTY)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="adopter-codemods",
+        description="Find and rewrite PyTorch model code that can use optimized kernels (Adopter, ISSTA 2024).",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(
+        name: str, help: str, description: str, func: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help,
+            description=description,
+            epilog=_EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    scan = add(
+        "scan",
+        "report rewrite sites (text, JSON or SARIF); writes nothing",
+        "Report every place a rule can rewrite. Text goes to stdout as `path:line:col: CODE message` with a summary "
+        "on stderr; --format json prints the machine-readable report, --format sarif a SARIF 2.1.0 log for GitHub "
+        "code scanning.",
+        cmd_scan,
+    )
+    _add_file_options(scan)
+    _add_rule_options(scan)
+    scan.add_argument(
+        "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
+    )
+
+    rewrite = add(
+        "rewrite",
+        "apply the rules to files in place (or --diff / --check)",
+        "Apply the rules (all by default) and write the files in place, atomically, keeping their encoding and "
+        "newlines. Files that cannot be processed are reported and the others are still rewritten.",
+        cmd_rewrite,
+    )
+    _add_file_options(rewrite)
+    _add_rule_options(rewrite)
+    rewrite.add_argument("--diff", action="store_true", help="print a unified diff instead of writing")
+    rewrite.add_argument("--check", action="store_true", help="write nothing; exit 1 if some file would change")
+
+    add("list", "list the rules", "List every rule: code, name, kernel target and summary.", cmd_list)
+
+    explain = add(
+        "explain",
+        "explain one rule",
+        "Show what a rule matches (its rule file), its preconditions, its target and an example diff generated by "
+        "running it on its first fixture.",
+        cmd_explain,
+    )
+    explain.add_argument("rule", metavar="RULE", help="rule code (ADP005) or name (FuseDropoutLN)")
+
+    demo = add(
+        "demo",
+        "show the diff of every rule on a bundled example model",
+        "Print the unified diff AdoptAll (every rule) makes on the bundled example model "
+        "(adopter_codemods/examples/bert_like.py). Nothing is written.",
+        cmd_demo,
+    )
+    demo.add_argument("--source", action="store_true", help="print the example's source instead of the diff")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"adopter-codemods: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR

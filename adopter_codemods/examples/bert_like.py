@@ -1,0 +1,136 @@
+"""A small BERT-like model with one instance of each pattern Adopter rewrites.
+
+Run ``python -m adopter_codemods demo`` to see the diff AdoptAll produces for this file (nothing is written).
+The file is self-contained and executable: ``make_example()`` builds the model with tiny sizes.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Config:
+    hidden_size = 32
+    num_attention_heads = 4
+    intermediate_size = 64
+    hidden_dropout_prob = 0.1
+    attention_probs_dropout_prob = 0.1
+    layer_norm_eps = 1e-12
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def split_heads(self, x):
+        batch, seq, _ = x.shape
+        return x.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, hidden_states):
+        q = self.query(hidden_states)
+        k = self.key(hidden_states)
+        v = self.value(hidden_states)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        probs = F.softmax(scores, dim=-1)
+        probs = self.dropout(probs)
+        context = torch.matmul(probs, v).transpose(1, 2)
+        return context.reshape(context.shape[0], context.shape[1], -1)
+
+
+class SelfOutput(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        hidden_states = self.LayerNorm(hidden_states + input_tensor)
+        return hidden_states
+
+
+class Intermediate(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = nn.GELU()
+
+    def forward(self, hidden_states):
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.intermediate_act_fn(hidden_states)
+        return hidden_states
+
+
+class Output(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.LayerNorm(self.dropout(hidden_states) + input_tensor)
+        return hidden_states
+
+
+class Layer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_output = SelfOutput(config)
+        self.intermediate = Intermediate(config)
+        self.output = Output(config)
+
+    def forward(self, hidden_states):
+        attention = self.attention_output(self.attention(hidden_states), hidden_states)
+        return self.output(self.intermediate(attention), attention)
+
+
+class PatchEmbedding(nn.Module):
+    """A ResNet-like stem that turns an image into a sequence of patch embeddings."""
+
+    def __init__(self, config, channels=3):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(channels, config.hidden_size, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(config.hidden_size),
+            nn.ReLU(),
+        )
+        self.proj = nn.Conv2d(config.hidden_size, config.hidden_size, kernel_size=4, stride=4)
+        self.norm = nn.BatchNorm2d(config.hidden_size)
+
+    def forward(self, pixels):
+        x = self.stem(pixels)
+        x = self.proj(x)
+        x = self.norm(x)
+        return x.flatten(2).transpose(1, 2)
+
+
+class TinyBert(nn.Module):
+    def __init__(self, config, num_layers=2):
+        super().__init__()
+        self.embeddings = PatchEmbedding(config)
+        self.layers = nn.ModuleList([Layer(config) for _ in range(num_layers)])
+
+    def forward(self, pixels):
+        hidden_states = self.embeddings(pixels)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+        return hidden_states
+
+
+def make_example():
+    """Return (model, args) for one forward call."""
+    return TinyBert(Config()), (torch.randn(2, 3, 8, 8),)

@@ -1,0 +1,242 @@
+"""Output formats of the command-line front-end: linter-style text, the JSON contract (DESIGN.md §6), SARIF 2.1.0.
+
+Also the rule metadata every front-end shows (codemod docstring, kernel targets) and text diffs, all derived from
+the rule registry so nothing is hand-maintained per rule.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+from urllib.parse import quote
+
+from . import CODEMODS, __version__
+from .dsl import CallNode, Rule
+from .engine import Finding
+from .files import FileError
+
+JSON_VERSION = 1
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+TOOL_NAME = "adopter-codemods"
+
+
+# ------------------------------------------------------------------------------------------- rule metadata
+
+
+def rule_doc(rule: Rule) -> Optional[str]:
+    """The docstring of the rule's codemod class (``adopter_codemods.commands``), cleaned; None for user rules."""
+    module = CODEMODS.get(rule.name)
+    if module is None:
+        return None
+    cls = getattr(importlib.import_module(f"adopter_codemods.commands.{module}"), rule.name, None)
+    doc = inspect.getdoc(cls) if cls is not None else None
+    return doc or None
+
+
+def doc_sections(doc: str) -> list[tuple[str, str]]:
+    """Split a rule docstring into ``(title, text)`` sections at ``**Title**:`` paragraphs; the intro has title ""."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in doc.splitlines():
+        if line.startswith("**") and "**" in line[2:]:
+            title, rest = line[2:].split("**", 1)
+            sections.append((title.strip(), [rest.lstrip(":").strip()] if rest.lstrip(":").strip() else []))
+        else:
+            sections[-1][1].append(line)
+    return [(title, "\n".join(lines).strip("\n")) for title, lines in sections if "".join(lines).strip()]
+
+
+def rule_targets(rule: Rule) -> list[str]:
+    """The kernels a rule rewrites to: the callables named in its target patterns, and its drop-in container."""
+    names: list[str] = []
+    for item in (rule.init, rule.forward):
+        if item is not None and item.target is not None:
+            names.extend(t for node in item.target if isinstance(node, CallNode) for t in node.types)
+    if rule.sequential:
+        names.append(rule.sequential)
+    return list(dict.fromkeys(names))
+
+
+# ------------------------------------------------------------------------------------------------- diffs
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    """A unified diff of two versions of a file, applicable with ``patch -p0`` (or ``git apply -p0``)."""
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), path, path)
+    # difflib leaves a last line without newline unterminated; patch(1) spells that out.
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Replace ``length`` characters at ``offset`` (0-based, in the decoded text) by ``text``."""
+
+    offset: int
+    length: int
+    text: str
+
+
+def text_replacements(old: str, new: str) -> list[Replacement]:
+    """The minimal whole-line replacements turning ``old`` into ``new``, offsets into ``old``."""
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    starts = [0]
+    for line in old_lines:
+        starts.append(starts[-1] + len(line))
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    return [
+        Replacement(starts[i1], starts[i2] - starts[i1], "".join(new_lines[j1:j2]))
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class ScanResults:
+    """Everything one ``scan`` found, files in input order. ``fixes`` maps a path to its complete rewrite."""
+
+    files_scanned: int
+    findings: list[Finding]
+    errors: list[FileError]
+    fixes: dict[str, list[Replacement]]
+
+
+def error_line(error: FileError) -> str:
+    """``path:line: error: message`` (``path: error: message`` when the whole file is concerned)."""
+    where = f"{error.path}:{error.line}" if error.line else error.path
+    return f"{where}: error: {error.message}"
+
+
+def format_text(results: ScanResults) -> str:
+    """``path:line:col: CODE message`` per finding, then an :func:`error_line` per input that failed."""
+    out = [f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}" for f in results.findings]
+    out += [error_line(e) for e in results.errors]
+    return "".join(line + "\n" for line in out)
+
+
+def summary(results: ScanResults) -> str:
+    n = len(results.findings)
+    fixable = sum(f.fixable for f in results.findings)
+    files = len({f.path for f in results.findings})
+    text = (
+        f"{n} finding{'s' * (n != 1)} ({fixable} fixable) in {files} of {results.files_scanned} "
+        f"file{'s' * (results.files_scanned != 1)}"
+    )
+    if results.errors:
+        text += f"; {len(results.errors)} input{'s' * (len(results.errors) != 1)} could not be processed"
+    return text
+
+
+def format_json(results: ScanResults) -> str:
+    document = {
+        "version": JSON_VERSION,
+        "files_scanned": results.files_scanned,
+        "findings": [f.to_json() for f in results.findings],
+        "errors": [e.to_json() for e in results.errors],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _artifact(path: str, root: str) -> dict[str, str]:
+    # Code scanning wants paths relative to the repository root (the directory the scan runs in).
+    absolute = os.path.abspath(path)
+    rel = os.path.relpath(absolute, root)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return {"uri": Path(absolute).as_uri()}
+    return {"uri": quote(Path(rel).as_posix()), "uriBaseId": "%SRCROOT%"}
+
+
+def _rule_descriptor(rule: Rule) -> dict[str, object]:
+    descriptor: dict[str, object] = {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary or rule.name},
+        "defaultConfiguration": {"level": "warning"},
+        "properties": {"tags": ["performance"], "targets": rule_targets(rule)},
+    }
+    doc = rule_doc(rule)
+    if doc:
+        descriptor["fullDescription"] = {"text": doc.split("\n\n", 1)[0]}
+        descriptor["help"] = {"text": doc}
+    return descriptor
+
+
+def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str] = None) -> str:
+    """SARIF 2.1.0 for GitHub code scanning: one run, rules from the registry, a fix per fixable finding.
+
+    A fixable finding's fix is its file's complete rewrite (the same edit ``rewrite`` makes), as minimal line-range
+    replacements: rewrites of one file depend on each other (shared ``__init__`` edits, one added import), so the
+    fixes of a file's findings are the same edit and applying one applies them all.
+    """
+    root = os.path.abspath(root or os.getcwd())
+    index = {r.code: i for i, r in enumerate(rules)}
+    sarif_results = []
+    for f in results.findings:
+        region = {"startLine": f.line, "startColumn": f.col, "endLine": f.end_line, "endColumn": f.end_col}
+        location = {"physicalLocation": {"artifactLocation": _artifact(f.path, root), "region": region}}
+        result: dict[str, object] = {
+            "ruleId": f.code,
+            "level": "warning" if f.fixable else "note",
+            "message": {"text": f"{f.message} [{f.rule} in {f.cls}.{f.function}]"},
+            "locations": [location],
+        }
+        if f.code in index:
+            result["ruleIndex"] = index[f.code]
+        replacements = results.fixes.get(f.path)
+        if f.fixable and replacements:
+            result["fixes"] = [
+                {
+                    "description": {"text": f"Apply the Adopter rewrites of {os.path.basename(f.path)}"},
+                    "artifactChanges": [
+                        {
+                            "artifactLocation": _artifact(f.path, root),
+                            "replacements": [
+                                {
+                                    "deletedRegion": {"charOffset": r.offset, "charLength": r.length},
+                                    "insertedContent": {"text": r.text},
+                                }
+                                for r in replacements
+                            ],
+                        }
+                    ],
+                }
+            ]
+        sarif_results.append(result)
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": e.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": _artifact(e.path, root),
+                        **({"region": {"startLine": e.line}} if e.line else {}),
+                    }
+                }
+            ],
+        }
+        for e in results.errors
+    ]
+    run = {
+        "tool": {
+            "driver": {
+                "name": TOOL_NAME,
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": [_rule_descriptor(r) for r in rules],
+            }
+        },
+        "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(root).as_uri().rstrip("/") + "/"}},
+        "columnKind": "unicodeCodePoints",
+        "results": sarif_results,
+        "invocations": [{"executionSuccessful": not results.errors, "toolExecutionNotifications": notifications}],
+    }
+    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
