@@ -14,6 +14,9 @@ __version__ = "0.1.0"
 
 # codemod class -> module under adopter_codemods.commands
 CODEMODS: dict[str, str] = {
+    "FuseBertSelfAttention": "fuse_bert_self_attention",
+    "FuseT5Attention": "fuse_t5_attention",
+    "FuseGPT2Attention": "fuse_gpt2_attention",
     "FuseDropoutLN": "fuse_dropout_ln",
     "AdoptAll": "adopt_all",
     "ApplyRuleFiles": "apply_rule_files",

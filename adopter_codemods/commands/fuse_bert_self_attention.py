@@ -1,0 +1,40 @@
+"""ADP001 FuseBertSelfAttention — BertSelfAttention (and its verbatim copies) with SDPA as its attention core.
+
+**What**: ``self.<attr> = BertSelfAttention(...)`` in an ``nn.Module``'s ``__init__`` (the class imported under
+any name or module path, or defined in the same file), and the same for the transformers 4.34.1 classes "Copied
+from" BertSelfAttention whose ``__init__`` and ``forward`` are identical up to the class-name prefix:
+AlignText, AltRoberta, BertGeneration, BridgeTower, Camembert, ChineseCLIPText, ClapText, Data2VecText, Electra,
+Ernie, LayoutLM, MarkupLM, MegatronBert, Realm, RoCBert, RobertaPreLayerNorm, Roberta, Splinter, XLMRoberta,
+XLMRobertaXL and Xmod ``...SelfAttention`` (``tests/test_real_transformers_attention.py`` checks the list against
+the installed sources). Copies that changed the computation (ErnieM, Esm, Nezha, the ViT family, ...) are not
+listed. One finding per instantiation.
+
+**Why**: eager attention materialises the scores and probabilities; ``F.scaled_dot_product_attention`` fuses
+matmul, mask, softmax and dropout (flash / memory-efficient kernels on GPU).
+
+**Example**::
+
+    -        self.self = BertSelfAttention(config, position_embedding_type=position_embedding_type)
+    +        self.self = adopter_kernels.bert_self_attention_sdpa(BertSelfAttention)(config, position_embedding_type=position_embedding_type)
+
+**Fix safety**: safe for the listed classes as transformers defines them. The factory returns a cached subclass
+that inherits ``__init__`` (same arguments, parameters and ``state_dict`` keys, so checkpoints load strictly) and
+keeps ``isinstance`` checks true; its forward falls back to the original for ``output_attentions``, a head mask,
+relative position embeddings, a different ``forward`` signature (with a warning) or missing attributes. Dropout
+runs only in training; its random draws differ from ``nn.Dropout``'s (same distribution).
+
+**Limitations**: classes are recognised by name: a same-named class whose forward keeps the signature but computes
+something else would be rewritten wrongly (review the diff). A subclass under another name is not rewritten (it
+may override forward). Only ``self.<attr> = Class(...)`` statements in ``__init__`` are rewritten; not local
+variables, ``nn.ModuleList`` elements, builder functions, or calls with ``*args`` / ``**kwargs`` (refused: the
+arguments cannot be checked). Generated classes are not importable by name, so ``torch.save(model)`` of a whole
+model cannot pickle them (``state_dict`` checkpoints work).
+"""
+
+from .. import codemod
+
+
+class FuseBertSelfAttention(codemod.AdopterCodemod):
+    __doc__ = __doc__
+    DESCRIPTION = "ADP001: instantiate BertSelfAttention (and verbatim copies) as its SDPA subclass."
+    RULES = ("ADP001",)
