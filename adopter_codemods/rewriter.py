@@ -205,7 +205,8 @@ class _Apply(cst.CSTTransformer):
         self.plan = plan
         # libcst silently drops a line left without statements, comments included: such lines become marked
         # placeholders instead, removed by _drop_empty_lines after their comments move on.
-        self.emptied: set[int] = set()
+        # id -> placeholder; holding the placeholder keeps its id from being reused by a later node once dropped
+        self.emptied: dict[int, cst.CSTNode] = {}
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
         replacement = self.plan.replace.get(id(original_node))
@@ -224,7 +225,7 @@ class _Apply(cst.CSTTransformer):
         kept = [u for o, u in zip(original_node.body, updated_node.body) if id(o) not in self.plan.delete]
         if not kept:
             placeholder = updated_node.with_changes(body=[cst.Pass()])
-            self.emptied.add(id(placeholder))
+            self.emptied[id(placeholder)] = placeholder
             return placeholder
         kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(body=kept)
@@ -259,14 +260,14 @@ class _Apply(cst.CSTTransformer):
 
 
 def _drop_empty_lines(
-    body: Sequence[cst.BaseStatement], emptied: set[int]
+    body: Sequence[cst.BaseStatement], emptied: dict[int, cst.CSTNode]
 ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
     """Remove the placeholders (ids in `emptied`) of lines whose small statements were all deleted; their comments
     move to the next statement (or, after the last one, to the block's footer)."""
     out: list[cst.BaseStatement] = []
     carry: list[cst.EmptyLine] = []
     for stmt in body:
-        if id(stmt) in emptied:
+        if emptied.get(id(stmt)) is stmt:
             carry.extend(ln for ln in stmt.leading_lines if ln.comment is not None)
             continue
         if carry:
