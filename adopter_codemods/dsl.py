@@ -27,6 +27,18 @@ and the wildcard ``*``. A type may be a choice ``(torch.nn.GELU | torch.nn.ReLU)
 ``Name`` from any module. Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
 pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
 unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``.
+
+One rule may hold several variants of its pattern (the same fusion written in different source forms), each
+introduced by a ``variant "label"`` line and holding its own ``init:``/``forward:`` sections; the header is
+shared. The variants are tried in file order and a site matched by an earlier variant is not matched again::
+
+    variant "activation module"
+    init: ...
+    forward: ...
+
+    variant "functional activation"
+    init: ...
+    forward: ...
 """
 
 from __future__ import annotations
@@ -118,6 +130,8 @@ class Rule:
     forward: Optional[RuleItem] = None
     guards: list[str] = field(default_factory=list)
     sequential: Optional[str] = None  # drop-in replacement for an nn.Sequential whose elements match
+    variant: str = ""  # label of this variant (`variant "..."`); "" for a rule written without variants
+    alternatives: tuple["Rule", ...] = ()  # the file's further variants, tried after this one (same header)
 
 
 # ---------------------------------------------------------------------------------------------- lexer
@@ -169,6 +183,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 # ---------------------------------------------------------------------------------------------- parser
 
 _HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential")
+_VARIANT = "variant"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
 
@@ -213,6 +228,7 @@ class _Parser:
         header: dict[str, str] = {}
         guards: list[str] = []
         sections: dict[str, RuleItem] = {}
+        variants: list[tuple[str, Token, dict[str, RuleItem]]] = []  # (label, `variant` token, sections)
         while True:
             self.skip_newlines()
             tok = self.tok
@@ -228,6 +244,18 @@ class _Parser:
                 if tok.text in sections:
                     raise RuleSyntaxError(self.path, tok.line, tok.col, f"duplicate section '{tok.text}:'")
                 sections[tok.text] = self.parse_item(tok)
+            elif tok.text == _VARIANT:
+                self.i += 1
+                label = self.tok
+                if label.kind != "string":
+                    raise self.error("expected a quoted label after 'variant'")
+                self.i += 1
+                if sections and not variants:
+                    raise RuleSyntaxError(
+                        self.path, tok.line, tok.col, "sections before the first 'variant' line: label them too"
+                    )
+                sections = {}
+                variants.append((label.text[1:-1], tok, sections))
             elif tok.text in _HEADER_KEYS:
                 self.i += 1
                 value = self.tok
@@ -250,23 +278,32 @@ class _Parser:
                 raise RuleSyntaxError(self.path, 1, 1, f"missing header line '{key} ...'")
         if not re.fullmatch(r"ADP\d{3}", header["code"]):
             raise RuleSyntaxError(self.path, 1, 1, f"rule code must look like ADP005, found {header['code']!r}")
-        init = sections.get("init")
-        if "forward" not in sections and (init is None or init.target is None):
-            raise RuleSyntaxError(
-                self.path, self.tok.line, 1, "missing section 'forward:' (only a rewriting 'init:' may stand alone)"
+        rules = []
+        for label, tok, group in variants or [("", self.tok, sections)]:
+            init = group.get("init")
+            if "forward" not in group and (init is None or init.target is None):
+                where = f" in variant {label!r}" if label else ""
+                raise RuleSyntaxError(
+                    self.path,
+                    tok.line,
+                    1,
+                    f"missing section 'forward:'{where} (only a rewriting 'init:' may stand alone)",
+                )
+            rule = Rule(
+                name=header["rule"],
+                code=header["code"],
+                summary=header.get("summary", ""),
+                path=self.path,
+                init=init,
+                forward=group.get("forward"),
+                guards=guards,
+                sequential=header.get("sequential"),
+                variant=label,
             )
-        rule = Rule(
-            name=header["rule"],
-            code=header["code"],
-            summary=header.get("summary", ""),
-            path=self.path,
-            init=init,
-            forward=sections.get("forward"),
-            guards=guards,
-            sequential=header.get("sequential"),
-        )
-        _check_rule(rule)
-        return rule
+            _check_rule(rule)
+            rules.append(rule)
+        rules[0].alternatives = tuple(rules[1:])
+        return rules[0]
 
     def parse_item(self, section: Token) -> RuleItem:
         source = self.parse_sequence()

@@ -644,13 +644,25 @@ def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
 
 
 def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
-    """Every safe, non-overlapping match of `rule` in one class."""
+    """Every safe, non-overlapping match of `rule` in one class; its variants are tried in file order."""
+    found: list[Match] = []
+    taken: set[tuple[int, Optional[str]]] = set()
+    for variant in (rule, *rule.alternatives):
+        for match in _variant_matches(variant, cls, taken):
+            # Instantiation matches have no forward nodes: one finding per __init__ binding.
+            bindings = {id(b) for b in match.init_matches.values()}
+            if match.plan != "init" or all(bindings != {id(b) for b in m.init_matches.values()} for m in found):
+                found.append(match)
+    return _drop_unremovable_layers(found)
+
+
+def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]]) -> list[Match]:
+    """The matches of one variant whose forward nodes are not in `taken` (which grows with them)."""
     if rule.forward is None:
         return _find_init_only(rule, cls) if rule.init is not None and len(rule.init.source) == 1 else []
     if cls.truncated:
         return []
     found: list[Match] = []
-    taken: set[tuple[int, Optional[str]]] = set()
     for path in cls.forward_paths:
         for nodes, env in _subsequences(rule.forward.source, path, rule):
             real = [n for n, p in zip(nodes, rule.forward.source) if not isinstance(p, Wildcard)]
@@ -678,7 +690,7 @@ def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
                 continue
             taken |= key
             found.append(match)
-    return _drop_unremovable_layers(found)
+    return found
 
 
 def _drop_unremovable_layers(matches: list[Match]) -> list[Match]:
