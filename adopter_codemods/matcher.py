@@ -38,7 +38,8 @@ class LayerRef:
 
 @dataclass(frozen=True)
 class InitArg:
-    """An ``__init__`` argument bound to a `$var`: the CST expression as written, or a default's source."""
+    """An expression bound to a `$var` as written: an ``__init__`` argument (or a default's source), or the callee
+    of a `$fn:Type(...)` node."""
 
     expr: Optional[cst.BaseExpression]
     default: Optional[str] = None
@@ -46,9 +47,17 @@ class InitArg:
 
 @dataclass(frozen=True)
 class RestArgs:
-    """``**$rest``: the arguments the pattern did not name, as written."""
+    """``**$rest``: the arguments the pattern did not name, as written (``call_args``: all of that call's)."""
 
     args: tuple[cst.Arg, ...]
+    call_args: tuple[cst.Arg, ...] = ()
+
+    def positions_kept(self, before: int) -> bool:
+        """Whether the positional arguments among ``args``, placed after ``before`` positional arguments of a target
+        call, keep the positions they had in the source call (else they would bind other parameters)."""
+        source = [id(a) for a in self.call_args if a.keyword is None]
+        moved = [id(a) for a in self.args if a.keyword is None]
+        return all(source.index(a) == before + i for i, a in enumerate(moved))
 
 
 Binding = Union[Value, LayerRef, InitArg, RestArgs]
@@ -165,7 +174,7 @@ def _match_call_args(
         consumed = {id(v.expr) for n, v in _node_arguments(node, params).items() if n not in given}
         rest = tuple(a for a in node.call.args if id(a.value) not in consumed)
         new = dict(env)
-        new[pattern.args.rest.name] = RestArgs(rest)
+        new[pattern.args.rest.name] = RestArgs(rest, tuple(node.call.args))
         env = new
     elif pattern.args.rest is not None:
         new = dict(env)
@@ -216,6 +225,11 @@ def _match_node(
         qualname = next(t for t in pattern.types if qualname_matches(t, node.qualname))
         if qualname.startswith("*."):
             qualname = None
+        if pattern.type_var is not None:
+            if node.call is None:
+                return None
+            # `$fn:F(...)`: the callee as written; an imported dotted name, so it may be re-read at the anchor.
+            env = {**env, pattern.type_var.name: InitArg(node.call.func)}
     result = _match_call_args(pattern, node, qualname, env)
     if result is None:
         return None
@@ -311,7 +325,7 @@ def _match_init_node(
     if rest and pattern.args.rest is None:
         return None
     if pattern.args.rest is not None:
-        env[pattern.args.rest.name] = RestArgs(tuple(a for a in binding.args if a in rest))
+        env[pattern.args.rest.name] = RestArgs(tuple(a for a in binding.args if a in rest), binding.args)
     return env
 
 
@@ -638,9 +652,25 @@ def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
                 continue
             env[pattern.outputs[0].name] = LayerRef(attr, (binding,))
             match = Match(rule, cls, Path([], []), [], env, {pattern.outputs[0].name: binding}, plan="init")
-            if all(guard_registry.get(name)(match) for name in rule.guards):
+            if _rest_args_fit(match) and all(guard_registry.get(name)(match) for name in rule.guards):
                 found.append(match)
     return found
+
+
+def _rest_args_fit(match: Match) -> bool:
+    """A target call puts ``**$rest`` after its own positional arguments: refuse when that moves a positional
+    argument (``F.relu(h, True)`` must not become ``fused(x, linear, F.relu, True)``)."""
+    rule = match.rule
+    targets = [
+        *((rule.init.target or ()) if rule.init else ()),
+        *((rule.forward.target or ()) if rule.forward else ()),
+    ]
+    for target in targets:
+        if isinstance(target, CallNode) and target.args.rest is not None:
+            rest = match.env.get(target.args.rest.name)
+            if isinstance(rest, RestArgs) and not rest.positions_kept(len(target.args.positional)):
+                return False
+    return True
 
 
 def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
@@ -670,7 +700,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
             key = match.key()
             if key & taken:
                 continue
-            if not _match_init(match):
+            if not _match_init(match) or not _rest_args_fit(match):
                 continue
             if match.container is not None:
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
