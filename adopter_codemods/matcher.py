@@ -657,6 +657,24 @@ def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
     return found
 
 
+def _outputs_assigned(match: Match) -> bool:
+    """A tuple target (``q, k, v = fused(...)``) takes the names its outputs were assigned to: each output node must
+    be the whole value of ``name = node`` in the anchor's function (``v = self.v(x).view(s)`` would lose the view)."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
+    outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
+    if len(outputs) == 1:
+        return True
+    for var in outputs:
+        bound = match.env.get(var.name)
+        node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
+        if node is None or not node.whole_statement or node.site.inline_stack != match.anchor.site.inline_stack:
+            return False
+        small = node.site.small
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
+            return False
+    return True
+
+
 def _rest_args_fit(match: Match) -> bool:
     """A target call puts ``**$rest`` after its own positional arguments: refuse when that moves a positional
     argument (``F.relu(h, True)`` must not become ``fused(x, linear, F.relu, True)``)."""
@@ -711,7 +729,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
                     found.append(match)
                 continue
             plan = _plan(match)
-            if plan is None:
+            if plan is None or not _outputs_assigned(match):
                 continue
             match.plan = plan
             if not _check_paths(match):

@@ -1,0 +1,69 @@
+"""Core: a tuple target (`q, k, v = fused(...)`) names its outputs after the statements that assigned them, so
+every output must be the whole value of a `name = node` statement; otherwise the wrapping code would be lost."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from adopter_codemods.dsl import parse_rule
+from adopter_codemods.engine import find_all, rewrite_module
+from adopter_codemods.provider import build_module_structure
+
+RULE = parse_rule(
+    """\
+rule Pack
+code ADP906
+init:
+    torch.nn.Linear(**$qa) -> $q;
+    torch.nn.Linear(**$ka) -> $k
+forward:
+    $q($x) -> $qo;
+    $k($x) -> $ko
+    =>
+    kernels.packed($x, $q, $k) -> ($qo, $ko)
+"""
+)
+
+TEMPLATE = """\
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(2, 2)
+        self.k = nn.Linear(2, 2)
+
+    def _wrap(self, t):
+        return t.float()
+
+    def forward(self, x):
+        query = self.q(x)
+        {second}
+        return query, key
+"""
+
+
+def test_plain_assignments_become_one_tuple_assignment() -> None:
+    module = cst.parse_module(TEMPLATE.format(second="key = self.k(x)"))
+    code = rewrite_module(module, [RULE]).module.code
+    assert "        query, key = kernels.packed(x, self.q, self.k)\n        return query, key\n" in code
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        "key = self.k(x).view(2, -1)",
+        "key = self.k(x) * 2",
+        "key = self._wrap(self.k(x))",
+        "key: torch.Tensor = self.k(x)",
+        "key = other = self.k(x)",
+    ],
+)
+def test_output_wrapped_in_more_code_is_refused(second: str) -> None:
+    source = TEMPLATE.format(second=second)
+    module = cst.parse_module(source)
+    assert find_all(build_module_structure(module), [RULE]) == []
+    assert rewrite_module(module, [RULE]).module.code == source
