@@ -263,18 +263,25 @@ def _drop_empty_lines(
     body: Sequence[cst.BaseStatement], emptied: dict[int, cst.CSTNode]
 ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
     """Remove the placeholders (ids in `emptied`) of lines whose small statements were all deleted; their comments
-    move to the next statement (or, after the last one, to the block's footer)."""
+    move to the next statement (or, after the last one, to the block's footer), and so does the blank line that
+    separated the first of them from the lines before."""
     out: list[cst.BaseStatement] = []
     carry: list[cst.EmptyLine] = []
     for stmt in body:
         if emptied.get(id(stmt)) is stmt:
-            carry.extend(ln for ln in stmt.leading_lines if ln.comment is not None)
+            lines = list(stmt.leading_lines)
+            if not carry and lines and lines[0].comment is None:
+                carry.append(lines[0])
+            carry.extend(ln for ln in lines if ln.comment is not None)
             continue
         if carry:
-            stmt = stmt.with_changes(leading_lines=[*carry, *stmt.leading_lines])  # type: ignore[attr-defined]
+            own = list(stmt.leading_lines)
+            if carry[0].comment is None and own and own[0].comment is None:
+                carry = carry[1:]  # one separating blank line is enough
+            stmt = stmt.with_changes(leading_lines=[*carry, *own])  # type: ignore[attr-defined]
             carry = []
         out.append(stmt)
-    return out, carry
+    return out, [ln for ln in carry if ln.comment is not None]
 
 
 def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
