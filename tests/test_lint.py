@@ -1,0 +1,155 @@
+"""Fixit rules (adopter_codemods.lint): one per registry rule, Fixit's own VALID/INVALID helper, positions, the
+combined autofix, ``# lint-ignore``, and ``fixit lint`` / ``fixit fix`` as subprocesses on a throwaway project.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pytest
+from fixit import LintRule
+from fixit.config import walk_module
+from fixit.engine import LintRunner
+from fixit.ftypes import Config, LintViolation
+from fixit.testing import generate_lint_rule_test_cases
+
+import adopter_codemods.lint as lint
+from adopter_codemods.api import rewrite_source, scan_source
+from adopter_codemods.provider import ModelStructureProvider
+from adopter_codemods.rules import builtin_rules
+from conftest import FIXTURES, ROOT, expected_path, fixture_cases, is_negative, rule_code
+
+EXAMPLE = ROOT / "adopter_codemods" / "examples" / "bert_like.py"
+RULE_CLASSES: list[type[LintRule]] = [getattr(lint, r.name) for r in builtin_rules()]
+
+
+def lint_source(
+    source: str, rules: Optional[Sequence[type[LintRule]]] = None
+) -> tuple[LintRunner, list[LintViolation]]:
+    path = Path("model.py")
+    runner = LintRunner(path, source.encode())
+    violations = list(runner.collect_violations([r() for r in rules or RULE_CLASSES], Config(path=path)))
+    return runner, violations
+
+
+def test_one_lint_rule_per_registry_rule() -> None:
+    loaded = walk_module(lint)  # what `[tool.fixit] enable = ["adopter_codemods.lint"]` collects
+    assert sorted(loaded) == sorted(r.name for r in builtin_rules())
+    for rule in builtin_rules():
+        cls = loaded[rule.name]
+        assert cls.RULE is rule  # type: ignore[attr-defined]
+        assert ModelStructureProvider in cls.METADATA_DEPENDENCIES
+        assert cls.__module__ == "adopter_codemods.lint" and cls.__doc__
+        cases = [c for c in fixture_cases() if rule_code(c) == rule.code]
+        assert len(cls.VALID) == sum(is_negative(c) for c in cases)
+        assert len(cls.INVALID) == sum(not is_negative(c) and expected_path(c).exists() for c in cases)
+
+
+FIXIT_CLASSES = generate_lint_rule_test_cases([cls() for cls in RULE_CLASSES])
+FIXIT_CASES = [
+    pytest.param(case_class, name, id=f"{case_class.__name__}.{name}")
+    for case_class in FIXIT_CLASSES
+    for name in sorted(dir(case_class))
+    if name.startswith("test_")
+]
+
+
+@pytest.mark.parametrize(("case_class", "name"), FIXIT_CASES)
+def test_fixit_valid_invalid_cases(case_class: type, name: str) -> None:
+    case_class(name).debug()  # Fixit's helper: no report on VALID; INVALID reported and fixed to the golden output
+
+
+def test_every_rule_with_fixtures_has_fixit_cases() -> None:
+    with_fixtures = {p.name.split("_", 1)[0] for p in FIXTURES.iterdir() if p.is_dir()}
+    covered = {c.__name__ for c in FIXIT_CLASSES if any(name.startswith("test_") for name in dir(c))}
+    assert {r.name for r in builtin_rules() if r.code in with_fixtures} <= covered
+
+
+def test_reports_at_the_scan_positions() -> None:
+    source = EXAMPLE.read_text(encoding="utf-8")
+    _, violations = lint_source(source)
+    reported = sorted((v.message.split()[0], v.range.start.line, v.range.start.column + 1) for v in violations)
+    assert reported == sorted((f.code, f.line, f.col) for f in scan_source(source))
+    assert all(v.autofixable for v in violations)
+    assert not lint._FILES  # per-file state is dropped once every rule has left the module
+
+
+def test_one_fix_run_applies_every_enabled_rule() -> None:
+    source = EXAMPLE.read_text(encoding="utf-8")
+    runner, violations = lint_source(source)
+    assert runner.apply_replacements(violations).code == rewrite_source(source).code
+    rule = builtin_rules()[-1]
+    single = [getattr(lint, rule.name)]
+    runner, violations = lint_source(source, single)
+    assert runner.apply_replacements(violations).code == rewrite_source(source, [rule.code]).code
+
+
+def _line_of(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def test_lint_ignore_silences_a_finding_and_withholds_the_whole_file_fix() -> None:
+    source = EXAMPLE.read_text(encoding="utf-8")
+    line = _line_of(source, "hidden_states = self.dropout(hidden_states)")
+    lines = source.splitlines(keepends=True)
+    lines.insert(line - 1, "        # lint-ignore: FuseDropoutLN\n")
+    silenced = "".join(lines)
+    _, violations = lint_source(silenced)
+    positions = {(v.rule_name, v.range.start.line) for v in violations}
+    assert ("FuseDropoutLN", line + 1) not in positions
+    assert len(violations) == len(scan_source(source)) - 1
+    assert not any(v.autofixable for v in violations)
+
+
+def test_lint_ignore_in_the_module_header_silences_the_rule_in_the_file() -> None:
+    source = "# lint-ignore: FuseDropoutLN\n" + EXAMPLE.read_text(encoding="utf-8")
+    _, violations = lint_source(source)
+    assert violations and "FuseDropoutLN" not in {v.rule_name for v in violations}
+    assert not any(v.autofixable for v in violations)
+
+
+def _first_positive_fixture() -> Path:
+    return next(c for c in fixture_cases() if not is_negative(c) and expected_path(c).exists())
+
+
+def test_fixit_cli_lint_fix_lint(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.fixit]\nroot = true\nenable = ["adopter_codemods.lint"]\ndisable = ["fixit.rules"]\n',
+        encoding="utf-8",
+    )
+    src = tmp_path / "src"
+    src.mkdir()
+    fixture = _first_positive_fixture()
+    shutil.copy(fixture, src / "fixture_model.py")
+    shutil.copy(EXAMPLE, src / "example_model.py")
+    originals = {p.name: p.read_text(encoding="utf-8") for p in src.iterdir()}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+
+    def fixit(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fixit", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    linted = fixit("lint", "src")
+    assert linted.returncode == 1, linted.stderr
+    reported = sorted(
+        (m.group(1), int(m.group(2)), int(m.group(3)) + 1, m.group(4))
+        for m in re.finditer(r"^src/(\S+)@(\d+):(\d+) \w+: (ADP\d+) ", linted.stdout, re.M)
+    )
+    expected = sorted(
+        (name, f.line, f.col, f.code) for name, text in originals.items() for f in scan_source(text, path=name)
+    )
+    assert reported == expected and expected
+    fixed = fixit("fix", "--automatic", "src")
+    assert fixed.returncode == 0, fixed.stderr
+    for name, text in originals.items():
+        assert (src / name).read_text(encoding="utf-8") == rewrite_source(text).code
+    again = fixit("lint", "src")
+    assert again.returncode == 0, again.stdout + again.stderr
