@@ -490,3 +490,15 @@ def test_rule_files_parse() -> None:
     # explain reads the rule files themselves; every registry entry must point at its file
     for rule in builtin_rules():
         assert load_rule_file(Path(rule.path)).code == rule.code
+
+
+def test_reader_closing_the_pipe_is_not_a_crash() -> None:
+    # `adopter-codemods demo | head -1`: the write fails with EPIPE; no traceback
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adopter_codemods", "demo"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 2
+    assert "Traceback" not in err and "BrokenPipeError" not in err
