@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
             help=help,
-            description=description,
+            description=textwrap.fill(description, 100),  # the raw formatter keeps the epilog table as is
             epilog=_EXIT_CODES,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
