@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import multiprocessing
 import os
 import shutil
@@ -242,13 +243,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _rule_sections(rule: Rule) -> str:
-    """The rule file's ``init:``/``forward:`` sections as written (comments included)."""
+    """The rule file's ``init:``/``forward:`` sections as written (comments included), under their variant labels."""
     lines = Path(rule.path).read_text(encoding="utf-8").splitlines()
-    starts = sorted(item.line for item in (rule.init, rule.forward) if item is not None)
+    variants = (rule, *rule.alternatives)
+    starts = sorted(item.line for v in variants for item in (v.init, v.forward) if item is not None)
     chunks = []
-    for i, start in enumerate(starts):
-        end = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)
-        chunks.append("\n".join(lines[start - 1 : end]).rstrip())
+    for variant in variants:
+        if variant.variant:
+            chunks.append(f"variant {json.dumps(variant.variant)}")
+        for item in sorted((i for i in (variant.init, variant.forward) if i is not None), key=lambda i: i.line):
+            following = [s for s in starts if s > item.line]
+            section = lines[item.line - 1 : following[0] - 1 if following else len(lines)]
+            while section and (not section[-1].strip() or section[-1].lstrip().startswith("variant ")):
+                section.pop()  # the gap before the next section, and the next variant's label
+            chunks.append("\n".join(section))
     return "\n".join(chunks)
 
 
@@ -273,7 +281,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     out = [f"{rule.code} {rule.name}: {rule.summary}", f"rule file: {rule.path}", ""]
     out += ["What it matches (from the rule file):", textwrap.indent(_rule_sections(rule), "    "), ""]
     out.append("Preconditions:")
-    for name in rule.guards:
+    for name in dict.fromkeys(g for variant in (rule, *rule.alternatives) for g in variant.guards):
         first = (guards.get(name).__doc__ or "").strip().split("\n\n")[0]
         out.append(f"  - guard {name}: {' '.join(first.split())}" if first else f"  - guard {name}")
     generic = (matcher.__doc__ or "").split("\n\n", 1)[-1].strip()  # the matcher's own account of its checks

@@ -54,11 +54,12 @@ def doc_sections(doc: str) -> list[tuple[str, str]]:
 def rule_targets(rule: Rule) -> list[str]:
     """The kernels a rule rewrites to: the callables named in its target patterns, and its drop-in container."""
     names: list[str] = []
-    for item in (rule.init, rule.forward):
-        if item is not None and item.target is not None:
-            names.extend(t for node in item.target if isinstance(node, CallNode) for t in node.types)
-    if rule.sequential:
-        names.append(rule.sequential)
+    for variant in (rule, *rule.alternatives):
+        for item in (variant.init, variant.forward):
+            if item is not None and item.target is not None:
+                names.extend(t for node in item.target if isinstance(node, CallNode) for t in node.types)
+        if variant.sequential:
+            names.append(variant.sequential)
     return list(dict.fromkeys(names))
 
 

@@ -399,12 +399,15 @@ def test_explain_every_rule(rule, capsys: pytest.CaptureFixture[str]) -> None:  
     status, out, _ = run(capsys, "explain", rule.name.lower())
     assert status == 0
     assert out.startswith(f"{rule.code} {rule.name}: {rule.summary}\n")
-    text = Path(rule.path).read_text(encoding="utf-8")
-    for item in (rule.init, rule.forward):
-        if item is not None:  # the section header and its first pattern line, verbatim
-            header = text.splitlines()[item.line - 1].strip()
-            assert f"    {header}\n" in out
-    assert "Preconditions:" in out and all(f"guard {g}" in out for g in rule.guards)
+    lines = Path(rule.path).read_text(encoding="utf-8").splitlines()
+    for variant in (rule, *rule.alternatives):
+        if variant.variant:
+            assert f'    variant "{variant.variant}"\n' in out
+        for item in (variant.init, variant.forward):
+            if item is not None:  # each section verbatim: its header and the pattern line after it
+                assert "\n".join(f"    {line}" for line in lines[item.line - 1 : item.line + 1]) in out
+        assert all(f"guard {g}" in out for g in variant.guards)
+    assert "Preconditions:" in out
     assert "Target: adopter_kernels." in out
     cases = sorted(
         p
