@@ -324,6 +324,11 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
+class _NotOnlyImports(Exception):
+    """Stops the scan in :func:`_only_imports` (not StopIteration: LibCST visits children through generators,
+    where PEP 479 turns it into a RuntimeError)."""
+
+
 def _only_imports(stmt: cst.CSTNode) -> bool:
     found = False
 
@@ -332,11 +337,11 @@ def _only_imports(stmt: cst.CSTNode) -> bool:
             nonlocal found
             for s in node.body:
                 if not isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass, cst.Assign, cst.Expr)):
-                    raise StopIteration
+                    raise _NotOnlyImports
                 found = found or isinstance(s, (cst.Import, cst.ImportFrom))
 
     try:
         stmt.visit(V())
-    except StopIteration:
+    except _NotOnlyImports:
         return False
     return found
