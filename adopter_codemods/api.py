@@ -40,8 +40,12 @@ def rewrite_source(
     """
     module = cst.parse_module(source)
     outcome = rewrite_module(module, _rules(rules, rule_files))
+    if not outcome.applied:
+        return RewriteResult(source)  # byte-identical, also where LibCST's str round trip is not (a leading BOM)
     findings = findings_for(module, outcome.applied, path)
-    return RewriteResult(outcome.module.code, findings)
+    # LibCST drops the BOM of str input (only bytes input keeps it, in `Module.bytes`): put the text's own back.
+    bom = "\ufeff" if source.startswith("\ufeff") else ""
+    return RewriteResult(bom + outcome.module.code, findings)
 
 
 def scan_source(
