@@ -9,7 +9,11 @@ lint rule and ``scan``. The walk is a plain recursive descent over the CST, not 
 * ``forward``: every control-flow path (if/elif/else, early return/raise, loops expanded once for matching and
   twice for the safety checks, try/with bodies, match cases), with calls to ``self`` helper methods inlined
   (recursion-safe) and nested calls and tensor ops unchained into temporaries. Compound statements holding no
-  layer, function or helper call are folded into one opaque event, which keeps the number of paths small.
+  layer, function or helper call are folded into one opaque event, which keeps the number of paths small;
+* the class's other methods not inlined into ``forward`` (``_attn`` called with ``*args``, ``generate``, ...) are
+  walked the same way, each on its own, and so are the module's top-level functions (one unnamed unit, no
+  layers): a rewrite inside them is as local as one inside ``forward``. Functions compiled by a decorator
+  (``torch.jit.script``) and async ones are left alone.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_
 from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
 
 MAX_PATHS = 512  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
+# Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
+MAX_OTHER_PATHS = 64
 _BINARY_OPS: dict[type, str] = {
     cst.Add: "+",
     cst.Subtract: "-",
@@ -33,6 +39,16 @@ _BINARY_OPS: dict[type, str] = {
     cst.MatrixMultiply: "@",
 }
 _MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
+# Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
+_TRANSPARENT_DECORATORS = (
+    "staticmethod",
+    "classmethod",
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.enable_grad",
+    "torch.jit.ignore",  # TorchScript leaves these bodies to Python
+    "torch.jit.unused",
+)
 
 
 class TooManyPaths(Exception):
@@ -181,9 +197,13 @@ class _Ctx:
 
 @dataclass
 class _ClassInfo:
-    node: cst.ClassDef
+    node: Optional[cst.ClassDef]  # None: the module's top-level functions
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
     bases: list[str] = field(default_factory=list)  # local base class names
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value if self.node is not None else ""
 
 
 class _ClassWalker:
@@ -204,6 +224,10 @@ class _ClassWalker:
         self._loop = itertools.count(1)
         self.bindings: dict[str, list[LayerBinding]] = {}
         self.entry_names: dict[int, str] = {}
+        self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
+        # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
+        # inlining in generation code multiplies paths: seconds per method).
+        self.on_its_own = False
         # Paths revisit the same statements and nested expressions many times: memoise their name scans.
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
@@ -284,15 +308,44 @@ class _ClassWalker:
         return binding
 
     # ------------------------------------------------------------------ forward
+    def qualify(self, function: str) -> str:
+        return f"{self.info.name}.{function}" if self.info.name else function
+
     def forward_paths(self) -> list[Path]:
         forward = self.find_method("forward")
-        if forward is None:
-            return []
-        function = f"{self.info.node.name.value}.forward"
-        ctx = _Ctx(function, "", (), (), forward, tuple(_suite_body(forward.body)), ("forward",))
+        return self.function_paths(forward) if forward is not None else []
+
+    def other_paths(self, functions: Iterable[cst.FunctionDef]) -> list[Path]:
+        """Paths through each function walked on its own, helpers not inlined (class methods other than forward,
+        module-level functions), skipping helpers already inlined into forward; a function with too many paths is
+        left out alone."""
+        paths: list[Path] = []
+        self.on_its_own = True
+        for fn in functions:
+            if fn.name.value in self.inlined or not self.standalone(fn):
+                continue
+            try:
+                paths.extend(self.function_paths(fn))
+            except (TooManyPaths, RecursionError):
+                continue
+        return paths
+
+    def standalone(self, fn: cst.FunctionDef) -> bool:
+        """Whether a function's body runs as plain Python: not async, decorated at most by a wrapper that calls it
+        as is (a ``torch.jit.script`` body, for one, could not call the runtime kernels)."""
+        for dec in fn.decorators:
+            expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+            name = dotted_name(expr)
+            if name not in _TRANSPARENT_DECORATORS and self.table.resolve(expr) not in _TRANSPARENT_DECORATORS:
+                return False
+        return not fn.asynchronous
+
+    def function_paths(self, fn: cst.FunctionDef) -> list[Path]:
+        """Every control-flow path through one function, ``self`` helpers inlined."""
+        ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
         state: dict[str, int] = {}
         start = [_Partial([], state)]
-        partials = self.walk_block(forward.body, ctx, start)
+        partials = self.walk_block(fn.body, ctx, start)
         paths = []
         for p in partials:
             for i, ev in enumerate(p.events):
@@ -320,7 +373,7 @@ class _ClassWalker:
                 break
             closed = [p for p in partials if p.status != "open"]
             partials = closed + self.walk_statement(stmt, ctx, open_partials)
-            if len(partials) > MAX_PATHS:
+            if len(partials) > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
                 raise TooManyPaths()
         return partials
 
@@ -693,7 +746,7 @@ class _ClassWalker:
         if any(a.star for a in call.args):
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
         attr = _is_self_attr(call.func)
-        if attr is not None and attr not in self.bindings:
+        if attr is not None and attr not in self.bindings and not self.on_its_own:
             method = self.find_method(attr)
             if method is not None and attr not in ctx.helper_stack and _inlinable(method):
                 return self.inline(method, call, small, line, ctx, p, parent)
@@ -790,8 +843,9 @@ class _ClassWalker:
                 return self.walk_opaque_expr(call, small, line, ctx, p, parent)
         if set(keyword) - {n for n, _ in bound}:
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        self.inlined.add(method.name.value)
         helper_ctx = _Ctx(
-            f"{self.info.node.name.value}.{method.name.value}",
+            self.qualify(method.name.value),
             prefix,
             ctx.inline_stack + (self.site(ctx, small, line),),
             ctx.loop_copy,
@@ -845,7 +899,8 @@ class _CallFinder(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> Optional[bool]:
         attr = _is_self_attr(node.func)
         if attr is not None:
-            if attr in self.walker.bindings or self.walker.find_method(attr) is not None:
+            inlined = not self.walker.on_its_own and self.walker.find_method(attr) is not None
+            if attr in self.walker.bindings or inlined:
                 self.found = True
         elif self.walker.table.resolve(node.func) is not None:
             self.found = True
@@ -863,7 +918,7 @@ def _find_method(
 ) -> Optional[cst.FunctionDef]:
     if name in info.methods:
         return info.methods[name]
-    seen.add(info.node.name.value)
+    seen.add(info.name)
     for base in info.bases:
         if base in classes and base not in seen:
             found = _find_method(classes[base], classes, name, seen)
@@ -955,7 +1010,8 @@ def _is_module_class(
 
 
 def build_module_structure(module: cst.Module) -> ModuleStructure:
-    """The model structure of every nn.Module class defined at the top level of a module."""
+    """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
+    for the module's top-level functions when any of them holds a DSL node."""
     table = ImportTable.from_module(module)
     classes: dict[str, _ClassInfo] = {}
     for stmt in module.body:
@@ -996,7 +1052,17 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         except RecursionError:
             structure.truncated = True
             structure.skipped_reason = "forward is nested too deeply to analyse"
+        if not structure.truncated:
+            others = [fn for method, fn in info.methods.items() if method not in ("__init__", "forward")]
+            structure.forward_paths += walker.other_paths(others)
         result.append(structure)
+    functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
+    if functions:
+        # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
+        walker = _ClassWalker(_ClassInfo(None), classes, table)
+        paths = walker.other_paths(functions)
+        if any(path.nodes for path in paths):
+            result.append(ClassStructure("", None, {}, paths, {}, walker.entry_names))
     return ModuleStructure(result, module)
 
 

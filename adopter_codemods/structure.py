@@ -98,9 +98,11 @@ class Path:
 
 @dataclass(eq=False)
 class ClassStructure:
-    name: str
-    node: cst.ClassDef
+    name: str  # "" for the unit of the module's top-level functions
+    node: Optional[cst.ClassDef]  # None for that unit
     init_bindings: dict[str, list[LayerBinding]]
+    # Paths through forward (helpers inlined), then through each other method not inlined there, walked on its own;
+    # for the top-level unit, through each function.
     forward_paths: list[Path]
     self_references: dict[str, list[cst.Attribute]]  # attr -> every `self.<attr>` in the class (and subclasses)
     entry_names: dict[int, str] = field(default_factory=dict)  # value id -> name read before any assignment
