@@ -112,7 +112,10 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
         self.dropout = dropout
 
-    def forward(self, input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:  # type: ignore[override]
+        if residual is None:
+            # The attribute's other uses (`self.LayerNorm(x)`, elsewhere in the class or the model) stay LayerNorm.
+            return super().forward(input)
         return dropout_add_layer_norm(
             input, residual, self.normalized_shape, self.weight, self.bias, self.eps, self.dropout, self.training
         )
