@@ -534,6 +534,35 @@ class _CallScan(cst.CSTVisitor):
         self.unsafe = True
 
 
+class _EffectScan(_CallScan):
+    """Calls in a statement outside the given nodes (the matched statements, judged on their own)."""
+
+    def __init__(self, skip: set[int]) -> None:
+        super().__init__()
+        self.skip = skip
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.skip and super().on_visit(node)
+
+
+class _CallBefore(cst.CSTVisitor):
+    """Whether a statement makes a call before evaluating `target` (textual order; enclosing calls run after)."""
+
+    def __init__(self, target: cst.CSTNode) -> None:
+        self.target = target
+        self.reached = False
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.reached = self.reached or node is self.target
+        return not self.reached and super().on_visit(node)
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        func = original_node.func
+        if not self.reached and not (isinstance(func, cst.Name) and func.value in _SAFE_TEST_CALLS):
+            self.found = True
+
+
 def _simple_test(test: cst.BaseExpression) -> bool:
     scan = _CallScan()
     test.visit(scan)
@@ -626,7 +655,41 @@ def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set,
             continue
         if state.get(name, path_vid) != path_vid:
             return False
-    return True
+    return not _moved_reads_touched(path, anchor, keys, deleted)
+
+
+def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int]) -> bool:
+    """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between,
+    which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``, ``nn.init.zeros_(x)``)."""
+    moved: set[int] = set()
+    start: Optional[int] = None
+    for i, event in enumerate(path.events[: anchor.index]):
+        if id(event.site.small) in deleted:
+            start = i if start is None else start
+            moved |= _read_vids(event)
+    if start is None:
+        return False
+    skip = deleted | {id(anchor.site.small)}
+    for event in path.events[start + 1 : anchor.index]:
+        if id(event.site.small) in deleted or (isinstance(event, DLNode) and (id(event.expr), event.layer) in keys):
+            continue
+        if isinstance(event, DLNode):
+            impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
+        else:
+            scan = _EffectScan(skip)
+            event.site.small.visit(scan)
+            impure = scan.unsafe
+        if impure and moved & _read_vids(event):
+            return True
+    before = _CallBefore(anchor.expr)
+    anchor.site.small.visit(before)
+    return before.found  # opaque calls of the anchor's statement that run before it leave no event to judge
+
+
+def _read_vids(event: Union[DLNode, Use, Def]) -> set[int]:
+    if isinstance(event, DLNode):
+        return {vid for v in [*event.args, *(v for _, v in event.kwargs)] for name, vid in v.uses if not name.startswith("%")}
+    return set(event.vids) if isinstance(event, Use) else set()
 
 
 def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> bool:
