@@ -574,6 +574,8 @@ class _ClassWalker:
         for target in targets:
             name = self.target_name(target, ctx)
             if name is not None and val.kind == "var":
+                if not val.text.startswith("%"):
+                    p.events.append(Use((val.vid,), site))  # `b = a` reads `a`: its definition must stay
                 p.state[name] = val.vid  # alias (or the DSL node's output): same value id
                 p.events.append(Def(name, val.vid, site))
                 continue
@@ -860,6 +862,8 @@ class _ClassWalker:
                 continue
             site = self.site(ctx, small, line)
             for (name, _), val in zip(bound, vals):
+                if val.kind == "var" and not val.text.startswith("%"):
+                    q.events.append(Use((val.vid,), site))  # the call reads its argument, used in the helper or not
                 scoped = prefix + name
                 vid = q.state[scoped] = val.vid if val.kind == "var" else self.new_vid()
                 q.events.append(Def(scoped, vid, site))
