@@ -125,7 +125,7 @@ def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Ma
     touched: set[int] = set()
     for group in groups:
         footprints = [
-            p.footprint() | {id(n.site.line) for n in m.nodes} | {id(n.site.small) for n in m.nodes} for m, p in group
+            p.footprint() | _forward_sites(m) for m, p in group
         ]
         union: set[int] = set()
         clash = False
@@ -138,6 +138,13 @@ def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Ma
         plans.extend(p for _, p in group)
         chosen.extend(m for m, _ in group)
     return plans, chosen
+
+
+def _forward_sites(match: Match) -> set[int]:
+    """Forward statements a match rewrites; a container match only edits ``__init__``."""
+    if match.plan == "container":
+        return set()
+    return {id(n.site.line) for n in match.nodes} | {id(n.site.small) for n in match.nodes}
 
 
 def _same_init_edits(plans: Sequence[EditPlan]) -> bool:

@@ -119,6 +119,10 @@ def plan_match(match: Match) -> EditPlan:
         assert isinstance(value, cst.Call)
         plan.imports.add(rule.sequential.split(".")[0])
         _put(plan, value.func, _expr(rule.sequential))
+        # An __init__ edit: matches in the same container (one per pair, or from several rules) apply together.
+        plan._init_nodes.add(id(value.func))
+        if match.container.statement is not None:
+            plan.init_statements.add(id(match.container.statement))
         return plan
     if match.plan == "init":
         _plan_init(match, plan)

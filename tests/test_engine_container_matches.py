@@ -1,0 +1,57 @@
+"""Core: matches inside one nn.Sequential only edit its constructor, so they are applied (and reported) together:
+one finding per matched pair, also when several rules match the same container."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from adopter_codemods.dsl import parse_rule
+from adopter_codemods.engine import find_all, rewrite_module
+from adopter_codemods.provider import build_module_structure
+
+PAIR_RULE = """\
+rule Fuse{name}
+code {code}
+sequential kernels.FusedSequential
+init:
+    torch.nn.{first}(**$a) -> $first;
+    torch.nn.{second}(**$b) -> $second
+forward:
+    $first($x) -> $y;
+    $second($y) -> $z
+    =>
+    kernels.fused($x, $first, $second) -> $z
+"""
+CONV_BN = parse_rule(PAIR_RULE.format(name="ConvBN", code="ADP901", first="Conv2d", second="BatchNorm2d"))
+LINEAR_BN = parse_rule(PAIR_RULE.format(name="LinearBN", code="ADP902", first="Linear", second="BatchNorm1d"))
+
+SOURCE = """\
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 4, 3),
+            nn.BatchNorm2d(4),
+            nn.Conv2d(4, 4, 3),
+            nn.BatchNorm2d(4),
+            nn.Flatten(),
+            nn.Linear(4, 2),
+            nn.BatchNorm1d(2),
+        )
+
+    def forward(self, x):
+        return self.body(x)
+"""
+
+
+def test_all_pairs_of_one_container_apply_in_one_round() -> None:
+    module = cst.parse_module(SOURCE)
+    assert len(find_all(build_module_structure(module), [CONV_BN, LINEAR_BN])) == 3
+    outcome = rewrite_module(module, [CONV_BN, LINEAR_BN])
+    assert len(outcome.applied) == 3
+    assert outcome.rounds == 1
+    assert "self.body = kernels.FusedSequential(\n" in outcome.module.code
+    assert outcome.module.code.count("FusedSequential") == 1
