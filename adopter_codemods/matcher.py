@@ -505,7 +505,15 @@ def _names_at_anchor(match: Match) -> dict[int, str]:
     pairs = list(state.items())
     # Parameters and globals hold their entry value unless assigned before the anchor.
     pairs += [(name, vid) for vid, name in match.cls.entry_names.items() if name not in state]
+    holding = dict(pairs)
     names: dict[int, str] = {}
+    # A value keeps the name it was matched under while that name still holds it (`identity = x` is an alias).
+    for bound in match.env.values():
+        if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%"):
+            scoped, vid = bound.uses[0]
+            visible = scoped.startswith("self.") or (scoped.startswith(scope) and "::" not in scoped[len(scope):])
+            if visible and holding.get(scoped) == vid:
+                names.setdefault(vid, bound.text)
     for name, vid in pairs:
         if name.startswith("self."):
             names.setdefault(vid, name)
