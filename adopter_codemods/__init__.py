@@ -18,6 +18,9 @@ CODEMODS: dict[str, str] = {
     "FuseT5Attention": "fuse_t5_attention",
     "FuseGPT2Attention": "fuse_gpt2_attention",
     "FuseDropoutLN": "fuse_dropout_ln",
+    "FastSoftmax": "fast_softmax",
+    "FuseBiasGeLU": "fuse_bias_gelu",
+    "FuseQKV": "fuse_qkv",
     "AdoptAll": "adopt_all",
     "ApplyRuleFiles": "apply_rule_files",
 }
