@@ -536,6 +536,9 @@ class _ClassWalker:
                         scoped = name if name.startswith("self.") else ctx.prefix + name
                         vid = q.state[scoped] = self.new_vid()
                         q.events.append(Def(scoped, vid, self.site(ctx, small, line)))
+                elif q.status == "open" and not val.text.startswith("%"):
+                    # `self._helper(x)` whose inlined `return h` names a variable: the return still reads it.
+                    q.events.append(Use((val.vid,), self.site(ctx, small, line)))
                 out.append(q)
             return out
         if isinstance(small, cst.Raise):
