@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from adopter_codemods.dsl import parse_rule
+from adopter_codemods.dsl import Rule, parse_rule
 from adopter_codemods.engine import find_all, rewrite_module
 from adopter_codemods.provider import build_module_structure
 
@@ -52,7 +52,7 @@ class M(nn.Module):
 """
 
 
-def _rewrite(call: str, rule=RULE) -> str:  # type: ignore[no-untyped-def]
+def _rewrite(call: str, rule: Rule = RULE) -> str:
     return rewrite_module(cst.parse_module(TEMPLATE.format(call=call)), [rule]).module.code
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from adopter_codemods.dsl import parse_rule
-from adopter_codemods.engine import find_all, findings_for, rewrite_module
+from adopter_codemods.dsl import Rule, parse_rule
+from adopter_codemods.engine import Finding, find_all, findings_for, rewrite_module
 from adopter_codemods.provider import MAX_OTHER_PATHS, build_module_structure
 
 SOFTMAX = parse_rule(
@@ -78,7 +78,7 @@ class Head(nn.Module):
 """
 
 
-def _findings(rule):  # type: ignore[no-untyped-def]
+def _findings(rule: Rule) -> list[Finding]:
     module = cst.parse_module(SOURCE)
     return findings_for(module, find_all(build_module_structure(module), [rule]), "m.py")
 
