@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import libcst as cst
 from libcst.metadata import BaseMetadataProvider
 
+from . import cstwalk
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
 
@@ -77,44 +78,49 @@ def _const_text(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-class _NameCollector(cst.CSTVisitor):
-    """Names read by an expression: plain names and ``self.<attr>``; flags calls (impure)."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.has_call = False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.append(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
-        attr = _is_self_attr(node)
-        if attr is not None:
-            self.names.append("self." + attr)
-            return False
-        return True
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.has_call = True
-
-    def visit_Await(self, node: cst.Await) -> None:
-        self.has_call = True
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self.has_call = True  # assignment inside: never move it
+def _not_self_attr(node: cst.CSTNode) -> bool:
+    return not (type(node) is cst.Attribute and _is_self_attr(node) is not None)
 
 
 def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
-    collector = _NameCollector()
-    node.visit(collector)
-    return collector.names, collector.has_call
+    """Names read by an expression: plain names and ``self.<attr>``; and whether it calls (impure)."""
+    names: list[str] = []
+    has_call = False
+    for sub in cstwalk.walk(node, _not_self_attr):
+        kind = type(sub)
+        if kind is cst.Name:
+            names.append(sub.value)  # type: ignore[attr-defined]
+        elif kind is cst.Attribute:
+            attr = _is_self_attr(sub)  # type: ignore[arg-type]
+            if attr is not None:
+                names.append("self." + attr)
+        elif kind in (cst.Call, cst.Await, cst.NamedExpr):
+            has_call = True  # a walrus assigns inside: never move it either
+    return names, has_call
 
 
-class _TargetCollector(cst.CSTVisitor):
+class _TargetCollector:
     """Names (re)bound or mutated anywhere inside a statement: assignment targets, for targets, del, augassign."""
 
     def __init__(self) -> None:
         self.names: set[str] = set()
+
+    def visit(self, root: cst.CSTNode) -> None:
+        for node in cstwalk.walk(root):
+            kind = type(node)
+            if kind in (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del, cst.NamedExpr):
+                self._targets(node.target)  # type: ignore[attr-defined]
+            elif kind is cst.WithItem:
+                if node.asname is not None:  # type: ignore[attr-defined]
+                    self._targets(node.asname.name)  # type: ignore[attr-defined]
+            elif kind is cst.ExceptHandler:
+                if node.name is not None:  # type: ignore[attr-defined]
+                    self._targets(node.name.name)  # type: ignore[attr-defined]
+            elif kind is cst.Call:
+                # `x.add_(y)`: in-place tensor methods mutate their receiver.
+                func = node.func  # type: ignore[attr-defined]
+                if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+                    self._targets(func.value)
 
     def _targets(self, node: cst.BaseExpression) -> None:
         if isinstance(node, cst.Name):
@@ -135,42 +141,10 @@ class _TargetCollector(cst.CSTVisitor):
             if isinstance(root, cst.Name):
                 self.names.add(root.value)  # mutation of the object the name refers to
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._targets(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._targets(node.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._targets(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._targets(node.target)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self._targets(node.target)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self._targets(node.target)
-
-    def visit_WithItem(self, node: cst.WithItem) -> None:
-        if node.asname is not None:
-            self._targets(node.asname.name)
-
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        if node.name is not None:
-            self._targets(node.name.name)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        # `x.add_(y)`: in-place tensor methods mutate their receiver.
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
-            self._targets(func.value)
-
 
 def _written_names(node: cst.CSTNode) -> set[str]:
     collector = _TargetCollector()
-    node.visit(collector)
+    collector.visit(node)
     return collector.names
 
 
@@ -433,9 +407,7 @@ class _ClassWalker:
 
     def is_interesting(self, node: cst.CSTNode) -> bool:
         """Whether a compound statement holds a layer/function/helper call worth separate paths."""
-        finder = _CallFinder(self)
-        node.visit(finder)
-        return finder.found
+        return _has_dsl_call(self, node)
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []
@@ -896,28 +868,25 @@ def _inlinable(method: cst.FunctionDef) -> bool:
     )
 
 
-class _CallFinder(cst.CSTVisitor):
-    """Finds a call the walk would turn into a DSL node or inline."""
+def _not_a_scope(node: cst.CSTNode) -> bool:
+    return type(node) is not cst.FunctionDef and type(node) is not cst.ClassDef
 
-    def __init__(self, walker: _ClassWalker) -> None:
-        self.walker = walker
-        self.found = False
 
-    def visit_Call(self, node: cst.Call) -> Optional[bool]:
-        attr = _is_self_attr(node.func)
+def _has_dsl_call(walker: _ClassWalker, root: cst.CSTNode) -> bool:
+    """Whether `root` (nested functions and classes aside) holds a call the walk would turn into a DSL node or
+    inline."""
+    for node in cstwalk.walk(root, _not_a_scope):
+        if type(node) is not cst.Call:
+            continue
+        func = node.func  # type: ignore[attr-defined]
+        attr = _is_self_attr(func)
         if attr is not None:
-            inlined = not self.walker.on_its_own and self.walker.find_method(attr) is not None
-            if attr in self.walker.bindings or inlined:
-                self.found = True
-        elif self.walker.table.resolve(node.func) is not None:
-            self.found = True
-        return not self.found
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
+            inlined = not walker.on_its_own and walker.find_method(attr) is not None
+            if attr in walker.bindings or inlined:
+                return True
+        elif walker.table.resolve(func) is not None:
+            return True
+    return False
 
 
 def _find_method(
@@ -941,7 +910,7 @@ def _suite_body(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
 
 
 def _child_suites(stmt: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
-    for child in stmt.children:
+    for child in cstwalk.children(stmt):
         if isinstance(child, cst.BaseSuite):
             yield child
         elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)):
@@ -985,14 +954,14 @@ def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpressi
     return None
 
 
-class _SelfRefCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.refs: dict[str, list[cst.Attribute]] = {}
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        attr = _is_self_attr(node)
-        if attr is not None:
-            self.refs.setdefault(attr, []).append(node)
+def _self_references(root: cst.CSTNode) -> dict[str, list[cst.Attribute]]:
+    refs: dict[str, list[cst.Attribute]] = {}
+    for node in cstwalk.walk(root):
+        if type(node) is cst.Attribute:
+            attr = _is_self_attr(node)  # type: ignore[arg-type]
+            if attr is not None:
+                refs.setdefault(attr, []).append(node)  # type: ignore[arg-type]
+    return refs
 
 
 def _is_module_class(
@@ -1032,9 +1001,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     memo: dict[str, bool] = {}
     refs: dict[str, dict[str, list[cst.Attribute]]] = {}
     for name, info in classes.items():
-        collector = _SelfRefCollector()
-        info.node.body.visit(collector)
-        refs[name] = collector.refs
+        refs[name] = _self_references(info.node.body)
     subclasses: dict[str, set[str]] = {n: set() for n in classes}
     for name, info in classes.items():
         for base in info.bases:

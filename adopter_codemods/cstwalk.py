@@ -1,0 +1,103 @@
+"""Fast read-only traversal of LibCST trees.
+
+LibCST's visitor machinery (``node.visit(...)``, ``node.children``) rebuilds and validates every node it passes and
+dispatches through ``getattr`` per node: one pass over a module costs about as much as parsing it (DESIGN.md §5
+budget: all rules together within 1.5x the parse). Reading the dataclass fields that can hold syntax directly
+(whitespace, parentheses and punctuation skipped) visits the same nodes, in source order, about 20x faster.
+
+``tests/test_cstwalk.py`` checks node sets and order against ``CSTVisitor`` on the transformers corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, Optional
+
+import libcst as cst
+
+# Fields that only hold whitespace, comments, brackets, punctuation or formatting flags (never a name or a call).
+_TRIVIA = frozenset(
+    {
+        "asynchronous",
+        "colon",
+        "comma",
+        "default_indent",
+        "default_newline",
+        "dot",
+        "empty_lines",
+        "encoding",
+        "equal",
+        "first_colon",
+        "footer",
+        "has_trailing_newline",
+        "header",
+        "indent",
+        "lbrace",
+        "lbracket",
+        "leading_lines",
+        "lines_after_decorators",
+        "lpar",
+        "newline",
+        "operator",
+        "posonly_ind",
+        "rbrace",
+        "rbracket",
+        "relative",
+        "rpar",
+        "second_colon",
+        "semicolon",
+        "trailing_whitespace",
+    }
+)
+# Node types whose dataclass field order differs from source order (field names in source order).
+_SOURCE_ORDER: dict[type, tuple[str, ...]] = {
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.Param: ("name", "annotation", "default"),
+    cst.Parameters: ("posonly_params", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.Arg: ("keyword", "value"),
+    cst.Subscript: ("value", "slice"),
+    cst.MatchCase: ("pattern", "guard", "body"),
+    cst.TypeAlias: ("name", "type_parameters", "value"),
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(node_type: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(node_type)
+    if fields is None:
+        order = _SOURCE_ORDER.get(node_type)
+        names = order if order is not None else tuple(f.name for f in dataclasses.fields(node_type))
+        fields = _FIELDS[node_type] = tuple(
+            n for n in names if n not in _TRIVIA and not n.startswith(("whitespace", "leading_whitespace"))
+        )
+    return fields
+
+
+def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Direct syntax children in source order (no whitespace, brackets or punctuation nodes)."""
+    for name in _fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif type(value) is tuple or type(value) is list:
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
+def walk(root: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
+    """Pre-order walk in source order, `root` included; where `descend(node)` is False its children are skipped."""
+    stack = [root]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        node = pop()
+        yield node
+        if descend is not None and not descend(node):
+            continue
+        kids = list(children(node))
+        kids.reverse()
+        extend(kids)
