@@ -795,8 +795,10 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
                 match.plan = "container"
                 match.anchor = match.nodes[-1]
-                if all(guard_registry.get(name)(match) for name in rule.guards):
-                    taken |= key
+                # One match per pair of elements, however many times forward calls the container.
+                elements = frozenset((id(match.container), n.layer) for n in match.nodes)
+                if not elements & taken and all(guard_registry.get(name)(match) for name in rule.guards):
+                    taken |= key | elements
                     found.append(match)
                 continue
             plan = _plan(match)

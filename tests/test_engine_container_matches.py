@@ -55,3 +55,9 @@ def test_all_pairs_of_one_container_apply_in_one_round() -> None:
     assert outcome.rounds == 1
     assert "self.body = kernels.FusedSequential(\n" in outcome.module.code
     assert outcome.module.code.count("FusedSequential") == 1
+
+
+def test_container_called_twice_is_one_match_per_pair() -> None:
+    source = SOURCE.replace("        return self.body(x)\n", "        return self.body(x), self.body(x + 1)\n")
+    module = cst.parse_module(source)
+    assert len(find_all(build_module_structure(module), [CONV_BN, LINEAR_BN])) == 3
