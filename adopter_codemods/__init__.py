@@ -20,6 +20,8 @@ CODEMODS: dict[str, str] = {
     "FuseDropoutLN": "fuse_dropout_ln",
     "FastSoftmax": "fast_softmax",
     "FuseBiasGeLU": "fuse_bias_gelu",
+    "FuseConvBN": "fuse_conv_bn",
+    "FuseLinearBN": "fuse_linear_bn",
     "FuseQKV": "fuse_qkv",
     "AdoptAll": "adopt_all",
     "ApplyRuleFiles": "apply_rule_files",

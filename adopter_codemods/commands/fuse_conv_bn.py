@@ -1,0 +1,52 @@
+"""ADP007 FuseConvBN — ``Conv2d`` → ``BatchNorm2d`` as one conv: exact in training, BN folded into it in eval.
+
+**What**: ``y = self.conv(x); z = self.bn(y)`` (also nested ``self.bn(self.conv(x))``, in a helper method that
+forward calls, in a loop body) where ``self.conv`` is an ``nn.Conv2d`` and ``self.bn`` an ``nn.BatchNorm2d`` bound in
+``__init__``; adjacent ``Conv2d``, ``BatchNorm2d`` elements of an ``nn.Sequential`` that forward calls; and the
+paper's DPT case, the BatchNorm under an ``if`` right after the conv (§3.2 Fig. 3, §3.5 Fig. 4–5): the fused call
+goes into the branch and the conv is copied into the other branch (a new ``else`` or the existing one).
+One finding per conv/BN pair.
+
+**Why**: in inference a BatchNorm after a conv is an affine map per channel, so it folds into the conv's weights and
+bias: one conv instead of a conv plus a full read and write of its output (paper Table 1 rule 7; epoi never shipped
+the ``FusedConv2dBatchNorm2d`` the paper names).
+
+**Example**::
+
+    -        hidden_state = self.convolution1(hidden_state)
+    -
+             if self.use_batch_norm:
+    -            hidden_state = self.batch_norm1(hidden_state)
+    +            hidden_state = adopter_kernels.conv_bn2d(hidden_state, self.convolution1, self.batch_norm1)
+    +        else:
+    +            hidden_state = self.convolution1(hidden_state)
+
+    -        self.head = nn.Sequential(
+    +        self.head = adopter_kernels.FusedSequential(
+                 nn.Conv2d(features, features, kernel_size=3, padding=1, bias=False),
+                 nn.BatchNorm2d(features),
+
+**Fix safety**: safe. ``conv_bn2d(x, conv, bn)`` is ``bn(conv(x))`` on the model's own layers: in training, and
+whenever folding would not be exact (BN without running statistics, subclasses or hooks, a layer that is not a
+plain ``Conv2d``/``BatchNorm2d`` at run time, unbatched input), it runs the two layers literally (batch statistics
+and running-stat updates as before); in eval it runs one conv with ``w·γ/√(var+ε)`` and the folded bias (conv bias
+or none, BN with or without affine parameters). Results then match up to float rounding (≈1e-6). Both layers stay
+in ``__init__`` and ``FusedSequential`` keeps the children, so ``state_dict`` keys are unchanged and other uses of
+the layers keep working.
+
+**Limitations**: refused when the conv output is used anywhere else (a residual taken before the BN), when
+anything runs between them (``conv → relu → bn``), when the conv input is rebound or touched by a call in between
+(it is read again at the BN), when the BN is in a loop and the conv outside it, for ``if``/``elif`` chains and
+``if`` tests that read the conv output or make calls, and for other layer types (``Conv1d``/``Conv3d``,
+``ConvTranspose2d``, frozen or custom BatchNorm classes). ``nn.Sequential`` is only rewritten when it is bound
+once with positional elements and called directly in forward (not ``OrderedDict`` or ``*layers`` containers, not
+containers created in a local variable or bound twice, e.g. an empty shortcut replaced under an ``if``).
+"""
+
+from .. import codemod
+
+
+class FuseConvBN(codemod.AdopterCodemod):
+    __doc__ = __doc__
+    DESCRIPTION = "ADP007: run Conv2d -> BatchNorm2d as adopter_kernels.conv_bn2d (BatchNorm folded in eval)."
+    RULES = ("ADP007",)

@@ -1,0 +1,41 @@
+"""ADP008 FuseLinearBN — ``Linear`` → ``BatchNorm1d`` as one linear: exact in training, BN folded into it in eval.
+
+**What**: ``y = self.fc(x); z = self.bn(y)`` (also nested ``self.bn(self.fc(x))``, in a helper method that forward
+calls, with the BatchNorm under an ``if``) where ``self.fc`` is an ``nn.Linear`` and ``self.bn`` an
+``nn.BatchNorm1d`` bound in ``__init__``, and adjacent ``Linear``, ``BatchNorm1d`` elements of an ``nn.Sequential``
+that forward calls (GroupViT's projection heads). One finding per linear/BN pair.
+
+**Why**: in inference a BatchNorm after a linear layer is an affine map per feature, so it folds into the linear's
+weight and bias: one GEMM instead of a GEMM plus a full read and write of its output (paper Table 1 rule 8; the
+paper's ``torch.nn.intrinsic.qat.LinearBn1d`` is a fake-quantising QAT module, not a speed kernel).
+
+**Example**::
+
+    -        h = self.fc(features)
+    -        h = self.bn(h)
+    +        h = adopter_kernels.linear_bn1d(features, self.fc, self.bn)
+
+    -        self.visual_projection = nn.Sequential(
+    +        self.visual_projection = adopter_kernels.FusedSequential(
+                 nn.Linear(self.vision_embed_dim, self.projection_intermediate_dim, bias=True),
+                 nn.BatchNorm1d(self.projection_intermediate_dim),
+
+**Fix safety**: safe. ``linear_bn1d(x, linear, bn)`` is ``bn(linear(x))`` on the model's own layers: in training,
+on input that is not (N, C) (for (N, C, L) BatchNorm1d normalises dim 1, not the linear's output features), and
+whenever folding would not be exact (BN without running statistics, subclasses or hooks), it runs the two layers
+literally; in eval on (N, C) input it runs one linear with folded weights, equal up to float rounding (≈1e-6).
+Both layers stay in ``__init__`` and ``FusedSequential`` keeps the children, so ``state_dict`` keys are unchanged.
+
+**Limitations**: refused when the linear output is used anywhere else, when anything runs between them (LeViT's
+``bn(h.flatten(0, 1))``), when the linear input is rebound or touched by a call in between, for ``if``/``elif``
+chains, for ``BatchNorm1d → Linear`` and for ``Conv1d → BatchNorm1d``. The same ``nn.Sequential`` restrictions as
+ADP007 apply.
+"""
+
+from .. import codemod
+
+
+class FuseLinearBN(codemod.AdopterCodemod):
+    __doc__ = __doc__
+    DESCRIPTION = "ADP008: run Linear -> BatchNorm1d as adopter_kernels.linear_bn1d (BatchNorm folded in eval)."
+    RULES = ("ADP008",)
