@@ -1,3 +1,132 @@
 """Guards of the built-in rules (see :mod:`adopter_codemods.guards`). Importing this module registers them."""
 
 from __future__ import annotations
+
+from typing import Callable, Optional
+
+import libcst as cst
+
+from .guards import guard
+from .matcher import Match
+from .structure import Def, Site, Value
+
+
+# ------------------------------------------------------------------------------------------ ADP009 FuseQKV
+
+
+def _root_name(node: cst.BaseExpression) -> Optional[str]:
+    """``x`` for ``x``, ``x.a``, ``x[i]`` (``self.x`` for ``self.x...``); None for anything else."""
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+            return "self." + node.attr.value
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+class _InPlaceTargets(cst.CSTVisitor):
+    """Names whose object a statement modifies in place: ``x += y``, ``x[i] = y``, ``x.add_(y)``,
+    ``f(x, inplace=True)``."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def _add(self, node: cst.BaseExpression) -> None:
+        name = _root_name(node)
+        if name is not None:
+            self.names.add(name)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, (cst.Subscript, cst.Attribute)):
+            self._add(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+            self._add(func.value)
+        inplace = any(
+            a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in node.args
+        )
+        if inplace:
+            for arg in node.args:
+                if arg.keyword is None:
+                    self._add(arg.value)
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def _in_place_targets(small: cst.CSTNode) -> set[str]:
+    visitor = _InPlaceTargets()
+    small.visit(visitor)
+    return visitor.names
+
+
+def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optional[str]:
+    """The variable whose tensor ``expr`` may be a view of (or be itself): ``t`` for ``t``, ``t.view(...)``,
+    ``t[0].transpose(1, 2)``, and the first argument of a function call (``torch.transpose(t, 0, 1)``, an unknown
+    helper); None for new values (arithmetic, tuples, literals)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            name = _root_name(expr)
+            if name is not None and name.startswith("self.") and held(name):
+                return name
+            expr = expr.value
+        elif isinstance(expr, cst.Call):
+            func = expr.func
+            receiver = _root_name(func.value) if isinstance(func, cst.Attribute) else None
+            if receiver is not None and held(receiver):
+                expr = func.value  # a method of a tracked tensor
+            else:
+                positional = [a.value for a in expr.args if a.keyword is None and not a.star]
+                if not positional:
+                    return None
+                expr = positional[0]
+        else:
+            return None
+
+
+@guard
+def qkv_outputs_not_modified_in_place(match: Match) -> bool:
+    """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view
+    of it, in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``). Refuse when, on a path through the
+    match, a variable that may alias an output (assigned from it through methods, indexing or a call taking it
+    first) is modified in place."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None
+    target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
+    out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
+    out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
+    for path in match.cls.forward_paths:
+        tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
+        if len(tainted) != len(out_keys):
+            continue
+        holds: dict[str, int] = {}
+        checked: set[int] = set()
+        for event in path.events:
+            site = event.site
+
+            def scoped(name: str, site: Site = site) -> str:
+                return name if name.startswith("self.") else site.scope + name
+
+            if id(site.small) not in checked:
+                checked.add(id(site.small))
+                if any(holds.get(scoped(name)) in tainted for name in _in_place_targets(site.small)):
+                    return False
+            if not isinstance(event, Def):
+                continue
+            small = site.small
+            aliased = event.vid in tainted
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                root = _view_root(small.value, lambda name: scoped(name) in holds)
+                aliased = aliased or (root is not None and holds.get(scoped(root)) in tainted)
+            elif isinstance(small, cst.AugAssign):
+                aliased = aliased or holds.get(event.name) in tainted  # `x += y` keeps the object
+            if aliased:
+                tainted.add(event.vid)
+            holds[event.name] = event.vid
+    return True

@@ -37,6 +37,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("ADP009", "gpt_neo"): {"GPTNeoSelfAttention": 1},
     ("ADP009", "gptj"): {"GPTJAttention": 1},
     ("ADP009", "llama"): {"LlamaAttention": 1, "LlamaFlashAttention2": 1},
+    ("ADP009", "longformer"): {},  # `query_vectors /= ...` on an output: refused by the guard
 }
 
 
@@ -68,7 +69,7 @@ def _rewrite(rule: str, model: str) -> str:
     path, source = _source(model)
     result = rewrite_source(source, [rule], path=path)
     assert Counter(f.cls for f in result.findings) == Counter(EXPECTED[(rule, model)])
-    assert {f.code for f in result.findings} == {rule}
+    assert {f.code for f in result.findings} <= {rule}
     cst.parse_module(result.code)
     assert rewrite_source(result.code, [rule]).code == result.code
     return result.code

@@ -25,7 +25,11 @@ overridden forward) or mixed dtypes/devices are applied one by one. Numerically 
 three GEMMs in the last bits (different blocking), as any matmul reordering does.
 
 **Limitations**: the outputs are column slices of one buffer: ``.view`` that splits the last dim (heads) works,
-but a later ``.view`` merging the last dim with an earlier one raises (use ``.reshape``). Refused when an output is not a plain ``name = proj(x)`` statement
+but a later ``.view`` merging the last dim with an earlier one raises (use ``.reshape``). Autograd forbids
+modifying such slices (or views of them) in place, so the rewrite is refused when a variable that may alias an
+output is modified in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``, ``.mul_``,
+``inplace=True``; guard ``qkv_outputs_not_modified_in_place``); an in-place change inside a function the output is
+passed to is not seen. Refused when an output is not a plain ``name = proj(x)`` statement
 (ViT/BERT's ``self.transpose_for_scores(self.key(h))``, OPT/BART's ``self.q_proj(h) * self.scaling``, CLIP's
 ``self._shape(self.k_proj(h), ...)``), when an output is read before the last projection runs, when the inputs
 differ (cross-attention: keys and values from the encoder states), and when the projections sit in different
