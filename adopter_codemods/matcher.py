@@ -351,6 +351,8 @@ def _match_init(match: Match) -> bool:
             if rule.sequential is None or (match.container is not None and match.container is not container):
                 return False
             match.container = container
+        elif ref.attr in match.cls.rebound or "*" in match.cls.rebound:
+            return False  # bound again elsewhere in the class family: what the layer is at the call is unknown
         matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
         if edits and (len(ref.bindings) != 1 or not good):
@@ -865,4 +867,6 @@ def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
                 allowed.add(id(small.target))
         if any(id(node) not in allowed for node in match.cls.self_references.get(attr, [])):
             return False
+        if attr in match.cls.foreign_attributes:
+            return False  # maybe reached from outside the class (`self.embeddings.dropout(x)`)
     return True

@@ -286,7 +286,8 @@ class _ClassWalker:
         return f"{self.info.name}.{function}" if self.info.name else function
 
     def forward_paths(self) -> list[Path]:
-        forward = self.find_method("forward")
+        # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
+        forward = self.info.methods.get("forward")
         return self.function_paths(forward) if forward is not None else []
 
     def other_paths(self, functions: Iterable[cst.FunctionDef]) -> list[Path]:
@@ -954,14 +955,76 @@ def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpressi
     return None
 
 
-def _self_references(root: cst.CSTNode) -> dict[str, list[cst.Attribute]]:
-    refs: dict[str, list[cst.Attribute]] = {}
+@dataclass
+class _Scan:
+    """One walk over a class body: how it reaches and rebinds its own attributes."""
+
+    refs: dict[str, list[cst.Attribute]] = field(default_factory=dict)  # every `self.<attr>`
+    stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
+    dynamic: bool = False  # `setattr(self, name, ...)` with a computed name: any attribute may be rebound
+
+
+# `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
+_STORE_BUILTINS = ("setattr", "delattr")
+_STORE_METHODS = ("add_module", "register_module", "register_buffer", "register_parameter")
+_STORE_KINDS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.Del, cst.For)
+
+
+def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
+    """Self references and rebinding stores of one class; adds to `foreign` every attribute name read on an
+    object other than `self` or an imported module (`self.embeddings.dropout`: maybe another class's layer)."""
+    scan = _Scan()
     for node in cstwalk.walk(root):
-        if type(node) is cst.Attribute:
+        kind = type(node)
+        if kind is cst.Attribute:
             attr = _is_self_attr(node)  # type: ignore[arg-type]
             if attr is not None:
-                refs.setdefault(attr, []).append(node)  # type: ignore[arg-type]
-    return refs
+                scan.refs.setdefault(attr, []).append(node)  # type: ignore[arg-type]
+            elif table.resolve(node) is None:  # type: ignore[arg-type]
+                foreign.add(node.attr.value)  # type: ignore[attr-defined]
+        elif kind in _STORE_KINDS or (kind is cst.WithItem and node.asname is not None):  # type: ignore[attr-defined]
+            target = node.asname.name if kind is cst.WithItem else node.target  # type: ignore[attr-defined]
+            for attr, sub in _self_targets(target):
+                scan.stores.setdefault(attr, []).append(sub)
+        elif kind is cst.Call:
+            name = _stored_by_call(node)  # type: ignore[arg-type]
+            if name == "":
+                scan.dynamic = True
+            elif name is not None:
+                scan.stores.setdefault(name, []).append(node)
+    return scan
+
+
+def _self_targets(target: cst.BaseExpression) -> Iterator[tuple[str, cst.Attribute]]:
+    """`self.<attr>` bound by an assignment target (`self.a = `, `self.a, *self.b = `); not `self.a.b = `."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for el in target.elements:
+            yield from _self_targets(el.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _self_targets(target.value)
+    elif isinstance(target, cst.Attribute):
+        attr = _is_self_attr(target)
+        if attr is not None:
+            yield attr, target
+
+
+def _stored_by_call(call: cst.Call) -> Optional[str]:
+    """The attribute a setattr-like call on `self` binds: its name, "" when computed, None for other calls."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in _STORE_BUILTINS:
+        args = call.args
+        if not args or not (isinstance(args[0].value, cst.Name) and args[0].value.value == "self"):
+            return None
+        name_arg = args[1].value if len(args) > 1 else None
+    elif isinstance(func, cst.Attribute) and func.attr.value in _STORE_METHODS:
+        if not (isinstance(func.value, cst.Name) and func.value.value == "self"):
+            return None
+        name_arg = call.args[0].value if call.args else None
+    else:
+        return None
+    if isinstance(name_arg, cst.SimpleString) and name_arg.prefix.lower() in ("", "u"):
+        return name_arg.raw_value
+    return ""
 
 
 def _is_module_class(
@@ -999,9 +1062,11 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
             info.bases = [n for n in (dotted_name(b.value) for b in stmt.bases) if n is not None]
             classes[stmt.name.value] = info
     memo: dict[str, bool] = {}
-    refs: dict[str, dict[str, list[cst.Attribute]]] = {}
-    for name, info in classes.items():
-        refs[name] = _self_references(info.node.body)
+    foreign: set[str] = set()
+    scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items()}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.ClassDef):
+            _scan(stmt, table, foreign)
     subclasses: dict[str, set[str]] = {n: set() for n in classes}
     for name, info in classes.items():
         for base in info.bases:
@@ -1013,11 +1078,16 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
             continue
         walker = _ClassWalker(info, classes, table)
         walker.collect_bindings()
+        # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
+        # subclasses sees the layers (and may rebind them, or call the removed ones).
+        family = _family(name, classes, subclasses)
         self_refs: dict[str, list[cst.Attribute]] = {}
-        for cls_name in _descendants(name, subclasses):
-            for attr, nodes in refs[cls_name].items():
+        for cls_name in family:
+            for attr, nodes in scans[cls_name].refs.items():
                 self_refs.setdefault(attr, []).extend(nodes)
         structure = ClassStructure(name, info.node, walker.bindings, [], self_refs, walker.entry_names)
+        structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
+        structure.foreign_attributes = frozenset(foreign)
         try:
             structure.forward_paths = walker.forward_paths()
         except TooManyPaths:
@@ -1038,6 +1108,38 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         if any(path.nodes for path in paths):
             result.append(ClassStructure("", None, {}, paths, {}, walker.entry_names))
     return ModuleStructure(result, module)
+
+
+def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:
+    """The class, its local bases (transitively) and every local subclass of those."""
+    roots, todo = [], [name]
+    while todo:
+        cur = todo.pop()
+        if cur in roots or cur not in classes:
+            continue
+        roots.append(cur)
+        todo.extend(classes[cur].bases)
+    family: list[str] = []
+    for root in roots:
+        family.extend(c for c in _descendants(root, subclasses) if c not in family)
+    return family
+
+
+def _rebound(bindings: dict[str, list[LayerBinding]], scans: list[_Scan]) -> frozenset[str]:
+    """Attributes bound anywhere in the family other than by this class's `__init__` bindings ("*": any)."""
+    own = set()
+    for attr_bindings in bindings.values():
+        for binding in attr_bindings:
+            if binding.statement is not None:
+                for small in binding.statement.body:
+                    if isinstance(small, cst.Assign):
+                        own.update(id(t.target) for t in small.targets)
+                    elif isinstance(small, cst.AnnAssign):
+                        own.add(id(small.target))
+    rebound = {attr for scan in scans for attr, nodes in scan.stores.items() if any(id(n) not in own for n in nodes)}
+    if any(scan.dynamic for scan in scans):
+        rebound.add("*")
+    return frozenset(rebound)
 
 
 def _descendants(name: str, subclasses: dict[str, set[str]]) -> list[str]:

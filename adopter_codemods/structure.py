@@ -108,6 +108,12 @@ class ClassStructure:
     entry_names: dict[int, str] = field(default_factory=dict)  # value id -> name read before any assignment
     truncated: bool = False  # too many paths: matches are refused in this class
     skipped_reason: Optional[str] = None
+    # Attributes (re)bound in the class family other than by this class's __init__ bindings (`"*"`: any, through
+    # a computed setattr name): a forward rewrite must not rely on what such a layer is.
+    rebound: frozenset[str] = frozenset()
+    # Attribute names the module reads on objects other than `self` (`self.embeddings.dropout`): such a layer may
+    # be used from outside the class, so it is not removed.
+    foreign_attributes: frozenset[str] = frozenset()
 
 
 @dataclass(eq=False)

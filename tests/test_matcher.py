@@ -250,3 +250,82 @@ def test_two_bindings_of_a_rewritten_layer_are_refused() -> None:
         "        else:\n            self.ln = nn.LayerNorm(8, eps=1e-3)\n",
     )
     assert_unchanged(source, ["ADP005"])
+
+
+# ------------------------------------------------------------------------------------------ beyond one class
+
+BASE = '''\
+import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.0)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x, r):
+        return self.ln(self.drop(x) + r){base_tail}
+{extra}
+
+def make_example():
+    return {model}(), (torch.randn(2, 8, requires_grad=True), torch.randn(2, 8))
+'''
+
+FAMILY_REFUSED = {
+    # Regression: Child's match deleted Base's Dropout, which Base.forward still calls.
+    "subclass forward shares the parent's layers": (
+        " + self.drop(r)",
+        "\n\nclass Child(Base):\n    def forward(self, x, r):\n        return self.ln(self.drop(x) + r)\n",
+        "Base",
+    ),
+    # Regression: a subclass __init__ rebinds the fused LayerNorm to a plain one.
+    "subclass rebinds the kept layer": (
+        "",
+        "\n\nclass Child(Base):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.ln = nn.LayerNorm(8, eps=1e-3)\n",
+        "Child",
+    ),
+    # Regression: another method rebinds the fused LayerNorm.
+    "another method rebinds the kept layer": (
+        "\n\n    def reset(self):\n        self.ln = nn.LayerNorm(8)",
+        "",
+        "Base",
+    ),
+    # Regression: setattr/add_module rebind an attribute outside `self.x = ...`.
+    "setattr rebinds": ("", "", "Base"),
+    "computed setattr name": ("", "", "Base"),
+    # Regression: another class reaches the removed Dropout through its submodule.
+    "removed layer reached from another class": (
+        "",
+        "\n\nclass Outer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.inner = Base()\n\n"
+        "    def forward(self, x, r):\n        return self.inner.ln(self.inner.drop(x) + r)\n",
+        "Outer",
+    ),
+}
+_INIT_EXTRA = {
+    "setattr rebinds": '        self.add_module("ln", nn.Identity())\n',
+    "computed setattr name": '        for name in ("ln",):\n            setattr(self, name, nn.Identity())\n',
+}
+
+
+def _family_source(case: str) -> str:
+    base_tail, extra, model = FAMILY_REFUSED[case]
+    source = BASE.format(base_tail=base_tail, extra=extra, model=model)
+    if case in _INIT_EXTRA:
+        source = source.replace("        self.ln = nn.LayerNorm(8)\n", "        self.ln = nn.LayerNorm(8)\n" + _INIT_EXTRA[case], 1)
+    return source
+
+
+@pytest.mark.parametrize("case", FAMILY_REFUSED)
+def test_refused_across_classes(case: str) -> None:
+    assert_unchanged(_family_source(case), ["ADP005"])
+
+
+def test_inherited_forward_is_matched_once_in_the_defining_class() -> None:
+    # Regression: a subclass inheriting __init__ and forward reported the same site again (and the two identical
+    # matches blocked each other, so nothing was rewritten).
+    source = BASE.format(base_tail="", extra="\n\nclass Child(Base):\n    pass\n", model="Child")
+    assert [f.cls for f in scan_source(source, ["ADP005"])] == ["Base"]
+    assert_equivalent_rewrite(source, ["ADP005"], findings=1)
