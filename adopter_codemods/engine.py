@@ -7,13 +7,14 @@ This is the one place that ties provider, matcher and rewriter together; every f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from .dsl import Rule
 from .matcher import LayerRef, Match, find_matches
+from .positions import positions_within
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
@@ -75,15 +76,10 @@ def findings_for(
     if not matches:
         return []
     if positions is None:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions = _positions(module, matches)
     out = []
     for m in matches:
-        smalls: list[cst.CSTNode] = [n.site.small for n in m.nodes]
-        if not smalls or m.plan == "container":
-            smalls = [b.statement for b in m.init_matches.values() if b.statement is not None]
-            if m.container is not None and m.container.statement is not None:
-                smalls = [m.container.statement]
-        ranges = [positions[s] for s in smalls if s in positions]  # type: ignore[operator]
+        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]  # type: ignore[operator]
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
@@ -96,6 +92,28 @@ def findings_for(
         )
     out.sort(key=lambda f: (f.line, f.code))
     return out
+
+
+def _reported_nodes(m: Match) -> list[cst.CSTNode]:
+    """The statements a finding spans: the matched forward statements, else the ``__init__`` bindings."""
+    smalls: list[cst.CSTNode] = [n.site.small for n in m.nodes]
+    if not smalls or m.plan == "container":
+        smalls = [b.statement for b in m.init_matches.values() if b.statement is not None]
+        if m.container is not None and m.container.statement is not None:
+            smalls = [m.container.statement]
+    return smalls
+
+
+def _positions(module: cst.Module, matches: Sequence[Match]) -> Mapping[cst.CSTNode, CodeRange]:
+    """Positions inside the top-level classes/functions holding the matches; PositionProvider renders the whole
+    module (slower than parsing it), so it is the fallback for a node found nowhere else."""
+    functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
+    tops = [m.cls.node for m in matches if m.cls.node is not None]
+    tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
+    positions = positions_within(module, tops)
+    if all(s in positions for m in matches for s in _reported_nodes(m)):
+        return positions
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 
 
 def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Match]]:
