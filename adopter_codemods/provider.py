@@ -18,6 +18,7 @@ lint rule and ``scan``. The walk is a plain recursive descent over the CST, not 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence
@@ -623,18 +624,8 @@ class _ClassWalker:
     ) -> list[tuple[_Partial, Value]]:
         """An expression that is no DSL node: still unchain DSL nodes nested in it, except where they may not run
         (lambdas, comprehensions, conditional expressions, `and`/`or`): those are read as a whole."""
-        alternatives: list[tuple[_Partial, list[Value]]] = [(p, [])]
         children = _sub_expressions(expr)
-        if children is not None:
-            for child in children:
-                nxt = []
-                for q, vals in alternatives:
-                    if q.status != "open":
-                        nxt.append((q, vals))
-                        continue
-                    for q2, v in self.walk_expr(child, small, line, ctx, q, parent, whole=False):
-                        nxt.append((q2, vals + [v]))
-                alternatives = nxt
+        alternatives = [(p, [])] if children is None else self.walk_values(children, small, line, ctx, p, parent)
         names, has_call = self.read_names(expr)
         out = []
         for q, vals in alternatives:
@@ -672,8 +663,9 @@ class _ClassWalker:
         line: cst.BaseStatement,
         ctx: _Ctx,
         p: _Partial,
-        parent: cst.BaseExpression,
+        parent: Optional[cst.BaseExpression],
     ) -> list[tuple[_Partial, list[Value]]]:
+        """Evaluate expressions left to right; one (partial, values) alternative per path through them."""
         alternatives: list[tuple[_Partial, list[Value]]] = [(p, [])]
         for e in exprs:
             nxt = []
@@ -962,6 +954,7 @@ class _Scan:
     refs: dict[str, list[cst.Attribute]] = field(default_factory=dict)  # every `self.<attr>`
     stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
     dynamic: bool = False  # `setattr(self, name, ...)` with a computed name: any attribute may be rebound
+    callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -987,6 +980,9 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
             for attr, sub in _self_targets(target):
                 scan.stores.setdefault(attr, []).append(sub)
         elif kind is cst.Call:
+            callee = table.resolve(node.func)  # type: ignore[attr-defined]
+            if callee is not None:
+                scan.callees.add(canonical_torch_name(callee))
             name = _stored_by_call(node)  # type: ignore[arg-type]
             if name == "":
                 scan.dynamic = True
@@ -1064,9 +1060,12 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     memo: dict[str, bool] = {}
     foreign: set[str] = set()
     scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items()}
+    function_callees: set[str] = set()
     for stmt in module.body:
         if not isinstance(stmt, cst.ClassDef):
-            _scan(stmt, table, foreign)
+            scan = _scan(stmt, table, foreign)
+            if isinstance(stmt, cst.FunctionDef):
+                function_callees |= scan.callees
     subclasses: dict[str, set[str]] = {n: set() for n in classes}
     for name, info in classes.items():
         for base in info.bases:
@@ -1085,29 +1084,40 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         for cls_name in family:
             for attr, nodes in scans[cls_name].refs.items():
                 self_refs.setdefault(attr, []).extend(nodes)
-        structure = ClassStructure(name, info.node, walker.bindings, [], self_refs, walker.entry_names)
+        structure = ClassStructure(name, info.node, walker.bindings, None, self_refs, walker.entry_names)
         structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
         structure.foreign_attributes = frozenset(foreign)
-        try:
-            structure.forward_paths = walker.forward_paths()
-        except TooManyPaths:
-            structure.truncated = True
-            structure.skipped_reason = f"more than {MAX_PATHS} control-flow paths in forward"
-        except RecursionError:
-            structure.truncated = True
-            structure.skipped_reason = "forward is nested too deeply to analyse"
-        if not structure.truncated:
-            others = [fn for method, fn in info.methods.items() if method not in ("__init__", "forward")]
-            structure.forward_paths += walker.other_paths(others)
+        # Forward and helpers may come from local bases.
+        structure.callees = frozenset().union(*(scans[c].callees for c in _family(name, classes, {})))
+        structure.walk = functools.partial(_walk_class, walker)
         result.append(structure)
     functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
-    if functions:
+    if function_callees:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
         walker = _ClassWalker(_ClassInfo(None), classes, table)
-        paths = walker.other_paths(functions)
-        if any(path.nodes for path in paths):
-            result.append(ClassStructure("", None, {}, paths, {}, walker.entry_names))
+        unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
+        unit.walk = functools.partial(_walk_functions, walker, functions)
+        result.append(unit)
     return ModuleStructure(result, module)
+
+
+def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
+    """The paths of a class, computed on first use."""
+    try:
+        structure.forward_paths = walker.forward_paths()
+    except TooManyPaths:
+        structure.truncated = True
+        structure.skipped_reason = f"more than {MAX_PATHS} control-flow paths in forward"
+    except RecursionError:
+        structure.truncated = True
+        structure.skipped_reason = "forward is nested too deeply to analyse"
+    if not structure.truncated:
+        others = [fn for method, fn in walker.info.methods.items() if method not in ("__init__", "forward")]
+        structure.forward_paths += walker.other_paths(others)
+
+
+def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
+    structure.forward_paths = walker.other_paths(functions)
 
 
 def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:
