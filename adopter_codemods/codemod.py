@@ -45,10 +45,11 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         structure = self.get_metadata(ModelStructureProvider, tree)
+        outcome = rewrite_module(tree, self.rules, structure)
+        # After matching: classes are only walked (and found too complex) when some rule could match them.
         for cls in structure.classes:
             if cls.skipped_reason:
                 self.warn(f"class {cls.name} skipped: {cls.skipped_reason}")
-        outcome = rewrite_module(tree, self.rules, structure)
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
         return outcome.module

@@ -781,7 +781,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     """The matches of one variant whose forward nodes are not in `taken` (which grows with them)."""
     if rule.forward is None:
         return _find_init_only(rule, cls) if rule.init is not None and len(rule.init.source) == 1 else []
-    if cls.truncated:
+    if not _may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
     for path in cls.forward_paths:
@@ -814,6 +814,24 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
             taken |= key
             found.append(match)
     return found
+
+
+def _may_match(rule: Rule, cls: ClassStructure) -> bool:
+    """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
+    function among its callees): a cheap test that spares walking the paths of most classes."""
+    assert rule.forward is not None
+    types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
+    for pattern in rule.forward.source:
+        if not isinstance(pattern, CallNode):
+            continue
+        if pattern.layer is not None:
+            init = _init_pattern_for(rule, pattern.layer.name)
+            wanted, present = (init.types if init is not None else ()), types
+        else:
+            wanted, present = pattern.types, cls.callees | types  # a function pattern also matches a layer's type
+        if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
+            return False
+    return True
 
 
 def _drop_unremovable_layers(matches: list[Match]) -> list[Match]:

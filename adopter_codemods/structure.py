@@ -9,7 +9,7 @@ the uses and definitions of every other statement, which the matcher needs to pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import libcst as cst
 
@@ -102,18 +102,47 @@ class ClassStructure:
     node: Optional[cst.ClassDef]  # None for that unit
     init_bindings: dict[str, list[LayerBinding]]
     # Paths through forward (helpers inlined), then through each other method not inlined there, walked on its own;
-    # for the top-level unit, through each function.
-    forward_paths: list[Path]
+    # for the top-level unit, through each function. None until first read: `walk` computes them then, so classes
+    # no rule can match (see `callees`, `init_bindings`) are never walked.
+    _forward_paths: Optional[list[Path]]
     self_references: dict[str, list[cst.Attribute]]  # attr -> every `self.<attr>` in the class (and subclasses)
     entry_names: dict[int, str] = field(default_factory=dict)  # value id -> name read before any assignment
-    truncated: bool = False  # too many paths: matches are refused in this class
-    skipped_reason: Optional[str] = None
+    _truncated: bool = False  # too many paths: matches are refused in this class
+    skipped_reason: Optional[str] = None  # set by the walk, so only for classes some rule needed paths of
     # Attributes (re)bound in the class family other than by this class's __init__ bindings (`"*"`: any, through
     # a computed setattr name): a forward rewrite must not rely on what such a layer is.
     rebound: frozenset[str] = frozenset()
     # Attribute names the module reads on objects other than `self` (`self.embeddings.dropout`): such a layer may
     # be used from outside the class, so it is not removed.
     foreign_attributes: frozenset[str] = frozenset()
+    # Qualified names of the functions called in the class and its local bases (module functions for the unit).
+    callees: frozenset[str] = frozenset()
+    walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
+
+    def _walked(self) -> None:
+        if self._forward_paths is None:
+            self._forward_paths = []
+            if self.walk is not None:
+                self.walk(self)
+
+    @property
+    def forward_paths(self) -> list[Path]:
+        self._walked()
+        assert self._forward_paths is not None
+        return self._forward_paths
+
+    @forward_paths.setter
+    def forward_paths(self, paths: list[Path]) -> None:
+        self._forward_paths = paths
+
+    @property
+    def truncated(self) -> bool:
+        self._walked()
+        return self._truncated
+
+    @truncated.setter
+    def truncated(self, value: bool) -> None:
+        self._truncated = value
 
 
 @dataclass(eq=False)
