@@ -110,8 +110,9 @@ def _positions(module: cst.Module, matches: Sequence[Match]) -> Mapping[cst.CSTN
     functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
     tops = [m.cls.node for m in matches if m.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
-    positions = positions_within(module, tops)
-    if all(s in positions for m in matches for s in _reported_nodes(m)):
+    reported = [s for m in matches for s in _reported_nodes(m)]
+    positions = positions_within(module, tops, reported)
+    if all(s in positions for s in reported):
         return positions
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 

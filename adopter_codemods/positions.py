@@ -10,10 +10,12 @@ that statement's own code plus the number of lines before it, so: count the newl
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+
+from . import cstwalk
 
 _ALL_FIELDS: dict[type, tuple[str, ...]] = {}
 # Leaves whose text may hold newlines: triple-quoted strings, f-string text, backslash continuations.
@@ -48,24 +50,53 @@ def count_newlines(root: cst.CSTNode) -> int:
     return count
 
 
-def positions_within(module: cst.Module, tops: Iterable[cst.CSTNode]) -> Mapping[cst.CSTNode, CodeRange]:
-    """Positions (as ``PositionProvider`` gives them) of every node inside the given top-level statements of
-    `module`; statements that are not in ``module.body`` are ignored."""
-    wanted = {id(t) for t in tops}
+def positions_within(
+    module: cst.Module, tops: Iterable[cst.CSTNode], wanted: Iterable[cst.CSTNode] = ()
+) -> Mapping[cst.CSTNode, CodeRange]:
+    """Positions (as ``PositionProvider`` gives them) of the nodes inside the given top-level statements of
+    `module`; statements that are not in ``module.body`` are ignored. With `wanted` nodes, classes and functions are
+    rendered with only the members holding one of them (positions elsewhere are then missing)."""
+    todo = {id(t) for t in tops}
+    wanted_ids = {id(n) for n in wanted}
     positions: dict[cst.CSTNode, CodeRange] = {}
     line_offset = sum(count_newlines(line) for line in module.header)
     for stmt in module.body:
-        if not wanted:
+        if not todo:
             break
-        if id(stmt) in wanted:
-            wanted.discard(id(stmt))
-            alone = module.with_changes(body=[stmt], header=(), footer=(), has_trailing_newline=True)
-            for node, rng in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
-                if node is alone:
-                    continue
-                positions[node] = CodeRange(
-                    CodePosition(rng.start.line + line_offset, rng.start.column),
-                    CodePosition(rng.end.line + line_offset, rng.end.column),
-                )
+        if id(stmt) in todo:
+            todo.discard(id(stmt))
+            for part, offset, made_up in _parts(stmt, wanted_ids):
+                _render(module, part, line_offset + offset, made_up, positions)
         line_offset += count_newlines(stmt)
     return positions
+
+
+def _parts(stmt: cst.CSTNode, wanted: set[int]) -> Iterator[tuple[cst.CSTNode, int, set[int]]]:
+    """What to render for a statement: (statement, lines dropped before the kept part, ids of the nodes made up
+    for the rendering). A class or function keeps its header and, one at a time, the members holding a wanted
+    node: same indentation, so the same columns, and the lines shift by the dropped members' newlines."""
+    body = stmt.body if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) else None
+    if not wanted or id(stmt) in wanted or not isinstance(body, cst.IndentedBlock):
+        yield stmt, 0, set()
+        return
+    dropped = 0
+    for member in body.body:
+        if any(id(node) in wanted for node in cstwalk.walk(member)):
+            for inner, inner_dropped, made_up in _parts(member, wanted):
+                block = body.with_changes(body=[inner])
+                outer = stmt.with_changes(body=block)
+                yield outer, dropped + inner_dropped, made_up | {id(block), id(outer)}
+        dropped += count_newlines(member)
+
+
+def _render(
+    module: cst.Module, stmt: cst.CSTNode, line_offset: int, made_up: set[int], positions: dict[cst.CSTNode, CodeRange]
+) -> None:
+    alone = module.with_changes(body=[stmt], header=(), footer=(), has_trailing_newline=True)
+    for node, rng in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
+        if node is alone or id(node) in made_up:
+            continue
+        positions[node] = CodeRange(
+            CodePosition(rng.start.line + line_offset, rng.start.column),
+            CodePosition(rng.end.line + line_offset, rng.end.column),
+        )
