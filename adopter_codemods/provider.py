@@ -349,8 +349,7 @@ class _ClassWalker:
                 break
             closed = [p for p in partials if p.status != "open"]
             partials = closed + self.walk_statement(stmt, ctx, open_partials)
-            if len(partials) > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
-                raise TooManyPaths()
+            self.check_paths(len(partials))
         return partials
 
     def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
@@ -380,14 +379,21 @@ class _ClassWalker:
             return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
         return [self.opaque(stmt, stmt, ctx, p) for p in partials]
 
-    @staticmethod
-    def _flat_map(partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
+    def check_paths(self, count: int) -> None:
+        """Partial paths are never merged or dropped, so any list of them longer than the limit means the whole
+        function has too many paths: give up at once (nested branches in inlined helpers otherwise multiply
+        far beyond the limit before a block-level check sees them: seconds for Reformer's LSHSelfAttention)."""
+        if count > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
+            raise TooManyPaths()
+
+    def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
         out: list[_Partial] = []
         for p in partials:
             if p.status != "open":
                 out.append(p)
             else:
                 out.extend(fn(p))
+            self.check_paths(len(out))
         return out
 
     @staticmethod
@@ -675,6 +681,7 @@ class _ClassWalker:
                     continue
                 for q2, v in self.walk_expr(e, small, line, ctx, q, parent, whole=False):
                     nxt.append((q2, vals + [v]))
+                self.check_paths(len(nxt))
             alternatives = nxt
         return alternatives
 
