@@ -6,6 +6,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from . import cstwalk
 from .guards import guard
 from .matcher import Match
 from .structure import Def, Site, Value
@@ -60,8 +61,16 @@ def _is_false(node: cst.BaseExpression) -> bool:
 
 
 def _in_place_targets(small: cst.CSTNode) -> set[str]:
+    # A field walk rather than `small.visit(...)`: LibCST's visitor made this guard cost more than parsing.
     visitor = _InPlaceTargets()
-    small.visit(visitor)
+    for node in cstwalk.walk(small):
+        kind = type(node)
+        if kind is cst.AugAssign:
+            visitor.visit_AugAssign(node)  # type: ignore[arg-type]
+        elif kind is cst.AssignTarget:
+            visitor.visit_AssignTarget(node)  # type: ignore[arg-type]
+        elif kind is cst.Call:
+            visitor.visit_Call(node)  # type: ignore[arg-type]
     return visitor.names
 
 
@@ -101,6 +110,7 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
     target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
+    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets, shared by all paths
     for path in match.cls.forward_paths:
         tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
         if len(tainted) != len(out_keys):
@@ -115,7 +125,9 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
 
             if id(site.small) not in checked:
                 checked.add(id(site.small))
-                if any(holds.get(scoped(name)) in tainted for name in _in_place_targets(site.small)):
+                if id(site.small) not in in_place:
+                    in_place[id(site.small)] = _in_place_targets(site.small)
+                if any(holds.get(scoped(name)) in tainted for name in in_place[id(site.small)]):
                     return False
             if not isinstance(event, Def):
                 continue
