@@ -64,40 +64,60 @@ _SOURCE_ORDER: dict[type, tuple[str, ...]] = {
     cst.TypeAlias: ("name", "type_parameters", "value"),
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_NOT_NODES = (str, bool, Optional[str])  # field annotations that never hold a node (`Name.value`)
 
 
 def _fields(node_type: type) -> tuple[str, ...]:
     fields = _FIELDS.get(node_type)
     if fields is None:
         order = _SOURCE_ORDER.get(node_type)
+        plain = {f.name for f in dataclasses.fields(node_type) if f.type in _NOT_NODES}
         names = order if order is not None else tuple(f.name for f in dataclasses.fields(node_type))
         fields = _FIELDS[node_type] = tuple(
-            n for n in names if n not in _TRIVIA and not n.startswith(("whitespace", "leading_whitespace"))
+            n for n in names if n not in _TRIVIA and n not in plain and not n.startswith(("whitespace", "leading_whitespace"))
         )
     return fields
+
+
+_IS_NODE: dict[type, bool] = {}
+
+
+def is_node(kind: type) -> bool:
+    """``issubclass(kind, CSTNode)``, memoised: CSTNode is an ABC, so isinstance checks against it are slow."""
+    answer = _IS_NODE.get(kind)
+    if answer is None:
+        answer = _IS_NODE[kind] = issubclass(kind, cst.CSTNode)
+    return answer
 
 
 def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Direct syntax children in source order (no whitespace, brackets or punctuation nodes)."""
     for name in _fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        if is_node(type(value)):
             yield value
         elif type(value) is tuple or type(value) is list:
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                if is_node(type(item)):
                     yield item
 
 
 def walk(root: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
     """Pre-order walk in source order, `root` included; where `descend(node)` is False its children are skipped."""
     stack = [root]
-    pop, extend = stack.pop, stack.extend
+    pop, extend, fields_of, known = stack.pop, stack.extend, _fields, _IS_NODE
     while stack:
         node = pop()
         yield node
         if descend is not None and not descend(node):
             continue
-        kids = list(children(node))
+        kids = []  # `children(node)` inlined: this loop is the hot path of every scan
+        for name in fields_of(type(node)):
+            value = getattr(node, name)
+            kind = type(value)
+            if known.get(kind) or (kind not in known and is_node(kind)):
+                kids.append(value)
+            elif kind is tuple or kind is list:
+                kids.extend(item for item in value if is_node(type(item)))
         kids.reverse()
         extend(kids)

@@ -10,7 +10,7 @@ that statement's own code plus the number of lines before it, so: count the newl
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Optional
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -18,14 +18,17 @@ from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionPr
 from . import cstwalk
 
 _ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+_NOT_NODES = (str, bool, Optional[str])  # field annotations that never hold a node (`Name.value`, `Module.encoding`)
 # Leaves whose text may hold newlines: triple-quoted strings, f-string text, backslash continuations.
 _TEXT = (cst.SimpleString, cst.FormattedStringText, cst.SimpleWhitespace)
+# One newline each, never more (a comment or trailing whitespace holds none).
+_ONE_LINE = (cst.EmptyLine, cst.TrailingWhitespace, cst.Newline)
 
 
 def _all_fields(node_type: type) -> tuple[str, ...]:
     fields = _ALL_FIELDS.get(node_type)
     if fields is None:
-        fields = _ALL_FIELDS[node_type] = tuple(f.name for f in dataclasses.fields(node_type))
+        fields = _ALL_FIELDS[node_type] = tuple(f.name for f in dataclasses.fields(node_type) if f.type not in _NOT_NODES)
     return fields
 
 
@@ -33,17 +36,18 @@ def count_newlines(root: cst.CSTNode) -> int:
     """Newlines in the code of `root` (as in ``Module.code_for_node``), counted from the tree."""
     count = 0
     stack: list[object] = [root]
+    is_node = cstwalk.is_node
     while stack:
         node = stack.pop()
         kind = type(node)
-        if kind is cst.Newline:
+        if kind in _ONE_LINE:
             count += 1
             continue
         if kind in _TEXT:
             count += node.value.count("\n")  # type: ignore[attr-defined]
         for name in _all_fields(kind):
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            if is_node(type(value)):
                 stack.append(value)
             elif type(value) is tuple or type(value) is list:
                 stack.extend(value)
