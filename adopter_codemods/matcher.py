@@ -353,6 +353,8 @@ def _match_init(match: Match) -> bool:
             match.container = container
         elif ref.attr in match.cls.rebound or "*" in match.cls.rebound:
             return False  # bound again elsewhere in the class family: what the layer is at the call is unknown
+        elif edits and (ref.attr in match.cls.foreign_stores or "*" in match.cls.foreign_stores):
+            return False  # the edited layer may be replaced from outside the class (`model.ln = nn.LayerNorm(8)`)
         matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
         if edits and (len(ref.bindings) != 1 or not good):

@@ -966,6 +966,7 @@ class _Scan:
     stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
     dynamic: bool = False  # `setattr(self, name, ...)` with a computed name: any attribute may be rebound
     callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
+    foreign_stores: set[str] = field(default_factory=set)  # attributes bound on other objects ("*": computed)
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -988,50 +989,55 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 foreign.add(node.attr.value)  # type: ignore[attr-defined]
         elif kind in _STORE_KINDS or (kind is cst.WithItem and node.asname is not None):  # type: ignore[attr-defined]
             target = node.asname.name if kind is cst.WithItem else node.target  # type: ignore[attr-defined]
-            for attr, sub in _self_targets(target):
-                scan.stores.setdefault(attr, []).append(sub)
+            for attr, sub in _attribute_targets(target):
+                if _is_self_attr(sub) is not None:
+                    scan.stores.setdefault(attr, []).append(sub)
+                else:
+                    scan.foreign_stores.add(attr)  # `other.ln = ...`: maybe some class's layer
         elif kind is cst.Call:
             callee = table.resolve(node.func)  # type: ignore[attr-defined]
             if callee is not None:
                 scan.callees.add(canonical_torch_name(callee))
-            name = _stored_by_call(node)  # type: ignore[arg-type]
-            if name == "":
-                scan.dynamic = True
-            elif name is not None:
-                scan.stores.setdefault(name, []).append(node)
+            stored = _stored_by_call(node)  # type: ignore[arg-type]
+            if stored is not None:
+                on_self, name = stored
+                if on_self and name:
+                    scan.stores.setdefault(name, []).append(node)
+                elif on_self:
+                    scan.dynamic = True
+                else:
+                    scan.foreign_stores.add(name or "*")
     return scan
 
 
-def _self_targets(target: cst.BaseExpression) -> Iterator[tuple[str, cst.Attribute]]:
-    """`self.<attr>` bound by an assignment target (`self.a = `, `self.a, *self.b = `); not `self.a.b = `."""
+def _attribute_targets(target: cst.BaseExpression) -> Iterator[tuple[str, cst.Attribute]]:
+    """Attributes bound by an assignment target (`x.a = `, `self.a, *self.b = `): the outermost one of a chain."""
     if isinstance(target, (cst.Tuple, cst.List)):
         for el in target.elements:
-            yield from _self_targets(el.value)
+            yield from _attribute_targets(el.value)
     elif isinstance(target, cst.StarredElement):
-        yield from _self_targets(target.value)
+        yield from _attribute_targets(target.value)
     elif isinstance(target, cst.Attribute):
-        attr = _is_self_attr(target)
-        if attr is not None:
-            yield attr, target
+        yield target.attr.value, target
 
 
-def _stored_by_call(call: cst.Call) -> Optional[str]:
-    """The attribute a setattr-like call on `self` binds: its name, "" when computed, None for other calls."""
+def _stored_by_call(call: cst.Call) -> Optional[tuple[bool, str]]:
+    """For a setattr-like call: (whether it binds on `self`, the attribute's name or "" when computed)."""
     func = call.func
     if isinstance(func, cst.Name) and func.value in _STORE_BUILTINS:
-        args = call.args
-        if not args or not (isinstance(args[0].value, cst.Name) and args[0].value.value == "self"):
+        if not call.args:
             return None
-        name_arg = args[1].value if len(args) > 1 else None
+        receiver = call.args[0].value
+        name_arg = call.args[1].value if len(call.args) > 1 else None
     elif isinstance(func, cst.Attribute) and func.attr.value in _STORE_METHODS:
-        if not (isinstance(func.value, cst.Name) and func.value.value == "self"):
-            return None
+        receiver = func.value
         name_arg = call.args[0].value if call.args else None
     else:
         return None
+    on_self = isinstance(receiver, cst.Name) and receiver.value == "self"
     if isinstance(name_arg, cst.SimpleString) and name_arg.prefix.lower() in ("", "u"):
-        return name_arg.raw_value
-    return ""
+        return on_self, name_arg.raw_value
+    return on_self, ""
 
 
 def _is_module_class(
@@ -1071,10 +1077,14 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     memo: dict[str, bool] = {}
     foreign: set[str] = set()
     scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items()}
+    foreign_stores = set().union(*(scan.foreign_stores for scan in scans.values()))
     function_callees: set[str] = set()
     for stmt in module.body:
         if not isinstance(stmt, cst.ClassDef):
             scan = _scan(stmt, table, foreign)
+            # Outside a class body `self` is any object (`def _fwd(self, x)` assigned as `forward = _fwd`).
+            foreign.update(scan.refs)
+            foreign_stores.update(scan.foreign_stores, scan.stores, ["*"] if scan.dynamic else [])
             if isinstance(stmt, cst.FunctionDef):
                 function_callees |= scan.callees
     subclasses: dict[str, set[str]] = {n: set() for n in classes}
@@ -1097,6 +1107,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
                 self_refs.setdefault(attr, []).extend(nodes)
         structure = ClassStructure(name, info.node, walker.bindings, None, self_refs, walker.entry_names)
         structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
+        structure.foreign_stores = frozenset(foreign_stores)
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.
         structure.callees = frozenset().union(*(scans[c].callees for c in _family(name, classes, {})))

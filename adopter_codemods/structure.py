@@ -115,6 +115,9 @@ class ClassStructure:
     # Attribute names the module reads on objects other than `self` (`self.embeddings.dropout`): such a layer may
     # be used from outside the class, so it is not removed.
     foreign_attributes: frozenset[str] = frozenset()
+    # Attribute names the module binds on objects other than `self` (`m.ln = nn.LayerNorm(8)`, "*": a computed
+    # setattr): a layer whose class an __init__ edit changes must not be replaced from outside.
+    foreign_stores: frozenset[str] = frozenset()
     # Qualified names of the functions called in the class and its local bases (module functions for the unit).
     callees: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
