@@ -858,7 +858,7 @@ def layers_to_delete(match: Match) -> list[tuple[str, LayerBinding]]:
     if rule.init is None or rule.init.target is None:
         return []
     kept = {n.outputs[0].name for n in rule.init.target if isinstance(n, CallNode)}
-    copied = {id(s) for s in match.deleted} if match.plan == "branch" else set()
+    copied = _copied(match)
     still_called = {n.layer for n in match.nodes if id(_statement_of(n, match)) in copied}
     out = []
     for var, binding in match.init_matches.items():
@@ -866,6 +866,11 @@ def layers_to_delete(match: Match) -> list[tuple[str, LayerBinding]]:
         if var not in kept and isinstance(ref, LayerRef) and "self." + ref.attr not in still_called:
             out.append((ref.attr, binding))
     return out
+
+
+def _copied(match: Match) -> set[int]:
+    """Statements the branch plan copies into the other arm of the ``if`` (they keep their calls there)."""
+    return {id(s) for s in match.deleted} if match.plan == "branch" else set()
 
 
 def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
@@ -876,8 +881,12 @@ def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
 
 def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
     for attr, binding in layers_to_delete(match):
+        # A call in a statement a branch plan copies into the other arm stays there: it is no covered use.
         allowed = {
-            id(n.call.func) for m in matches for n in m.nodes if n.layer == "self." + attr and n.call is not None
+            id(n.call.func)
+            for m in matches
+            for n in m.nodes
+            if n.layer == "self." + attr and n.call is not None and id(_statement_of(n, m)) not in _copied(m)
         }
         assert binding.statement is not None
         for small in binding.statement.body:

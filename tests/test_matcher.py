@@ -108,6 +108,16 @@ REWRITTEN = {
         h = self.drop(a)
         return self.ln(h + b)
     """,
+    # Regression: another match deleted the Dropout that a branch plan copies into the else arm.
+    "shared dropout, one use copied into an else arm": """
+        d0 = self.drop(x)
+        s1 = r + d0
+        h = self.ln(s1)
+        h = h + self.drop(r)
+        if r.shape[0] > 5:
+            return self.ln(h)
+        return h
+    """,
     "recursive helper": """
         return self.block(x, r, 2)
     ----
