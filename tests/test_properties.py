@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 
 H = 8
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=100,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -80,7 +80,7 @@ def dropout_ln(draw: st.DrawFn, src: Source, var: str) -> list[str]:
     if draw(st.booleans()):
         inp = src.fresh("alias")
         out.append(f"{inp} = {var}")  # alias of the input
-    form = draw(st.sampled_from(["split", "half", "nested", "nested_wrapped"]))
+    form = draw(st.sampled_from(["split", "half", "nested", "nested_wrapped", "inside_call"]))
     d, s = src.fresh("d"), src.fresh("s")
     add = lambda a, b: f"{a} + {b}" if draw(st.booleans()) else f"{b} + {a}"  # noqa: E731
     if form == "split":
@@ -89,8 +89,10 @@ def dropout_ln(draw: st.DrawFn, src: Source, var: str) -> list[str]:
         out += [f"{d} = self.{drop}({inp})  # dropout first", f"{var} = self.{ln}({add(d, 'r')})"]
     elif form == "nested":
         out += [f"{var} = self.{ln}({add(f'self.{drop}({inp})', 'r')})"]
-    else:
+    elif form == "nested_wrapped":
         out += [f"{var} = self.{ln}(", f"    {add(f'self.{drop}({inp})', 'r')}  # residual", ")"]
+    else:
+        out += [f"{var} = torch.tanh(self.{ln}({add(f'self.{drop}({inp})', 'r')}))"]
     if form in ("split", "half") and draw(st.integers(0, 3)) == 0:
         out.append(f"{var} = {var} + {d} * 0.5")  # the intermediate is used again: no rewrite for this one
     if draw(st.integers(0, 4)) == 0:
@@ -114,7 +116,7 @@ def other_rule(draw: st.DrawFn, src: Source, var: str) -> list[str]:
 @st.composite
 def segment(draw: st.DrawFn, src: Source, depth: int) -> list[str]:
     """A statement group transforming `h`, possibly under control flow or in a helper method."""
-    choices = ["pattern", "pattern", "other"] + (["if", "loop", "helper", "early"] if depth < 2 else [])
+    choices = ["pattern", "pattern", "other"] + (["if", "loop", "helper", "early", "try", "with"] if depth < 2 else [])
     kind = draw(st.sampled_from(choices))
     if kind == "pattern":
         body = draw(dropout_ln(src, "h"))
@@ -124,10 +126,16 @@ def segment(draw: st.DrawFn, src: Source, depth: int) -> list[str]:
         then = draw(segment(src, depth + 1))
         orelse = draw(st.one_of(st.none(), segment(src, depth + 1)))
         body = ["if h.shape[0] > 1:"] + indent(then)
-        if orelse is not None:
+        if orelse is not None and draw(st.booleans()):
+            body += ["elif h.shape[1] > 1:"] + indent(orelse)
+        elif orelse is not None:
             body += ["else:"] + indent(orelse)
     elif kind == "loop":
         body = ["for _ in range(2):"] + indent(draw(segment(src, depth + 1)))
+    elif kind == "try":
+        body = ["try:"] + indent(draw(segment(src, depth + 1))) + ["except RuntimeError:", "    h = h - r"]
+    elif kind == "with":
+        body = ["with torch.enable_grad():"] + indent(draw(segment(src, depth + 1)))
     elif kind == "early":
         body = ["if r is None:", "    return " + draw(st.sampled_from(["h", "self.ln(h)"]))]
     else:
