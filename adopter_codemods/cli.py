@@ -17,11 +17,12 @@ import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Optional, Sequence, TextIO, TypeVar
+from typing import Any, Callable, Optional, Sequence, TextIO, TypeVar
 
 import libcst as cst
 
 from . import __version__, guards, matcher
+from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
 from .engine import Finding, find_all, findings_for, rewrite_module
 from .files import FileError, SourceError, atomic_write, discover, load_module
@@ -76,8 +77,19 @@ def _select(keys: Optional[list[str]], rule_files: Sequence[str]) -> list[Rule]:
 _RULES: list[Rule] = []
 
 
-def _init_worker(keys: Optional[list[str]], rule_files: Sequence[str]) -> None:
+_CACHE: list[ScanCache] = []  # this process's scan cache; empty with --no-cache and for other commands
+
+
+def _init_worker(keys: Optional[list[str]], rule_files: Sequence[str], use_cache: bool = False) -> None:
     _RULES[:] = select_rules(keys, [Path(f) for f in rule_files])
+    _CACHE[:] = [ScanCache.default(_RULES)] if use_cache else []
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None  # load_module reports it
 
 
 def _internal_error(path: str, exc: Exception) -> FileError:
@@ -94,9 +106,17 @@ class _Scanned:
 
 def _scan_file(path: str, with_fix: bool) -> _Scanned:
     try:
+        cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
+        data = _read(path) if cache else None
+        if cache and data is not None:
+            cached = cache.get(data, path)
+            if cached is not None:
+                return _Scanned(path, cached)
         module = load_module(path)
         structure = build_module_structure(module)
         findings = findings_for(module, find_all(structure, _RULES), path)
+        if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
+            cache.put(data, findings)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
             fix = text_replacements(module.code, rewrite_module(module, _RULES, structure).module.code)
@@ -154,7 +174,7 @@ def _run(
     worker: Callable[[str], T],
     paths: list[str],
     jobs: int,
-    init: tuple[Optional[list[str]], Sequence[str]],
+    init: tuple[Any, ...],
     show_progress: bool,
 ) -> list[T]:
     """Run ``worker`` on every path, in ``jobs`` processes when > 1; results in input order."""
@@ -185,7 +205,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     rules = _select(keys, args.rule_file)
     paths, errors = discover(args.paths, args.exclude)
     worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
-    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file), not args.no_progress)
+    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
     results = ScanResults(
         files_scanned=sum(s.error is None for s in scanned),
@@ -399,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rule_options(scan)
     scan.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
+    )
+    scan.add_argument(
+        "--no-cache",
+        action="store_true",
+        help=f"do not reuse or store findings of unchanged files (cache: ${ENV_DIR} or ./{DEFAULT_DIR})",
     )
 
     rewrite = add(
