@@ -58,4 +58,4 @@ def scan_source(
     """Findings of every selected rule, each judged on the unmodified source."""
     module = cst.parse_module(source)
     matches = find_all(build_module_structure(module), _rules(rules, rule_files))
-    return findings_for(module, matches, path)
+    return findings_for(module, matches, path, source=source.encode("utf-8"))

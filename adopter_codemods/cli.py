@@ -114,7 +114,7 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
                 return _Scanned(path, cached)
         module = load_module(path)
         structure = build_module_structure(module)
-        findings = findings_for(module, find_all(structure, _RULES), path)
+        findings = findings_for(module, find_all(structure, _RULES), path, source=data or _read(path))
         if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
             cache.put(data, findings)
         fix: list[Replacement] = []

@@ -70,13 +70,18 @@ def describe(match: Match) -> str:
 
 
 def findings_for(
-    module: cst.Module, matches: Sequence[Match], path: str, positions: Optional[object] = None
+    module: cst.Module,
+    matches: Sequence[Match],
+    path: str,
+    positions: Optional[object] = None,
+    source: Optional[bytes] = None,
 ) -> list[Finding]:
-    """Findings with line numbers; computes positions only when there is something to report."""
+    """Findings with line numbers; computes positions only when there is something to report (faster when the
+    module's `source` bytes are given: see :func:`positions.positions_within`)."""
     if not matches:
         return []
     if positions is None:
-        positions = _positions(module, matches)
+        positions = _positions(module, matches, source)
     out = []
     for m in matches:
         ranges = [positions[s] for s in _reported_nodes(m) if s in positions]  # type: ignore[operator]
@@ -104,14 +109,14 @@ def _reported_nodes(m: Match) -> list[cst.CSTNode]:
     return smalls
 
 
-def _positions(module: cst.Module, matches: Sequence[Match]) -> Mapping[cst.CSTNode, CodeRange]:
+def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[bytes]) -> Mapping[cst.CSTNode, CodeRange]:
     """Positions inside the top-level classes/functions holding the matches; PositionProvider renders the whole
     module (slower than parsing it), so it is the fallback for a node found nowhere else."""
     functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
     tops = [m.cls.node for m in matches if m.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
     reported = [s for m in matches for s in _reported_nodes(m)]
-    positions = positions_within(module, tops, reported)
+    positions = positions_within(module, tops, reported, source)
     if all(s in positions for s in reported):
         return positions
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

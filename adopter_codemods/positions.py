@@ -10,6 +10,7 @@ that statement's own code plus the number of lines before it, so: count the newl
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Iterable, Iterator, Mapping, Optional
 
 import libcst as cst
@@ -55,15 +56,26 @@ def count_newlines(root: cst.CSTNode) -> int:
 
 
 def positions_within(
-    module: cst.Module, tops: Iterable[cst.CSTNode], wanted: Iterable[cst.CSTNode] = ()
+    module: cst.Module,
+    tops: Iterable[cst.CSTNode],
+    wanted: Iterable[cst.CSTNode] = (),
+    source: Optional[bytes] = None,
 ) -> Mapping[cst.CSTNode, CodeRange]:
     """Positions (as ``PositionProvider`` gives them) of the nodes inside the given top-level statements of
     `module`; statements that are not in ``module.body`` are ignored. With `wanted` nodes, classes and functions are
-    rendered with only the members holding one of them (positions elsewhere are then missing)."""
+    rendered with only the members holding one of them (positions elsewhere are then missing). With the module's
+    `source` bytes, a class or function whose header occurs once in it is placed by that line instead of by
+    counting the newlines of everything before it."""
     todo = {id(t) for t in tops}
     wanted_ids = {id(n) for n in wanted}
     positions: dict[cst.CSTNode, CodeRange] = {}
-    line_offset = sum(count_newlines(line) for line in module.header)
+    if source is not None:
+        for top in [t for t in module.body if id(t) in todo]:
+            line = _header_line(source, top)
+            if line is not None:
+                todo.discard(id(top))
+                _render_top(module, top, wanted_ids, line, positions)
+    line_offset = sum(count_newlines(line) for line in module.header) if todo else 0
     for stmt in module.body:
         if not todo:
             break
@@ -104,3 +116,33 @@ def _render(
             CodePosition(rng.start.line + line_offset, rng.start.column),
             CodePosition(rng.end.line + line_offset, rng.end.column),
         )
+
+
+def _header_line(source: bytes, top: cst.CSTNode) -> Optional[int]:
+    """1-based line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
+    the start of a line (a second hit, e.g. in a docstring, means the newline count decides)."""
+    if not isinstance(top, (cst.ClassDef, cst.FunctionDef)):
+        return None
+    keyword = rb"class" if isinstance(top, cst.ClassDef) else rb"(?:async[ \t]+)?def"
+    pattern = re.compile(rb"^" + keyword + rb"[ \t]+" + re.escape(top.name.value.encode()) + rb"\b", re.M)
+    hits = pattern.finditer(source)
+    first = next(hits, None)
+    if first is None or next(hits, None) is not None:
+        return None
+    return source.count(b"\n", 0, first.start()) + 1
+
+
+def _render_top(
+    module: cst.Module, top: cst.CSTNode, wanted: set[int], header_line: int, positions: dict[cst.CSTNode, CodeRange]
+) -> None:
+    """Render `top`'s parts as if it were first in the file, then shift them so its name sits on `header_line`."""
+    name = top.name  # type: ignore[attr-defined]
+    for part, offset, made_up in _parts(top, wanted):
+        local: dict[cst.CSTNode, CodeRange] = {}
+        _render(module, part, 0, made_up, local)
+        shift = header_line - local[name].start.line + offset
+        for node, rng in local.items():
+            positions[node] = CodeRange(
+                CodePosition(rng.start.line + shift, rng.start.column),
+                CodePosition(rng.end.line + shift, rng.end.column),
+            )

@@ -30,7 +30,7 @@ from . import cstwalk
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
 
-MAX_PATHS = 512  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
+MAX_PATHS = 256  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
 # Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
 MAX_OTHER_PATHS = 64
 _BINARY_OPS: dict[type, str] = {

@@ -95,7 +95,7 @@ def scan_file(path: Path, repeat: int) -> FileResult:
         t1 = time.perf_counter()
         try:
             matches = find_all(build_module_structure(module), _RULES)
-            findings = findings_for(module, matches, str(path))
+            findings = findings_for(module, matches, str(path), source=data)
         except Exception:  # noqa: BLE001 - a bug in the engine; reported with where it happened
             last = traceback.format_exc().strip().splitlines()
             result.error = f"engine: {last[-1]} ({last[-3].strip() if len(last) > 2 else ''})"
@@ -170,14 +170,15 @@ def profile(files: list[Path], rule_keys: Optional[list[str]], limit: int) -> No
     rules = select_rules(rule_keys)
     modules = []
     for p in files:
+        data = p.read_bytes()
         try:
-            modules.append(cst.parse_module(p.read_bytes()))
+            modules.append((cst.parse_module(data), data))
         except Exception:  # noqa: BLE001 - listed by the timed run
             continue
     profiler = cProfile.Profile()
     profiler.enable()
-    for module in modules:
-        findings_for(module, find_all(build_module_structure(module), rules), "")
+    for module, data in modules:
+        findings_for(module, find_all(build_module_structure(module), rules), "", source=data)
     profiler.disable()
     print("\n== cProfile of the analysis (cumulative)")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(limit)

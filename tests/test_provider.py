@@ -257,7 +257,7 @@ def test_too_many_paths_gives_up_early() -> None:
 
     source = "class M(nn.Module):\n" + textwrap.indent(
         "def __init__(self):\n    super().__init__()\n    self.drop = nn.Dropout(0.1)\n\n"
-        + "def forward(self, x):\n" + textwrap.indent(branches("x", 8) + "return self.helper(x)\n", "    ")
+        + "def forward(self, x):\n" + textwrap.indent(branches("x", 7) + "return self.helper(x)\n", "    ")
         + "\ndef helper(self, a):\n" + textwrap.indent(branches("a", 4) + "return a\n", "    "),
         "    ",
     )
