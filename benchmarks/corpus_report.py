@@ -17,9 +17,11 @@ from pathlib import Path
 
 import libcst as cst
 
-from adopter_codemods.engine import find_all, findings_for, rewrite_module
-from adopter_codemods.provider import build_module_structure
-from adopter_codemods.rules import builtin_rules
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from adopter_codemods.engine import find_all, findings_for, rewrite_module  # noqa: E402
+from adopter_codemods.provider import build_module_structure  # noqa: E402
+from adopter_codemods.rules import builtin_rules  # noqa: E402
 
 
 def corpus(models_dir: Path) -> list[Path]:
