@@ -176,7 +176,7 @@ def _same_init_edits(plans: Sequence[EditPlan]) -> bool:
     seen: dict[int, str] = {}
     empty = cst.Module([])
     for plan in plans:
-        for key in plan._init_nodes:
+        for key in plan.init_nodes:
             code = empty.code_for_node(plan.replace[key]) if key in plan.replace else "<deleted>"
             if seen.setdefault(key, code) != code:
                 return False

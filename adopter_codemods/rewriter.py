@@ -100,13 +100,11 @@ class EditPlan:
     branch_copies: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = field(default_factory=dict)
     imports: set[str] = field(default_factory=set)
     init_statements: set[int] = field(default_factory=set)  # id(__init__ line) edited: shared edits are merged
+    init_nodes: set[int] = field(default_factory=set)  # ids among `replace`/`delete` that are __init__ edits
 
     def footprint(self) -> set[int]:
         """Forward-side nodes this plan edits (``__init__`` edits are compared separately)."""
-        init_nodes = {k for k, node in self.originals.items() if id(node) in self._init_nodes}
-        return (set(self.replace) | self.delete | set(self.branch_copies)) - init_nodes
-
-    _init_nodes: set[int] = field(default_factory=set)
+        return (set(self.replace) | self.delete | set(self.branch_copies)) - self.init_nodes
 
 
 def plan_match(match: Match) -> EditPlan:
@@ -120,7 +118,7 @@ def plan_match(match: Match) -> EditPlan:
         plan.imports.add(rule.sequential.split(".")[0])
         _put(plan, value.func, _expr(rule.sequential))
         # An __init__ edit: matches in the same container (one per pair, or from several rules) apply together.
-        plan._init_nodes.add(id(value.func))
+        plan.init_nodes.add(id(value.func))
         if match.container.statement is not None:
             plan.init_statements.add(id(match.container.statement))
         return plan
@@ -157,7 +155,7 @@ def _plan_init(match: Match, plan: EditPlan) -> None:
         binding = match.init_matches[node.outputs[0].name]
         original = binding.value if isinstance(binding.value, cst.Call) else None
         _put(plan, binding.value, build_call(node, match, plan.imports, original))
-        plan._init_nodes.add(id(binding.value))
+        plan.init_nodes.add(id(binding.value))
         if binding.statement is not None:
             plan.init_statements.add(id(binding.statement))
     for _, binding in layers_to_delete(match):
@@ -166,7 +164,7 @@ def _plan_init(match: Match, plan: EditPlan) -> None:
             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
                 plan.delete.add(id(small))
                 plan.originals[id(small)] = small
-                plan._init_nodes.add(id(small))
+                plan.init_nodes.add(id(small))
                 plan.init_statements.add(id(binding.statement))
 
 
