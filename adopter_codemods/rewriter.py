@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from .dsl import Atom, CallNode, Const, Var
+from .dsl import Atom, CallNode, Const
 from .matcher import InitArg, LayerRef, Match, RestArgs, layers_to_delete
 from .qualnames import ImportTable
 from .structure import Value

@@ -68,11 +68,6 @@ SIGNATURES: dict[str, tuple[tuple[str, Optional[str]], ...]] = {
 }
 
 
-def parameter_names(qualname: str) -> Optional[tuple[str, ...]]:
-    sig = SIGNATURES.get(qualname)
-    return tuple(name for name, _ in sig) if sig is not None else None
-
-
 def default_source(qualname: str, param: str) -> Optional[str]:
     for name, default in SIGNATURES.get(qualname, ()):
         if name == param:

@@ -285,7 +285,7 @@ def test_paths_are_walked_only_when_read() -> None:
         cls = forward("return self.drop(x)")
         assert calls == []
         assert [layers(p) for p in cls.forward_paths] == [["self.drop"]]
-        cls.forward_paths
+        _ = cls.forward_paths  # read again: cached, no second walk
         assert calls == [1]
 
 
