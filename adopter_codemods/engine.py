@@ -14,7 +14,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from .dsl import Rule
 from .matcher import LayerRef, Match, find_matches
-from .positions import positions_within
+from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
@@ -77,7 +77,7 @@ def findings_for(
     source: Optional[bytes] = None,
 ) -> list[Finding]:
     """Findings with line numbers; computes positions only when there is something to report (faster when the
-    module's `source` bytes are given: see :func:`positions.positions_within`)."""
+    module's `source` bytes are given: see :func:`positions.statement_positions`)."""
     if not matches:
         return []
     if positions is None:
@@ -116,7 +116,7 @@ def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[by
     tops = [m.cls.node for m in matches if m.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
     reported = [s for m in matches for s in _reported_nodes(m)]
-    positions = positions_within(module, tops, reported, source)
+    positions = statement_positions(module, tops, reported, source)
     if all(s in positions for s in reported):
         return positions
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -1,9 +1,10 @@
-"""Line/column positions of nodes inside a few top-level statements, without generating code for the whole module.
+"""Line/column positions of a few statements, without generating code for the whole module.
 
 LibCST's ``PositionProvider`` renders the entire module (about 1.2x the parse of a transformers modeling file)
-even when a report needs the lines of three statements. Positions inside one top-level statement only depend on
-that statement's own code plus the number of lines before it, so: count the newlines of the preceding statements
-(a field walk, no code generation) and run ``PositionProvider`` on a module holding just the statements asked for.
+even when a report needs the lines of three statements. A statement's line is the number of newlines before it,
+and those can be counted from the tree: whole siblings that come before it (a field walk, no code generation) and
+the headers of the blocks around it. Its columns depend only on its own code and the indentation of those blocks,
+so ``PositionProvider`` runs on the statement alone, nested in one block with that same indentation.
 ``tests/test_positions.py`` checks the result against ``PositionProvider`` on real modules.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -24,6 +25,10 @@ _NOT_NODES = (str, bool, Optional[str])  # field annotations that never hold a n
 _TEXT = (cst.SimpleString, cst.FormattedStringText, cst.SimpleWhitespace)
 # One newline each, never more (a comment or trailing whitespace holds none).
 _ONE_LINE = (cst.EmptyLine, cst.TrailingWhitespace, cst.Newline)
+# Fields of a compound statement that are not between its keyword and its colon.
+_NOT_HEADER = frozenset({"leading_lines", "decorators", "lines_after_decorators", "body", "orelse", "handlers", "finalbody"})
+_HEADER_FIELDS: dict[type, tuple[str, ...]] = {}
+_DEFINITIONS = (cst.ClassDef, cst.FunctionDef)
 
 
 def _all_fields(node_type: type) -> tuple[str, ...]:
@@ -55,73 +60,139 @@ def count_newlines(root: cst.CSTNode) -> int:
     return count
 
 
-def positions_within(
-    module: cst.Module,
-    tops: Iterable[cst.CSTNode],
-    wanted: Iterable[cst.CSTNode] = (),
-    source: Optional[bytes] = None,
-) -> Mapping[cst.CSTNode, CodeRange]:
-    """Positions (as ``PositionProvider`` gives them) of the nodes inside the given top-level statements of
-    `module`; statements that are not in ``module.body`` are ignored. With `wanted` nodes, classes and functions are
-    rendered with only the members holding one of them (positions elsewhere are then missing). With the module's
-    `source` bytes, a class or function whose header occurs once in it is placed by that line instead of by
-    counting the newlines of everything before it."""
-    todo = {id(t) for t in tops}
-    wanted_ids = {id(n) for n in wanted}
-    positions: dict[cst.CSTNode, CodeRange] = {}
-    if source is not None:
-        for top in [t for t in module.body if id(t) in todo]:
-            line = _header_line(source, top)
-            if line is not None:
-                todo.discard(id(top))
-                _render_top(module, top, wanted_ids, line, positions)
-    line_offset = sum(count_newlines(line) for line in module.header) if todo else 0
-    for stmt in module.body:
-        if not todo:
-            break
-        if id(stmt) in todo:
-            todo.discard(id(stmt))
-            for part, offset, made_up in _parts(stmt, wanted_ids):
-                _render(module, part, line_offset + offset, made_up, positions)
-        line_offset += count_newlines(stmt)
-    return positions
+def _newlines_in(value: object) -> int:
+    """:func:`count_newlines` of a field's value: a node, a sequence of nodes, or nothing (None, a sentinel)."""
+    if type(value) is tuple or type(value) is list:
+        return sum(count_newlines(item) for item in value)  # type: ignore[union-attr]
+    return count_newlines(value) if cstwalk.is_node(type(value)) else 0  # type: ignore[arg-type]
 
 
-def _parts(stmt: cst.CSTNode, wanted: set[int]) -> Iterator[tuple[cst.CSTNode, int, set[int]]]:
-    """What to render for a statement: (statement, lines dropped before the kept part, ids of the nodes made up
-    for the rendering). A class or function keeps its header and, one at a time, the members holding a wanted
-    node: same indentation, so the same columns, and the lines shift by the dropped members' newlines."""
-    body = stmt.body if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) else None
-    if not wanted or id(stmt) in wanted or not isinstance(body, cst.IndentedBlock):
-        yield stmt, 0, set()
-        return
-    dropped = 0
-    for member in body.body:
-        if any(id(node) in wanted for node in cstwalk.walk(member)):
-            for inner, inner_dropped, made_up in _parts(member, wanted):
-                block = body.with_changes(body=[inner])
-                outer = stmt.with_changes(body=block)
-                yield outer, dropped + inner_dropped, made_up | {id(block), id(outer)}
-        dropped += count_newlines(member)
+def _header_newlines(clause: cst.CSTNode) -> int:
+    """Newlines between a clause's keyword and its colon (a signature or condition over several lines)."""
+    fields = _HEADER_FIELDS.get(type(clause))
+    if fields is None:
+        fields = _HEADER_FIELDS[type(clause)] = tuple(f for f in _all_fields(type(clause)) if f not in _NOT_HEADER)
+    return sum(_newlines_in(getattr(clause, f)) for f in fields)
 
 
-def _render(
-    module: cst.Module, stmt: cst.CSTNode, line_offset: int, made_up: set[int], positions: dict[cst.CSTNode, CodeRange]
-) -> None:
-    alone = module.with_changes(body=[stmt], header=(), footer=(), has_trailing_newline=True)
-    for node, rng in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
-        if node is alone or id(node) in made_up:
-            continue
-        positions[node] = CodeRange(
-            CodePosition(rng.start.line + line_offset, rng.start.column),
-            CodePosition(rng.end.line + line_offset, rng.end.column),
-        )
+def _clauses(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """The clauses of a compound statement in source order, each with a ``body`` (an `elif` chain flattened).
+    A ``match`` is not descended into: statements in its cases are not placed."""
+    if isinstance(stmt, cst.If):
+        orelse = stmt.orelse
+        return [stmt] + (_clauses(orelse) if orelse is not None else [])
+    if isinstance(stmt, (cst.Try, cst.TryStar)):
+        tail = [c for c in (stmt.orelse, stmt.finalbody) if c is not None]
+        return [stmt, *stmt.handlers, *tail]
+    if isinstance(stmt, (cst.For, cst.While)):
+        return [stmt] + ([stmt.orelse] if stmt.orelse is not None else [])
+    if isinstance(stmt, (cst.With, cst.Else, cst.FunctionDef, cst.ClassDef)):
+        return [stmt]
+    return []
+
+
+def _mark(stmt: cst.CSTNode, wanted: dict[int, cst.CSTNode], on_path: set[int]) -> bool:
+    """Add to `on_path` the statements that are or hold a wanted statement; True if `stmt` is one of them."""
+    hit = id(stmt) in wanted
+    if type(stmt) is cst.SimpleStatementLine:
+        hit = any([id(small) in wanted for small in stmt.body]) or hit
+    else:
+        for clause in _clauses(stmt):
+            body = clause.body  # type: ignore[attr-defined]
+            if type(body) is cst.IndentedBlock:  # a one-line suite's statements stay unplaced
+                hit = any([_mark(child, wanted, on_path) for child in body.body]) or hit
+    if hit:
+        on_path.add(id(stmt))
+    return hit
+
+
+class _Placer:
+    """Walks down to the wanted statements, counting the lines before them, and renders each one alone."""
+
+    def __init__(self, module: cst.Module, wanted: dict[int, cst.CSTNode], on_path: set[int]) -> None:
+        self.module = module
+        self.wanted = wanted
+        self.on_path = on_path
+        self.positions: dict[cst.CSTNode, CodeRange] = {}
+
+    def block(self, statements: Sequence[cst.CSTNode], line: int, indent: str) -> None:
+        """`line`: where the first statement's leading lines start; `indent`: the block's whole indentation."""
+        last = max((i for i, s in enumerate(statements) if id(s) in self.on_path), default=-1)
+        for i in range(last + 1):
+            stmt = statements[i]
+            if id(stmt) in self.on_path:
+                self.statement(stmt, line + _newlines_in(stmt.leading_lines), indent)  # type: ignore[attr-defined]
+            if i < last:
+                line += count_newlines(stmt)
+
+    def statement(self, stmt: cst.CSTNode, first: int, indent: str) -> None:
+        """`first`: the line after the statement's leading lines (its first decorator or its keyword)."""
+        if type(stmt) is cst.SimpleStatementLine or id(stmt) in self.wanted:
+            self.render(stmt, first, indent)
+        clauses = _clauses(stmt)
+        line = first
+        for i, clause in enumerate(clauses):
+            body = clause.body  # type: ignore[attr-defined]
+            if i:
+                line += _newlines_in(clause.leading_lines)  # type: ignore[attr-defined]
+            if isinstance(clause, _DEFINITIONS):
+                line += _newlines_in(clause.decorators) + _newlines_in(clause.lines_after_decorators)
+            colon = line + _header_newlines(clause)
+            if type(body) is cst.IndentedBlock and any([id(s) in self.on_path for s in body.body]):
+                inner = body.indent if body.indent is not None else self.module.default_indent
+                self.block(body.body, colon + 1, indent + inner)
+            if i < len(clauses) - 1:
+                line = colon + count_newlines(body)
+
+    def render(self, stmt: cst.CSTNode, first: int, indent: str) -> None:
+        """Positions of `stmt` and its small statements: rendered alone, nested in one block with the statement's
+        indentation (continuation lines of brackets repeat it), then moved down to its line."""
+        node: cst.CSTNode = stmt
+        if indent:
+            node = cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=[stmt], indent=indent))  # type: ignore[list-item]
+        alone = self.module.with_changes(body=[node], header=(), footer=(), has_trailing_newline=True)
+        found = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        shift = first - _newlines_in(stmt.leading_lines) - (2 if indent else 1)  # type: ignore[attr-defined]
+        inside = list(stmt.body) if type(stmt) is cst.SimpleStatementLine else []
+        for target in [stmt, *inside]:
+            rng = found[target]
+            self.positions[target] = CodeRange(
+                CodePosition(rng.start.line + shift, rng.start.column), CodePosition(rng.end.line + shift, rng.end.column)
+            )
+
+
+def statement_positions(
+    module: cst.Module, tops: Iterable[cst.CSTNode], wanted: Iterable[cst.CSTNode], source: Optional[bytes] = None
+) -> dict[cst.CSTNode, CodeRange]:
+    """Positions (as ``PositionProvider`` gives them) of the `wanted` statements (small or compound) inside the
+    given top-level statements of `module`, and of the statement lines holding them. With the module's `source`
+    bytes, a class or function whose header occurs once in it is placed by that line instead of by counting the
+    newlines of everything before it. Statements in a one-line suite (``if x: y = 1``), a ``match`` or outside
+    ``module.body`` are left out: callers fall back to ``PositionProvider``."""
+    wanted_ids = {id(n): n for n in wanted}
+    on_path: set[int] = set()
+    body_ids = {id(s) for s in module.body}
+    holding = {id(t): t for t in tops if id(t) in body_ids}
+    holding = {key: top for key, top in holding.items() if _mark(top, wanted_ids, on_path)}
+    placer = _Placer(module, wanted_ids, on_path)
+    for key, top in list(holding.items()):
+        keyword_line = _header_line(source, top) if source is not None else None
+        if keyword_line is not None:
+            on_path.discard(key)  # placed here: the module-level count below skips it
+            first = keyword_line - _newlines_in(top.decorators) - _newlines_in(top.lines_after_decorators)  # type: ignore[attr-defined]
+            placer.statement(top, first, "")
+    if any(key in on_path for key in holding):
+        placer.block(module.body, 1 + _newlines_in(module.header), "")
+    return placer.positions
 
 
 def _header_line(source: bytes, top: cst.CSTNode) -> Optional[int]:
     """1-based line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
     the start of a line (a second hit, e.g. in a docstring, means the newline count decides)."""
-    if not isinstance(top, (cst.ClassDef, cst.FunctionDef)):
+    if not isinstance(top, _DEFINITIONS):
+        return None
+    after_keyword = top.whitespace_after_class if isinstance(top, cst.ClassDef) else top.whitespace_after_def
+    if "\\" in after_keyword.value:  # `def \<newline> name`: the pattern would miss it and might hit a docstring
         return None
     keyword = rb"class" if isinstance(top, cst.ClassDef) else rb"(?:async[ \t]+)?def"
     pattern = re.compile(rb"^" + keyword + rb"[ \t]+" + re.escape(top.name.value.encode()) + rb"\b", re.M)
@@ -130,19 +201,3 @@ def _header_line(source: bytes, top: cst.CSTNode) -> Optional[int]:
     if first is None or next(hits, None) is not None:
         return None
     return source.count(b"\n", 0, first.start()) + 1
-
-
-def _render_top(
-    module: cst.Module, top: cst.CSTNode, wanted: set[int], header_line: int, positions: dict[cst.CSTNode, CodeRange]
-) -> None:
-    """Render `top`'s parts as if it were first in the file, then shift them so its name sits on `header_line`."""
-    name = top.name  # type: ignore[attr-defined]
-    for part, offset, made_up in _parts(top, wanted):
-        local: dict[cst.CSTNode, CodeRange] = {}
-        _render(module, part, 0, made_up, local)
-        shift = header_line - local[name].start.line + offset
-        for node, rng in local.items():
-            positions[node] = CodeRange(
-                CodePosition(rng.start.line + shift, rng.start.column),
-                CodePosition(rng.end.line + shift, rng.end.column),
-            )

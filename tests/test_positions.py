@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from adopter_codemods import cstwalk
-from adopter_codemods.positions import count_newlines, positions_within
+from adopter_codemods.positions import count_newlines, statement_positions
 from test_cstwalk import EVERY_SYNTAX
 
 ODD = (
@@ -21,25 +21,44 @@ ODD = (
 )
 
 
-def _assert_same(module: cst.Module) -> None:
+def _statements(module: cst.Module) -> list[cst.CSTNode]:
+    return [n for n in cstwalk.walk(module) if isinstance(n, (cst.BaseSmallStatement, cst.BaseStatement))]
+
+
+def _left_out(module: cst.Module) -> set[int]:
+    """Statements the fast path leaves out by design (the engine then falls back to PositionProvider); an `elif`
+    is a clause, not a statement of a block, and never reported."""
+    out: set[int] = set()
+    for node in cstwalk.walk(module):
+        if isinstance(node, cst.If) and isinstance(node.orelse, cst.If):
+            out.add(id(node.orelse))
+        if isinstance(node, (cst.SimpleStatementSuite, cst.Match)):
+            out |= {id(n) for n in cstwalk.walk(node) if n is not node}
+    return out
+
+
+def _assert_same(module: cst.Module, source: bytes) -> None:
+    """Without the source, every top-level statement is placed by counting; with it, classes and functions are
+    placed by their header line."""
     full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    part = positions_within(module, module.body)
-    assert part, "no positions"
-    for node, rng in part.items():
-        assert full[node] == rng, (type(node).__name__, full[node], rng)
-    last = positions_within(module, module.body[-1:])
-    assert all(full[node] == rng for node, rng in last.items())
-    # Only the members holding wanted statements are rendered; the wanted ones still get their exact positions.
-    statements = [n for n in cstwalk.walk(module) if isinstance(n, (cst.BaseSmallStatement, cst.BaseStatement))]
-    wanted = statements[1::7] + statements[-1:]
-    some = positions_within(module, module.body, wanted)
-    assert all(some[node] == full[node] for node in wanted)
+    statements = _statements(module)
+    skipped = _left_out(module)
+    for given in (None, source):
+        every = statement_positions(module, module.body, statements, given)
+        missing = [s for s in statements if s not in every and id(s) not in skipped]
+        assert not missing, [type(s).__name__ for s in missing]
+        for node, rng in every.items():
+            assert full[node] == rng, (type(node).__name__, module.code_for_node(node)[:60], full[node], rng)
+        # One at a time: siblings after the wanted statement are not counted, so each placement stands alone.
+        for stmt in statements[::9] + statements[-1:]:
+            one = statement_positions(module, module.body, [stmt], given)
+            assert id(stmt) in skipped or one[stmt] == full[stmt], module.code_for_node(stmt)[:60]
 
 
 @pytest.mark.parametrize("text", [EVERY_SYNTAX, ODD, ODD.replace("\n", "\r\n"), "\ufeff" + ODD], ids=["syntax", "odd", "crlf", "bom"])
 def test_same_as_position_provider(text: str) -> None:
     module = cst.parse_module(text)
-    _assert_same(module)
+    _assert_same(module, text.encode("utf-8"))
     assert count_newlines(module) == module.code.count("\n")
 
 
@@ -50,4 +69,6 @@ def _corpus_sample() -> list[Path]:
 
 @pytest.mark.parametrize("path", _corpus_sample(), ids=lambda p: p.parent.name)
 def test_transformers_sample(path: Path) -> None:
-    _assert_same(cst.parse_module(path.read_bytes()))
+    data = path.read_bytes()
+    module = cst.parse_module(data)
+    _assert_same(module, data)
