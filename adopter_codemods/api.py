@@ -9,6 +9,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from .engine import Finding, find_all, findings_for, rewrite_module
+from .files import ensure_parser_survives
 from .provider import build_module_structure
 from .rules import select_rules
 
@@ -27,6 +28,11 @@ def _rules(rules: Optional[Iterable[str]], rule_files: Sequence[Path]):  # type:
     return select_rules(list(rules) if rules is not None else None, rule_files)
 
 
+def _parse(source: str, path: str) -> cst.Module:
+    ensure_parser_survives(path, source.encode("utf-8"))
+    return cst.parse_module(source)
+
+
 def rewrite_source(
     source: str,
     rules: Optional[Iterable[str]] = None,
@@ -36,9 +42,10 @@ def rewrite_source(
 ) -> RewriteResult:
     """Apply rules (codes like ``ADP005`` or codemod names; None = all built-in rules) to source text.
 
-    Raises ``libcst.ParserSyntaxError`` for source that does not parse.
+    Raises ``libcst.ParserSyntaxError`` for source that does not parse, and
+    :class:`adopter_codemods.files.SourceError` for nesting too deep for LibCST's parser (checked without crashing).
     """
-    module = cst.parse_module(source)
+    module = _parse(source, path)
     outcome = rewrite_module(module, _rules(rules, rule_files))
     if not outcome.applied:
         return RewriteResult(source)  # byte-identical, also where LibCST's str round trip is not (a leading BOM)
@@ -55,7 +62,9 @@ def scan_source(
     path: str = "<string>",
     rule_files: Sequence[Path] = (),
 ) -> list[Finding]:
-    """Findings of every selected rule, each judged on the unmodified source."""
+    """Findings of every selected rule, each judged on the unmodified source; raises as :func:`rewrite_source`."""
+    data = source.encode("utf-8")
+    ensure_parser_survives(path, data)
     module = cst.parse_module(source)
     matches = find_all(build_module_structure(module), _rules(rules, rule_files))
-    return findings_for(module, matches, path, source=source.encode("utf-8"))
+    return findings_for(module, matches, path, source=data)

@@ -13,6 +13,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from .dsl import Rule
+from .gc_pause import collector_paused
 from .matcher import LayerRef, Match, find_matches
 from .positions import statement_positions
 from .provider import build_module_structure
@@ -54,6 +55,7 @@ class Finding:
         }
 
 
+@collector_paused
 def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
     """Every safe match of every rule, each rule judged on the unmodified module."""
     matches: list[Match] = []
@@ -69,6 +71,7 @@ def describe(match: Match) -> str:
     return f"{match.rule.summary or match.rule.name}{detail}"
 
 
+@collector_paused
 def findings_for(
     module: cst.Module,
     matches: Sequence[Match],
@@ -190,6 +193,7 @@ class RewriteOutcome:
     rounds: int
 
 
+@collector_paused
 def rewrite_module(
     module: cst.Module, rules: Sequence[Rule], structure: Optional[ModuleStructure] = None
 ) -> RewriteOutcome:

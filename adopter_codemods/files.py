@@ -7,12 +7,16 @@ writes ``module.bytes`` back with :func:`atomic_write`, which keeps the original
 from __future__ import annotations
 
 import ast
+import faulthandler
 import io
+import operator
 import os
+import re
 import tempfile
 import tokenize
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from itertools import accumulate, compress
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -66,7 +70,8 @@ def _excluded(rel: str, name: str, patterns: Sequence[str]) -> bool:
 def discover(paths: Iterable[str], excludes: Sequence[str] = ()) -> tuple[list[str], list[FileError]]:
     """Python files under ``paths`` in a stable order, and an error per path that does not exist.
 
-    Directories are walked recursively for ``*.py``, skipping :data:`DEFAULT_EXCLUDES` and ``excludes``. A file
+    Directories are walked recursively for ``*.py``, skipping :data:`DEFAULT_EXCLUDES` and ``excludes``; links to
+    directories are not followed (no cycles), links to files are, each file being listed once. A file
     named explicitly is taken whatever its suffix (pre-commit passes extensionless scripts with a Python shebang);
     only ``excludes`` apply to it.
     """
@@ -75,7 +80,7 @@ def discover(paths: Iterable[str], excludes: Sequence[str] = ()) -> tuple[list[s
     seen: set[str] = set()
 
     def add(path: str) -> None:
-        key = os.path.normpath(os.path.abspath(path))
+        key = os.path.realpath(path)  # a file reached through a symlink too is processed once
         if key not in seen:
             seen.add(key)
             found.append(path)
@@ -96,6 +101,113 @@ def discover(paths: Iterable[str], excludes: Sequence[str] = ()) -> tuple[list[s
         else:
             errors.append(FileError(arg, None, "no such file or directory"))
     return found, errors
+
+
+# LibCST's native parser overflows its stack and kills the whole process on deep nesting: ~3000 nested brackets,
+# ~10000 chained `and`s or unary minuses (and takes seconds on a few thousand chained `+`). CPython refuses most
+# of these shapes with an error (more than 200 nested brackets; a RecursionError from ~3000 levels), not all: it
+# compiles 10000 chained `and`s. So a cheap screen of the bytes looks for deep brackets and long logical lines
+# (every level of nesting costs at least one byte); a file it flags goes to CPython's parser first, then to LibCST
+# in a forked child, and only then to LibCST in this process.
+_SUSPICIOUS_DEPTH = 100
+_SUSPICIOUS_LENGTH = 2000  # non-blank bytes in one logical line
+# Strings and comments become blanks first (offsets and line count unchanged): their brackets do not nest.
+_STRING_OR_COMMENT = re.compile(  # each alternative "unrolled" (runs of plain bytes first): 2x faster
+    rb'"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*"""'
+    rb"|'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*'''"
+    rb'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    rb"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"
+    rb"|#[^\n]*"
+)
+_BRACKET = re.compile(rb"[()\[\]{}]")
+_NOT_BRACKETS = re.compile(rb"[^()\[\]{}]+")
+_STEPS = bytes.maketrans(b"([{)]}", b"\x01\x01\x01\x02\x02\x02")
+_STEP = (0, 1, -1).__getitem__
+_CONTINUATION = re.compile(rb"\\\r?\n")
+
+
+def _blank(match: re.Match[bytes]) -> bytes:
+    text = match.group()
+    newlines = text.count(b"\n")
+    return b"\n" * newlines + b" " * (len(text) - newlines) if newlines else b" " * len(text)
+
+
+def _long(data: bytes, start: int, end: int) -> bool:
+    """Whether `data[start:end]` holds more than the suspicious length once blanks are left out."""
+    if end - start <= _SUSPICIOUS_LENGTH:
+        return False
+    return end - start - data.count(b" ", start, end) - data.count(b"\n", start, end) > _SUSPICIOUS_LENGTH
+
+
+def _suspicious_offset(data: bytes) -> Optional[int]:
+    """Where a file nests brackets deeply or has a very long logical line, if it does. Works on the brackets'
+    running depth with C-speed iteration (a Python loop per bracket would cost a tenth of the parse). A stray
+    bracket the blanking missed can only make groups look deeper or longer (costing an extra parse)."""
+    clean = _STRING_OR_COMMENT.sub(_blank, data)
+    steps = _NOT_BRACKETS.sub(b"", clean).translate(_STEPS)
+    if steps:
+        depth = list(accumulate(map(_STEP, steps)))
+        # Depth above the lowest point so far: a stray closer starts a new baseline instead of hiding what follows.
+        rise = list(map(operator.sub, depth, accumulate(depth, min)))
+        deepest = max(rise)
+        positions = [m.start() for m in _BRACKET.finditer(clean)]
+        if deepest > _SUSPICIOUS_DEPTH:
+            return positions[rise.index(deepest)]
+        # Brackets back at the baseline; between two of them lies at most one outermost group (plus plain code).
+        level = [0, *compress(positions, map(operator.not_, rise)), len(clean)]
+        wide = compress(range(len(level) - 1), map(_SUSPICIOUS_LENGTH.__lt__, map(operator.sub, level[1:], level)))
+        for i in wide:
+            if _long(clean, level[i], level[i + 1]):
+                return level[i]
+    joined = _CONTINUATION.sub(b"", clean) if b"\\" in clean else clean
+    lines = joined.split(b"\n")
+    if max(map(len, lines)) > _SUSPICIOUS_LENGTH:
+        offset = 0
+        for line in lines:
+            if _long(line, 0, len(line)):
+                return offset  # offsets in `joined` are at most those in `data`: the same line or one before
+            offset += len(line) + 1
+    return None
+
+
+def _refused_by_cpython(data: bytes, offset: int) -> Optional[tuple[int, str]]:
+    try:
+        ast.parse(data)
+    except SyntaxError as exc:
+        return exc.lineno or _line_of_offset(data, offset), f"syntax error: {exc.msg}"
+    except (RecursionError, MemoryError):
+        return _line_of_offset(data, offset), "nested too deeply for Python's parser (it cannot be compiled)"
+    return None
+
+
+def _libcst_survives(data: bytes) -> bool:
+    """Whether LibCST's parser returns (with a module or an error) on `data`, tried in a forked child so that a
+    crash only ends the child. Without ``fork`` (Windows), assumed."""
+    if not hasattr(os, "fork"):
+        return True
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; coverage tools do not follow it
+        faulthandler.disable()  # a crash here is expected and reported by the parent, not dumped on stderr
+        try:
+            cst.parse_module(data)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status)
+
+
+def ensure_parser_survives(path: str, data: bytes) -> None:
+    """Raise :class:`SourceError` for a file that would crash LibCST's parser (see the screen above); for any
+    other file this costs a scan of its brackets and line lengths."""
+    suspicious = _suspicious_offset(data)
+    if suspicious is None:
+        return
+    refused = _refused_by_cpython(data, suspicious)
+    if refused is not None:
+        raise SourceError(FileError(path, *refused))
+    if not _libcst_survives(data):
+        line = _line_of_offset(data, suspicious)
+        raise SourceError(FileError(path, line, "nested too deeply for LibCST's parser (it crashed on a copy)"))
 
 
 def _line_of_offset(data: bytes, offset: int) -> int:
@@ -119,6 +231,7 @@ def load_module(path: str) -> cst.Module:
     except UnicodeDecodeError as exc:
         line = _line_of_offset(data, exc.start)
         raise SourceError(FileError(path, line, f"cannot decode file as {encoding}: {exc.reason}")) from None
+    ensure_parser_survives(path, data)
     try:
         return cst.parse_module(data)
     except cst.ParserSyntaxError as exc:

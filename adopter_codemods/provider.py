@@ -27,6 +27,7 @@ import libcst as cst
 from libcst.metadata import BaseMetadataProvider
 
 from . import cstwalk
+from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
 
@@ -1061,6 +1062,7 @@ def _is_module_class(
     return result
 
 
+@collector_paused
 def build_module_structure(module: cst.Module) -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
     for the module's top-level functions when any of them holds a DSL node."""

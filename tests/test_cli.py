@@ -367,6 +367,22 @@ def test_rewrite_keeps_encoding_newlines_mode_and_symlinks(project: Path, capsys
     assert (project / "src" / "bom.py").read_bytes() == b"\xef\xbb\xbf" + rewrite_source(ADP005_SOURCE).code.encode()
 
 
+def test_symlinks_empty_and_bom_only_files(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = project / "src"
+    (src / "alias.py").symlink_to(src / "model.py")  # the same file twice: scanned once
+    (src / "dangling.py").symlink_to(project / "nowhere.py")
+    (src / "loop").symlink_to(src, target_is_directory=True)  # not followed: no endless walk
+    (src / "empty.py").write_bytes(b"")
+    (src / "bom_only.py").write_bytes(b"\xef\xbb\xbf")
+    status, out, _ = run(capsys, "scan", "src", "--format", "json")
+    report = json.loads(out)
+    assert status == 2
+    assert [Path(f["path"]).name for f in report["findings"]] == ["alias.py"]  # first in walk order
+    assert [(Path(e["path"]).name, e["line"]) for e in report["errors"]] == [("dangling.py", None)]
+    assert "cannot read file" in report["errors"][0]["message"]
+    assert report["files_scanned"] == 4  # alias (model), bom_only, empty, pkg/util
+
+
 def test_failed_write_leaves_the_original(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
