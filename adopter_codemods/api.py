@@ -63,8 +63,6 @@ def scan_source(
     rule_files: Sequence[Path] = (),
 ) -> list[Finding]:
     """Findings of every selected rule, each judged on the unmodified source; raises as :func:`rewrite_source`."""
-    data = source.encode("utf-8")
-    ensure_parser_survives(path, data)
-    module = cst.parse_module(source)
+    module = _parse(source, path)
     matches = find_all(build_module_structure(module), _rules(rules, rule_files))
-    return findings_for(module, matches, path, source=data)
+    return findings_for(module, matches, path, source=source.encode("utf-8"))
