@@ -12,6 +12,14 @@ What "equivalent" means here (design brief, section 4):
   gradients and the same gradient for every named parameter;
 * after each forward/backward the persistent buffers (e.g. BatchNorm running statistics) are the same.
 
+Comparisons run in float64 (:func:`check_equivalent` builds both models and their inputs under
+``torch.set_default_dtype(torch.float64)``): rounding noise is then about 1e-15, so the default tolerance of 1e-9
+separates a real difference from rounding with a wide margin on both sides. A gradient is judged against the
+largest gradient of the same backward pass (``atol + rtol * largest``): a gradient that is zero in exact
+arithmetic (attention's key bias, a bias followed by a normalisation) holds only rounding noise of the
+magnitude of the others. Everything that draws random numbers (the factory, the forward, the cotangents) runs
+under a fixed seed, so a comparison gives the same result in any test order.
+
 Typical use::
 
     original = load_source_as_module(src, "case_original")
@@ -27,7 +35,7 @@ import math
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -39,11 +47,45 @@ __all__ = [
     "assert_equivalent",
     "check_equivalent",
     "compare_models",
+    "default_dtype",
     "iter_leaves",
     "load_source_as_module",
+    "seeded",
 ]
 
 MODES: tuple[str, ...] = ("eval", "train")
+
+#: Default tolerances, meant for float64 models: ~1e6 times float64 rounding noise, ~1e-3 of float32's.
+RTOL: float = 1e-9
+ATOL: float = 1e-9
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Determinism: default dtype and seeds
+# --------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Run the body with ``torch.get_default_dtype() == dtype``; the previous default is restored afterwards.
+
+    Models built inside (``nn.Linear``, ``torch.randn``, float literals in ``torch.tensor``) get ``dtype``, so the
+    original and the rewritten model compute in the same, chosen precision.
+    """
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the body with torch's RNGs seeded with ``seed``; the caller's RNG state is restored afterwards."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        yield
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -218,8 +260,12 @@ def _compare_tensor(
     name: str,
     expected: torch.Tensor,
     actual: torch.Tensor,
+    atol: float | None = None,
 ) -> None:
-    """Compare ``actual`` (rewritten) with ``expected`` (original); record a mismatch if they differ."""
+    """Compare ``actual`` (rewritten) with ``expected`` (original); record a mismatch if they differ.
+
+    ``atol`` replaces the report's absolute tolerance (gradients pass one scaled by the largest gradient).
+    """
     if expected.shape != actual.shape:
         report.mismatches.append(
             Mismatch(kind, mode, name, f"shape {tuple(actual.shape)} != original {tuple(expected.shape)}")
@@ -238,7 +284,8 @@ def _compare_tensor(
         return
     diff = _max_abs_diff(expected, actual)
     report._note(mode, diff)
-    close = torch.allclose(actual.detach(), expected.detach(), rtol=report.rtol, atol=report.atol, equal_nan=True)
+    atol = report.atol if atol is None else atol
+    close = torch.allclose(actual.detach(), expected.detach(), rtol=report.rtol, atol=atol, equal_nan=True)
     if not close:
         report.mismatches.append(
             Mismatch(kind, mode, name, f"values differ, shape {tuple(expected.shape)}", max_abs_diff=diff)
@@ -253,13 +300,29 @@ def _compare_grad(
     expected: torch.Tensor | None,
     actual: torch.Tensor | None,
     like: torch.Tensor,
+    scale: float,
 ) -> None:
-    """Compare two gradients; ``None`` (no gradient flowed) counts as zeros of ``like``'s shape."""
+    """Compare two gradients; ``None`` (no gradient flowed) counts as zeros of ``like``'s shape.
+
+    ``scale`` is the largest gradient of the original model's backward pass: a gradient that is zero in exact
+    arithmetic carries rounding noise proportional to it, so the absolute tolerance is ``atol + rtol * scale``.
+    """
     if expected is None and actual is None:
         return
     expected = torch.zeros_like(like) if expected is None else expected
     actual = torch.zeros_like(like) if actual is None else actual
-    _compare_tensor(report, kind, mode, name, expected, actual)
+    _compare_tensor(report, kind, mode, name, expected, actual, atol=report.atol + report.rtol * scale)
+
+
+def _largest_gradient(tensors: Iterable[torch.Tensor]) -> float:
+    """Largest finite |gradient| over ``tensors`` (0.0 when none has one)."""
+    largest = 0.0
+    for tensor in tensors:
+        grad = tensor.grad
+        if grad is not None and grad.is_floating_point() and grad.numel():
+            finite = torch.nan_to_num(grad.detach().double().abs(), nan=0.0, posinf=0.0, neginf=0.0)
+            largest = max(largest, float(finite.max()))
+    return largest
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -304,9 +367,7 @@ def _run(
     model.zero_grad(set_to_none=True)
     call_args = _clone_inputs(tuple(args))
     call_kwargs = _clone_inputs(dict(kwargs))
-    # fork_rng: the caller's global RNG state is left as it was.
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with seeded(seed):
         with context():
             outputs = model(*call_args, **call_kwargs)
         leaves = list(iter_leaves(outputs, "output"))
@@ -327,8 +388,8 @@ def compare_models(
     args: Sequence[Any] | torch.Tensor = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
+    rtol: float = RTOL,
+    atol: float = ATOL,
     seed: int = 0,
     modes: Iterable[str] = MODES,
     context: Callable[[], AbstractContextManager[Any]] = nullcontext,
@@ -338,6 +399,8 @@ def compare_models(
     The original model's state is loaded into the rewritten one with ``strict=True`` and both are reset to that
     state before every mode, so modes are independent. Both models are left in the last mode run, with gradients
     of the last backward. ``context`` wraps each forward (e.g. ``lambda: torch.autocast("cuda", torch.bfloat16)``).
+    The default tolerances are meant for float64 models (build and run them under ``default_dtype(torch.float64)``);
+    a lower precision needs tolerances of its own.
     """
     modes = tuple(modes)
     unknown = [m for m in modes if m not in MODES]
@@ -370,12 +433,18 @@ def compare_models(
             continue
 
         _compare_outputs(report, mode, ref_leaves, new_leaves)
+        ref_inputs = [
+            t
+            for _, t in [*iter_leaves(ref_args, "args"), *iter_leaves(ref_kwargs, "kwargs")]
+            if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
+        scale = _largest_gradient([*ref_inputs, *original_model.parameters()])
         for (name, ref_in), (_, new_in) in zip(
             [*iter_leaves(ref_args, "args"), *iter_leaves(ref_kwargs, "kwargs")],
             [*iter_leaves(new_args, "args"), *iter_leaves(new_kwargs, "kwargs")],
         ):
             if isinstance(ref_in, torch.Tensor) and ref_in.requires_grad:
-                _compare_grad(report, "input_grad", mode, name, ref_in.grad, new_in.grad, ref_in)
+                _compare_grad(report, "input_grad", mode, name, ref_in.grad, new_in.grad, ref_in, scale)
 
         new_params = dict(rewritten_model.named_parameters())
         for name, param in original_model.named_parameters():
@@ -383,7 +452,7 @@ def compare_models(
             if other is None:  # a tied/shared parameter registered under another name in the rewritten model
                 report.mismatches.append(Mismatch("param_grad", mode, name, "no such parameter in rewritten model"))
             elif param.requires_grad:
-                _compare_grad(report, "param_grad", mode, name, param.grad, other.grad, param)
+                _compare_grad(report, "param_grad", mode, name, param.grad, other.grad, param, scale)
 
         new_buffers = _buffers(rewritten_model)
         for name, buf in _buffers(original_model).items():
@@ -424,8 +493,7 @@ def _call_factory(module: types.ModuleType, factory: str, seed: int) -> tuple[nn
     fn = getattr(module, factory, None)
     if not callable(fn):
         raise AttributeError(f"module {module.__name__!r} defines no callable {factory}()")
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with seeded(seed):
         result = fn()
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise TypeError(f"{module.__name__}.{factory}() must return (model, args) or (model, args, kwargs)")
@@ -441,21 +509,24 @@ def check_equivalent(
     rewritten: types.ModuleType,
     factory: str = "make_example",
     *,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
+    rtol: float = RTOL,
+    atol: float = ATOL,
     seed: int = 0,
     modes: Iterable[str] = MODES,
+    dtype: torch.dtype = torch.float64,
 ) -> EquivalenceReport:
     """Build a model with ``factory()`` in each module (same seed) and compare them with :func:`compare_models`.
 
-    The inputs come from the original module's factory; the rewritten factory's inputs are ignored except that
-    calling it must succeed.
+    Building and running happen under ``default_dtype(dtype)``: float64 by default, which the default
+    tolerances assume. The inputs come from the original module's factory; the rewritten factory's inputs are
+    ignored except that calling it must succeed.
     """
-    original_model, args, kwargs = _call_factory(original, factory, seed)
-    rewritten_model, _, _ = _call_factory(rewritten, factory, seed)
-    return compare_models(
-        original_model, rewritten_model, args, kwargs, rtol=rtol, atol=atol, seed=seed, modes=modes
-    )
+    with default_dtype(dtype):
+        original_model, args, kwargs = _call_factory(original, factory, seed)
+        rewritten_model, _, _ = _call_factory(rewritten, factory, seed)
+        return compare_models(
+            original_model, rewritten_model, args, kwargs, rtol=rtol, atol=atol, seed=seed, modes=modes
+        )
 
 
 def assert_equivalent(
@@ -463,12 +534,15 @@ def assert_equivalent(
     rewritten: types.ModuleType,
     factory: str = "make_example",
     *,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
+    rtol: float = RTOL,
+    atol: float = ATOL,
     seed: int = 0,
     modes: Iterable[str] = MODES,
+    dtype: torch.dtype = torch.float64,
 ) -> EquivalenceReport:
     """Like :func:`check_equivalent` but raise ``AssertionError`` naming every differing tensor."""
-    report = check_equivalent(original, rewritten, factory, rtol=rtol, atol=atol, seed=seed, modes=modes)
+    report = check_equivalent(
+        original, rewritten, factory, rtol=rtol, atol=atol, seed=seed, modes=modes, dtype=dtype
+    )
     report.raise_if_failed()
     return report

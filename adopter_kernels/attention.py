@@ -76,12 +76,14 @@ def _merge_heads(x: Tensor) -> Tensor:
 def _additive_mask(mask: Optional[Tensor], dtype: torch.dtype) -> Optional[Tensor]:
     """Return an additive mask in the query's dtype, as SDPA requires (eager relies on type promotion instead).
 
-    A float mask is clamped to ``finfo(dtype).min`` first: under autocast a float32 ``finfo.min`` mask meets half
-    precision queries and would otherwise become ``-inf``, turning eager's uniform fully-masked rows into NaN.
+    A float mask of a wider range is clamped to ``finfo(dtype).min`` first: under autocast a float32 ``finfo.min``
+    mask meets half precision queries and would otherwise become ``-inf``, turning eager's uniform fully-masked
+    rows into NaN. A narrower one (a float32 mask with float64 queries) is only widened: clamping it at float64's
+    minimum would not even be representable in its own dtype.
     """
     if mask is None or mask.dtype == dtype:
         return mask
-    if mask.is_floating_point():
+    if mask.is_floating_point() and torch.finfo(mask.dtype).min < torch.finfo(dtype).min:
         mask = mask.clamp(min=torch.finfo(dtype).min)
     return mask.to(dtype)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import libcst as cst
@@ -19,11 +20,19 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from adopter_codemods.api import rewrite_source  # noqa: E402
-from adopter_codemods.equivalence import compare_models, load_source_as_module  # noqa: E402
+from adopter_codemods.equivalence import (  # noqa: E402
+    EquivalenceReport,
+    compare_models,
+    default_dtype,
+    load_source_as_module,
+    seeded,
+)
 from adopter_codemods.qualnames import ImportTable, qualname_matches  # noqa: E402
 
 if transformers.__version__ != "4.34.1":
     pytest.skip("written against transformers 4.34.1", allow_module_level=True)
+
+MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])  # the second sequence is padded
 
 # (rule, model dir) -> findings per class
 EXPECTED: dict[tuple[str, str], dict[str, int]] = {
@@ -83,16 +92,21 @@ def test_rule_on_real_modeling_file(rule: str, model: str) -> None:
         assert code.count("adopter_kernels.softmax(") == _softmax_calls(_source(model)[1])
 
 
-def _models(model: str, code: str, model_cls: str, config: object) -> tuple[object, object]:
+def _compare(
+    model: str, code: str, model_cls: str, config: object, inputs: Callable[[], tuple[tuple, dict]]
+) -> EquivalenceReport:
+    """Build the original and the rewritten model and draw ``inputs()``, all in float64 under fixed seeds."""
     original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
     rewritten = load_source_as_module(
         code, f"transformers.models.{model}.modeling_{model}_adopted", package=f"transformers.models.{model}"
     )
-    torch.manual_seed(0)
-    vanilla = getattr(original, model_cls)(config)
-    torch.manual_seed(1)  # different init: the strict state_dict load must make them equal
-    fused = getattr(rewritten, model_cls)(config)
-    return vanilla, fused
+    with default_dtype(torch.float64):
+        with seeded(0):
+            vanilla = getattr(original, model_cls)(config)
+            args, kwargs = inputs()
+        with seeded(1):  # different init: the strict state_dict load must make them equal
+            fused = getattr(rewritten, model_cls)(config)
+        return compare_models(vanilla, fused, args, kwargs)
 
 
 def test_fast_softmax_bert_equivalent() -> None:
@@ -101,10 +115,8 @@ def test_fast_softmax_bert_equivalent() -> None:
         vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
         max_position_embeddings=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
     )  # fmt: skip
-    vanilla, fused = _models("bert", code, "BertModel", config)
-    ids = torch.randint(0, 40, (2, 7))
-    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
-    compare_models(vanilla, fused, (), {"input_ids": ids, "attention_mask": mask}).raise_if_failed()
+    inputs = lambda: ((), {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": MASK})  # noqa: E731
+    _compare("bert", code, "BertModel", config, inputs).raise_if_failed()
 
 
 def test_fuse_bias_gelu_vit_equivalent() -> None:
@@ -113,8 +125,7 @@ def test_fuse_bias_gelu_vit_equivalent() -> None:
         image_size=8, patch_size=4, num_channels=3, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
     )  # fmt: skip
-    vanilla, fused = _models("vit", code, "ViTModel", config)
-    compare_models(vanilla, fused, (torch.randn(2, 3, 8, 8),)).raise_if_failed()
+    _compare("vit", code, "ViTModel", config, lambda: ((torch.randn(2, 3, 8, 8),), {})).raise_if_failed()
 
 
 def test_fuse_qkv_gpt_neo_equivalent() -> None:
@@ -124,8 +135,5 @@ def test_fuse_qkv_gpt_neo_equivalent() -> None:
         attention_types=[[["global", "local"], 1]], window_size=4, embed_dropout=0.1, attention_dropout=0.1,
         resid_dropout=0.1,
     )  # fmt: skip
-    vanilla, fused = _models("gpt_neo", code, "GPTNeoModel", config)
-    ids = torch.randint(0, 40, (2, 7))
-    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
-    kwargs = {"input_ids": ids, "attention_mask": mask, "use_cache": True}
-    compare_models(vanilla, fused, (), kwargs, rtol=1e-5, atol=1e-5).raise_if_failed()
+    inputs = lambda: ((), {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": MASK, "use_cache": True})  # noqa: E731
+    _compare("gpt_neo", code, "GPTNeoModel", config, inputs).raise_if_failed()

@@ -173,6 +173,14 @@ def test_bert_encoder_padding(cls: type, sdpa_calls: Calls) -> None:
     assert_same(original, rewritten, inputs, sdpa_calls)
 
 
+def test_bert_float32_mask_with_float64_model(sdpa_calls: Calls) -> None:
+    # Eager promotes a float32 mask to the float64 scores; the mask is widened, not clamped to float64's minimum
+    # (which a float32 tensor cannot hold).
+    original, rewritten = make_pair(BertSelfAttention, bert_self_attention_sdpa, bert_config())
+    inputs = dict(hidden_states=randn(3, 5, 16), attention_mask=padding_mask(KEEP_5, torch.float32))
+    assert_same(original, rewritten, inputs, sdpa_calls)
+
+
 def test_bert_decoder_with_cache(sdpa_calls: Calls) -> None:
     original, rewritten = make_pair(BertSelfAttention, bert_self_attention_sdpa, bert_config(is_decoder=True))
     mask = torch.zeros(2, 1, 2, 5, dtype=DT).masked_fill(torch.rand(2, 1, 2, 5) < 0.3, torch.finfo(DT).min)

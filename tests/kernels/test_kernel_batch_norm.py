@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import torch
@@ -26,7 +26,7 @@ def _randomise_bn(bn: nn.modules.batchnorm._BatchNorm) -> None:
 
 
 def _conv_bn(
-    dtype: torch.dtype = torch.float32, affine: bool = True, **conv_kwargs: Any
+    dtype: Optional[torch.dtype] = None, affine: bool = True, **conv_kwargs: Any
 ) -> Tuple[nn.Conv2d, nn.BatchNorm2d]:
     conv = nn.Conv2d(4, 6, 3, dtype=dtype, **conv_kwargs)
     bn = nn.BatchNorm2d(6, affine=affine, dtype=dtype)
@@ -130,6 +130,7 @@ def _count_folds(monkeypatch: pytest.MonkeyPatch) -> List[int]:
 
 
 def test_eval_cache_reused_and_invalidated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # float32 first: the last step checks that a dtype change (.double()) invalidates the cache.
     calls = _count_folds(monkeypatch)
     conv, bn = _conv_bn()
     model = nn.Sequential(conv, bn)
@@ -138,7 +139,7 @@ def test_eval_cache_reused_and_invalidated(monkeypatch: pytest.MonkeyPatch) -> N
     def check(expected_calls: int) -> None:
         model.eval()
         with torch.no_grad():
-            torch.testing.assert_close(ak.conv_bn2d(x, conv, bn), bn(conv(x)), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(ak.conv_bn2d(x, conv, bn), bn(conv(x)), **_tol(x.dtype))
         assert len(calls) == expected_calls
 
     check(1)
@@ -258,7 +259,7 @@ def _make_sequential(cls: type) -> nn.Sequential:
     return model
 
 
-def test_fused_sequential_is_a_drop_in() -> None:
+def test_fused_sequential_is_a_drop_in(float64: None) -> None:
     ref, fused = _make_sequential(nn.Sequential), _make_sequential(ak.FusedSequential)
     assert list(fused.state_dict()) == list(ref.state_dict())
     fused.load_state_dict(ref.state_dict(), strict=True)
@@ -280,7 +281,7 @@ def test_fused_sequential_is_a_drop_in() -> None:
     fused.eval()
     ref.eval()
     with torch.no_grad():
-        torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fused(x), ref(x), **_tol(torch.float64))
 
 
 def test_fused_sequential_leaves_other_pairs_alone() -> None:

@@ -60,10 +60,10 @@ def test_one_gemm_and_no_bias_when_none_has_one(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_outputs_split_into_heads() -> None:
-    q, k, v = _layers(torch.float32)
-    x = torch.randn(2, 3, 6)
+    q, k, v = _layers(torch.float64)
+    x = torch.randn(2, 3, 6, dtype=torch.float64)
     for t, layer in zip(ak.packed_qkv_linear(x, q, k, v), (q, k, v)):
-        torch.testing.assert_close(t.view(2, 3, 2, 4), layer(x).view(2, 3, 2, 4), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(t.view(2, 3, 2, 4), layer(x).view(2, 3, 2, 4), **_tol(torch.float64))
 
 
 def test_different_in_features_is_an_error() -> None:
@@ -89,14 +89,14 @@ def test_packed_weight_cache(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(*args)
 
     monkeypatch.setattr(qkv_module, "_pack", counting)
-    layers = nn.ModuleList(_layers(torch.float32))
+    layers = nn.ModuleList(_layers(torch.float64))
     q, k, v = layers
-    x = torch.randn(3, 6)
+    x = torch.randn(3, 6, dtype=torch.float64)
 
     def check(expected_calls: int) -> None:
         with torch.no_grad():
             for a, m in zip(ak.packed_qkv_linear(x, q, k, v), (q, k, v)):
-                torch.testing.assert_close(a, m(x), rtol=1e-6, atol=1e-6)
+                torch.testing.assert_close(a, m(x), **_tol(torch.float64))
         assert len(calls) == expected_calls
 
     check(1)
@@ -107,6 +107,6 @@ def test_packed_weight_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(calls) == 2 and all(p.grad is not None for p in layers.parameters())
     opt.step()
     check(3)
-    layers.load_state_dict(nn.ModuleList(_layers(torch.float32)).state_dict())
+    layers.load_state_dict(nn.ModuleList(_layers(torch.float64)).state_dict())
     check(4)
     check(4)
