@@ -21,6 +21,7 @@ from adopter_codemods import cli, files
 from adopter_codemods.api import rewrite_source, scan_source
 from adopter_codemods.cli import main
 from adopter_codemods.dsl import load_rule_file
+from adopter_codemods.report import rule_targets
 from adopter_codemods.rules import builtin_rules
 from conftest import ROOT
 
@@ -467,23 +468,26 @@ def test_demo_prints_adopt_all_diff_and_writes_nothing(tmp_path: Path, capsys: p
     assert run(capsys, "demo", "--source")[1] == before.decode()
 
 
-# The example is meant to show the rules that apply to plain PyTorch code (ADP001-003 need Hugging Face classes).
-EXAMPLE_RULES = [r for r in builtin_rules() if r.code in ("ADP004", "ADP005", "ADP006", "ADP007", "ADP008", "ADP009")]
-
-
-@pytest.mark.parametrize("rule", EXAMPLE_RULES, ids=lambda r: r.code)
-def test_example_shows_the_rule(rule) -> None:  # type: ignore[no-untyped-def]
-    assert scan_source(EXAMPLE.read_text(encoding="utf-8"), [rule.code])
+def test_demo_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo` is documented as showing every rule: the example holds each, and the diff adds each one's kernel."""
+    assert {f.code for f in scan_source(EXAMPLE.read_text(encoding="utf-8"))} == {r.code for r in builtin_rules()}
+    added = "\n".join(line for line in run(capsys, "demo")[1].splitlines() if line.startswith("+"))
+    for rule in builtin_rules():
+        kernels = [t.rsplit(".", 1)[-1] for t in rule_targets(rule)]
+        assert any(f"adopter_kernels.{k}(" in added for k in kernels), (rule.code, kernels)
 
 
 def test_rewritten_example_is_equivalent() -> None:
     pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
 
     source = EXAMPLE.read_text(encoding="utf-8")
     original = load_source_as_module(source, "demo_example_original", path=str(EXAMPLE))
     rewritten = load_source_as_module(rewrite_source(source).code, "demo_example_rewritten", path=str(EXAMPLE))
-    assert_equivalent(original, rewritten)
+    # Eager T5Attention runs its softmax on ``scores.float()``: even in float64 the original rounds the attention
+    # weights to float32 (~1e-7), the SDPA rewrite does not.
+    assert_equivalent(original, rewritten, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("command", ["scan", "rewrite", "list", "explain", "demo"])

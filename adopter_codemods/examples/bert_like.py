@@ -1,7 +1,7 @@
-"""A small BERT-like model with one instance of each pattern Adopter rewrites.
+"""A small BERT-like model with one instance of each of the nine patterns Adopter rewrites.
 
 Run ``python -m adopter_codemods demo`` to see the diff AdoptAll produces for this file (nothing is written).
-The file is self-contained and executable: ``make_example()`` builds the model with tiny sizes.
+The file is executable with torch and transformers installed: ``make_example()`` builds the model with tiny sizes.
 """
 
 import math
@@ -9,6 +9,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import BertConfig, GPT2Config, T5Config
+from transformers.models.bert.modeling_bert import BertSelfAttention
+from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+from transformers.models.t5.modeling_t5 import T5Attention
 
 
 class Config:
@@ -131,18 +135,43 @@ class ClassifierHead(nn.Module):
         return self.classifier(torch.tanh(pooled))
 
 
+class HubAttentions(nn.Module):
+    """Attention layers imported from Hugging Face transformers, as copied model code often does."""
+
+    def __init__(self, config):
+        super().__init__()
+        # Attention dropout 0: the SDPA kernels draw dropout noise differently from eager attention.
+        heads = dict(num_attention_heads=config.num_attention_heads, attention_probs_dropout_prob=0.0)
+        self.bert = BertSelfAttention(BertConfig(hidden_size=config.hidden_size, **heads))
+        t5_config = T5Config(
+            d_model=config.hidden_size,
+            d_kv=config.hidden_size // config.num_attention_heads,
+            num_heads=config.num_attention_heads,
+            dropout_rate=0.0,
+        )
+        self.t5 = T5Attention(t5_config, has_relative_attention_bias=True)
+        gpt2_config = GPT2Config(n_embd=config.hidden_size, n_head=config.num_attention_heads, attn_pdrop=0.0)
+        self.gpt2 = GPT2Attention(gpt2_config)
+
+    def forward(self, hidden_states):
+        hidden_states = self.bert(hidden_states)[0]
+        hidden_states = self.t5(hidden_states)[0]
+        return self.gpt2(hidden_states)[0]
+
+
 class TinyBert(nn.Module):
     def __init__(self, config, num_layers=2):
         super().__init__()
         self.embeddings = PatchEmbedding(config)
         self.layers = nn.ModuleList([Layer(config) for _ in range(num_layers)])
+        self.hub = HubAttentions(config)
         self.head = ClassifierHead(config)
 
     def forward(self, pixels):
         hidden_states = self.embeddings(pixels)
         for layer in self.layers:
             hidden_states = layer(hidden_states)
-        return self.head(hidden_states)
+        return self.head(self.hub(hidden_states))
 
 
 def make_example():
