@@ -1,4 +1,4 @@
-"""The ``adopter-codemods`` command line (``python -m adopter_codemods``): scan, rewrite, list, explain, demo.
+"""The ``adopter-codemods`` command line (``python -m adopter_codemods``): scan, rewrite, list, explain, demo, init.
 
 A thin adapter: files come from :mod:`.files`, matching and rewriting from :mod:`.engine`, output formats from
 :mod:`.report`. Files are processed independently (optionally in worker processes) and reported in input order.
@@ -26,6 +26,7 @@ from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
 from .engine import Finding, find_all, findings_for, rewrite_module
 from .files import FileError, SourceError, atomic_write, discover, load_module
+from .init_config import CONFIG_NAME, write_config
 from .provider import build_module_structure
 from .report import (
     Replacement,
@@ -325,6 +326,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    try:
+        path = write_config(Path.cwd(), force=args.force)
+    except FileExistsError:
+        raise UsageError(f"{CONFIG_NAME} already exists here; --force overwrites it") from None
+    print(f"wrote {path.name}: LibCST codemods now skip virtual environments, build output and site-packages")
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     data = resources.files("adopter_codemods").joinpath(*EXAMPLE).read_bytes()
     module = cst.parse_module(data)
@@ -457,6 +467,16 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_demo,
     )
     demo.add_argument("--source", action="store_true", help="print the example's source instead of the diff")
+
+    init = add(
+        "init",
+        f"write the LibCST codemod configuration ({CONFIG_NAME}) into the current directory",
+        f"Write {CONFIG_NAME} into the current directory, so that `python -m libcst.tool codemod "
+        "adopter_codemods.AdoptAll .` resolves the codemod names, keeps your formatting and skips virtual "
+        "environments, build output, site-packages and VCS metadata. An existing file is left alone unless --force.",
+        cmd_init,
+    )
+    init.add_argument("--force", action="store_true", help=f"overwrite an existing {CONFIG_NAME}")
     return parser
 
 
