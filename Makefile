@@ -6,8 +6,10 @@ PIP := $(PYTHON) -m pip
 
 .PHONY: install demo test bench-scan
 
+# Both distributions of this repository, editable: the runtime kernels (kernels/, adopter-kernels) and the
+# codemods with the test and benchmark tools; `.[triton]` pulls adopter-kernels[triton], satisfied by the first.
 install:
-	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,triton]'
+	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e './kernels[triton]' -e '.[test,bench,triton]'
 
 demo: install
 	$(PYTHON) -m adopter_codemods demo

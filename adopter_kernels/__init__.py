@@ -18,14 +18,18 @@ routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton
 | ADP009 | ``packed_qkv_linear(input, q, k, v)``                      |
 """
 
+try:
+    import torch  # noqa: F401  (every module below needs it)
+except ImportError as exc:  # rewritten model code deployed without PyTorch: say what to install
+    raise ImportError(
+        "adopter_kernels needs PyTorch (torch >= 2.1), which is not installed: `pip install torch` (for a CUDA "
+        "build see https://pytorch.org/get-started), or `pip install adopter-kernels`, which depends on it"
+    ) from exc
+
 from ._cache import clear_weight_cache
 from ._dispatch import BACKEND_ENV, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
-
-# --- begin ADP001-003 attention block (adopter_kernels/attention.py, maintained separately) ---
 from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
-
-# --- end attention block ---
 from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
 from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm
 from .qkv import packed_qkv_linear
