@@ -1,7 +1,7 @@
 """Fast read-only traversal of LibCST trees.
 
 LibCST's visitor machinery (``node.visit(...)``, ``node.children``) rebuilds and validates every node it passes and
-dispatches through ``getattr`` per node: one pass over a module costs about as much as parsing it (DESIGN.md §5
+dispatches through ``getattr`` per node: one pass over a module costs about as much as parsing it (docs/DESIGN.md §5
 budget: all rules together within 1.5x the parse). Reading the dataclass fields that can hold syntax directly
 (whitespace, parentheses and punctuation skipped) visits the same nodes, in source order, about 20x faster.
 

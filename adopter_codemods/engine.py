@@ -37,7 +37,7 @@ class Finding:
     message: str
     fixable: bool = True
     # 1-based column where the first matched statement starts and (exclusive) where the last one ends, for
-    # text/SARIF/Fixit positions; not part of the JSON contract (DESIGN.md §6).
+    # text/SARIF/Fixit positions; not part of the JSON contract (docs/DESIGN.md §6).
     col: int = 1
     end_col: int = 1
 

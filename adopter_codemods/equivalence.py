@@ -3,7 +3,7 @@
 Used by the test-suite (every positive fixture, the transformers corpus) and by ``gpu_bench``. It imports
 torch, so it must never be imported on the codemod path (``adopter_codemods`` itself stays torch-free).
 
-What "equivalent" means here (design brief, section 4):
+What "equivalent" means here (docs/DESIGN.md §4):
 
 * the two ``state_dict()`` have the same keys and shapes, and the original one loads into the rewritten model
   with ``strict=True`` (checkpoint compatibility);

@@ -1,4 +1,4 @@
-"""Pattern matching (paper §3.4) plus the safety checks that make a rewrite trustworthy (DESIGN.md §4.4).
+"""Pattern matching (paper §3.4) plus the safety checks that make a rewrite trustworthy (docs/DESIGN.md §4.4).
 
 1. Sub-sequence matching of the ``forward`` source pattern on every path of a class, with consistent ``$var``
    bindings (a variable binds a value *id*, so data flow is exact) and ``*`` wildcards.

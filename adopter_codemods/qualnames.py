@@ -1,7 +1,7 @@
 """Qualified names from a module-level import table.
 
 LibCST's ``QualifiedNameProvider`` builds full scope analysis, which costs several times the parse on large
-modeling files (DESIGN.md §5). Model code names layers through a handful of module-level imports
+modeling files (docs/DESIGN.md §5). Model code names layers through a handful of module-level imports
 (``import torch.nn as nn``, ``from torch.nn import functional as F``, ``from ...activations import ACT2FN``), so a
 table of those imports plus the classes defined in the file is all the resolution this tool needs.
 

@@ -1,4 +1,4 @@
-"""Output formats of the command-line front-end: linter-style text, the JSON contract (DESIGN.md §6), SARIF 2.1.0.
+"""Output formats of the command-line front-end: linter-style text, the JSON contract (docs/DESIGN.md §6), SARIF 2.1.0.
 
 Also the rule metadata every front-end shows (codemod docstring, kernel targets) and text diffs, all derived from
 the rule registry so nothing is hand-maintained per rule.

@@ -1,5 +1,5 @@
 """Scan speed: the engine with all rules over a large real corpus, against a bare ``libcst.parse_module`` of the same
-files measured in the same run. A script, not a test (DESIGN.md §7):
+files measured in the same run. A script, not a test (docs/DESIGN.md §7):
 
     python benchmarks/bench_scan.py                 # one core, then -j 2
     python benchmarks/bench_scan.py -j 1 --profile  # where the analysis time goes (cProfile)

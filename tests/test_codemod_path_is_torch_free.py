@@ -1,4 +1,4 @@
-"""The codemod path needs only libcst + fixit (DESIGN.md §1): no torch or transformers import anywhere on it."""
+"""The codemod path needs only libcst + fixit (docs/DESIGN.md §1): no torch or transformers import anywhere on it."""
 
 from __future__ import annotations
 

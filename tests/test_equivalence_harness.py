@@ -190,7 +190,7 @@ def test_fails_on_different_activation() -> None:
 
 
 def test_fails_when_dropout_is_applied_in_eval() -> None:
-    # The epoi bug from the design brief: the training flag frozen at construction.
+    # The epoi bug (docs/DESIGN.md §3): the training flag frozen at construction.
     rewritten = _variant(
         "        h = self.drop(self.act(self.dense(x)))",
         "        h = F.dropout(self.act(self.dense(x)), 0.5, training=True)",

@@ -1,7 +1,7 @@
 """One codemod per rule (``python -m libcst.tool codemod -x adopter_codemods.FuseDropoutLN src/``).
 
 With ``modules: ['adopter_codemods.commands']`` in ``.libcst.codemod.yaml``, LibCST also resolves
-``fuse_dropout_ln.FuseDropoutLN`` and — through the alias below — the brief's ``adopter_codemods.FuseDropoutLN``:
+``fuse_dropout_ln.FuseDropoutLN`` and — through the alias below — ``adopter_codemods.FuseDropoutLN``:
 LibCST imports ``<configured module>.<name before the last dot>``, so ``adopter_codemods.commands.adopter_codemods``
 must be importable, and it is the package itself.
 """
