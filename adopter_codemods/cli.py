@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     init = add(
         "init",
-        f"write the LibCST codemod configuration ({CONFIG_NAME}) into the current directory",
+        f"write the LibCST codemod configuration {CONFIG_NAME} here",
         f"Write {CONFIG_NAME} into the current directory, so that `python -m libcst.tool codemod "
         "adopter_codemods.AdoptAll .` resolves the codemod names, keeps your formatting and skips virtual "
         "environments, build output, site-packages and VCS metadata. An existing file is left alone unless --force.",
