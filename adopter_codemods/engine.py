@@ -19,6 +19,7 @@ from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
+from .suppression import file_suppressed
 
 MAX_ROUNDS = 8  # rewrites that overlap another one are applied in a later round
 
@@ -57,9 +58,12 @@ class Finding:
 
 @collector_paused
 def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
-    """Every safe match of every rule, each rule judged on the unmodified module."""
+    """Every safe match of every rule, each rule judged on the unmodified module. Sites silenced by a suppression
+    comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them."""
     matches: list[Match] = []
     for rule in rules:
+        if file_suppressed(structure.module, (rule.code, rule.name)):
+            continue
         for cls in structure.classes:
             matches.extend(find_matches(rule, cls))
     return matches

@@ -94,24 +94,28 @@ def _line_of(source: str, text: str) -> int:
     return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
 
 
-def test_lint_ignore_silences_a_finding_and_withholds_the_whole_file_fix() -> None:
+def test_lint_ignore_silences_a_finding_and_the_whole_file_fix_leaves_it() -> None:
     source = EXAMPLE.read_text(encoding="utf-8")
     line = _line_of(source, "hidden_states = self.dropout(hidden_states)")
     lines = source.splitlines(keepends=True)
     lines.insert(line - 1, "        # lint-ignore: FuseDropoutLN\n")
     silenced = "".join(lines)
-    _, violations = lint_source(silenced)
+    runner, violations = lint_source(silenced)
     positions = {(v.rule_name, v.range.start.line) for v in violations}
     assert ("FuseDropoutLN", line + 1) not in positions
     assert len(violations) == len(scan_source(source)) - 1
-    assert not any(v.autofixable for v in violations)
+    assert all(v.autofixable for v in violations)
+    fixed = runner.apply_replacements(violations).code
+    assert fixed == rewrite_source(silenced).code and "# lint-ignore: FuseDropoutLN" in fixed
+    assert "hidden_states = self.dropout(hidden_states)" in fixed
 
 
 def test_lint_ignore_in_the_module_header_silences_the_rule_in_the_file() -> None:
     source = "# lint-ignore: FuseDropoutLN\n" + EXAMPLE.read_text(encoding="utf-8")
-    _, violations = lint_source(source)
+    runner, violations = lint_source(source)
     assert violations and "FuseDropoutLN" not in {v.rule_name for v in violations}
-    assert not any(v.autofixable for v in violations)
+    assert all(v.autofixable for v in violations)
+    assert runner.apply_replacements(violations).code == rewrite_source(source).code
 
 
 def _first_positive_fixture() -> Path:

@@ -9,8 +9,8 @@ Autofix: a rewrite edits ``__init__`` and ``forward`` together and adds ``import
 replaces the whole ``Module``. Fixit applies one replacement per node and run, so every Adopter finding of a file
 carries the *same* fix: the file rewritten by all Adopter rules enabled for it (computed once). ``fixit fix``
 therefore applies every Adopter rewrite of a file in one run, and accepting any one finding's fix accepts them all.
-A finding silenced with ``# lint-ignore: <RuleName>`` on (or above) its reported line is not reported; since a
-whole-file fix would rewrite it anyway, the other findings of that file are then reported without an autofix.
+A site silenced with ``# lint-ignore: <RuleName>`` (or ``# noqa: <CODE>``) on or above its reported statement is
+neither reported nor rewritten by the fix: the engine leaves it out (:mod:`adopter_codemods.suppression`).
 """
 
 from __future__ import annotations
@@ -46,41 +46,20 @@ class _FileState:
     fix: Optional[cst.Module] = None
 
     def resolve(self) -> None:
-        """Findings of every registered rule and the combined fix; runs once, after every rule has registered."""
+        """Findings of every registered rule and the combined fix; runs once, after every rule has registered.
+        Suppressed sites (``# noqa``, ``# lint-ignore``, see :mod:`adopter_codemods.suppression`) are left out of
+        both by the engine, so the fix never rewrites a silenced site."""
         if self.findings is not None:
             return
-        statements = _statements_by_line(self.linters[0], self.module)
-        self.findings = []
-        silenced = False
-        for linter, rule in zip(self.linters, self.rules):
-            found = findings_for(self.module, find_all(self.structure, [rule]), "", linter.metadata[PositionProvider])
-            kept = [f for f in found if not _silenced(linter, self.module, statements.get(f.line))]
-            silenced = silenced or len(kept) < len(found)
-            self.findings.append(kept)
-        if any(self.findings) and not silenced:
+        positions = self.linters[0].metadata[PositionProvider]
+        self.findings = [findings_for(self.module, find_all(self.structure, [rule]), "", positions) for rule in self.rules]
+        if any(self.findings):
             rewritten = rewrite_module(self.module, self.rules, self.structure).module
             self.fix = rewritten if rewritten.code != self.module.code else None
 
 
 # Keyed by id(module); the state holds the module, so the id stays valid until the entry is removed.
 _FILES: dict[int, _FileState] = {}
-
-
-def _statements_by_line(linter: LintRule, module: cst.Module) -> dict[int, cst.CSTNode]:
-    """The outermost statement starting on each line (what ``# lint-ignore`` comments attach to)."""
-    out: dict[int, tuple[tuple[int, int], cst.CSTNode]] = {}
-    for node, rng in linter.metadata[PositionProvider].items():
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and isinstance(rng, CodeRange):
-            end = (rng.end.line, rng.end.column)
-            best = out.get(rng.start.line)
-            if best is None or end > best[0]:
-                out[rng.start.line] = (end, node)
-    return {line: node for line, (_, node) in out.items()}
-
-
-def _silenced(linter: LintRule, module: cst.Module, statement: Optional[cst.CSTNode]) -> bool:
-    # `# lint-ignore: Rule` in the module header silences the whole file, on or above a statement that statement.
-    return linter.ignore_lint(module) or (statement is not None and linter.ignore_lint(statement))
 
 
 def _cases(rule: Rule) -> tuple[list[Union[str, Valid]], list[Union[str, Invalid]]]:
