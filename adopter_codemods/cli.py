@@ -24,7 +24,7 @@ import libcst as cst
 from . import __version__, guards, matcher
 from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
-from .engine import Finding, find_all, findings_for, rewrite_module
+from .engine import Finding, Skip, find_all, findings_for, rewrite_module, skips_for
 from .files import FileError, SourceError, atomic_write, discover, load_module
 from .provider import build_module_structure
 from .report import (
@@ -32,6 +32,7 @@ from .report import (
     ScanResults,
     doc_sections,
     error_line,
+    skip_line,
     format_json,
     format_sarif,
     format_text,
@@ -102,6 +103,7 @@ class _Scanned:
     findings: list[Finding] = field(default_factory=list)
     error: Optional[FileError] = None
     fix: list[Replacement] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
 
 
 def _scan_file(path: str, with_fix: bool) -> _Scanned:
@@ -111,16 +113,18 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
         if cache and data is not None:
             cached = cache.get(data, path)
             if cached is not None:
-                return _Scanned(path, cached)
+                return _Scanned(path, cached[0], skipped=cached[1])
         module = load_module(path)
         structure = build_module_structure(module)
-        findings = findings_for(module, find_all(structure, _RULES), path, source=data or _read(path))
+        source = data or _read(path)
+        findings = findings_for(module, find_all(structure, _RULES), path, source=source)
+        skipped = skips_for(structure, path, source)
         if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
-            cache.put(data, findings)
+            cache.put(data, findings, skipped)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
             fix = text_replacements(module.code, rewrite_module(module, _RULES, structure).module.code)
-        return _Scanned(path, findings, fix=fix)
+        return _Scanned(path, findings, fix=fix, skipped=skipped)
     except SourceError as exc:
         return _Scanned(path, error=exc.error)
     except Exception as exc:  # one file crashing the engine must not hide the results of the others
@@ -134,18 +138,21 @@ class _Rewritten:
     codes: tuple[str, ...] = ()
     diff: str = ""
     error: Optional[FileError] = None
+    skipped: list[Skip] = field(default_factory=list)
 
 
 def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
     try:
         module = load_module(path)
-        outcome = rewrite_module(module, _RULES)
+        structure = build_module_structure(module)
+        outcome = rewrite_module(module, _RULES, structure)
+        skipped = skips_for(structure, path)  # of the input: later rounds re-walk the rewritten module
         if outcome.module.code == module.code:
-            return _Rewritten(path)
+            return _Rewritten(path, skipped=skipped)
         diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
         if write:
             atomic_write(path, outcome.module.bytes)  # the file's own encoding and newlines
-        return _Rewritten(path, True, tuple(sorted({m.rule.code for m in outcome.applied})), diff)
+        return _Rewritten(path, True, tuple(sorted({m.rule.code for m in outcome.applied})), diff, skipped=skipped)
     except SourceError as exc:
         return _Rewritten(path, error=exc.error)
     except OSError as exc:
@@ -212,6 +219,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         findings=[f for s in scanned for f in s.findings],
         errors=errors,
         fixes={s.path: s.fix for s in scanned if s.fix},
+        skipped=[u for s in scanned for u in s.skipped],
     )
     if args.format == "json":
         sys.stdout.write(format_json(results))
@@ -220,6 +228,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(results))
         sys.stdout.flush()
+        for skip in results.skipped:
+            print(skip_line(skip), file=sys.stderr)
         print(summary(results), file=sys.stderr)
     if results.errors:
         return EXIT_ERROR
@@ -239,6 +249,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     changed = [r for r in done if r.changed]
     for r in changed:
         print(f"{'rewrote' if write else 'would rewrite'} {r.path} ({', '.join(r.codes)})", file=sys.stderr)
+    for skip in (u for r in done for u in r.skipped):
+        print(skip_line(skip), file=sys.stderr)
     errors += [r.error for r in done if r.error]
     for e in errors:
         print(error_line(e), file=sys.stderr)

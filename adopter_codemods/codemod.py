@@ -14,7 +14,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule
-from .engine import rewrite_module
+from .engine import rewrite_module, skips_for
 from .provider import ModelStructureProvider
 from .rules import load_rules, select_rules
 
@@ -47,9 +47,8 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
         structure = self.get_metadata(ModelStructureProvider, tree)
         outcome = rewrite_module(tree, self.rules, structure)
         # After matching: classes are only walked (and found too complex) when some rule could match them.
-        for cls in structure.classes:
-            if cls.skipped_reason:
-                self.warn(f"class {cls.name} skipped: {cls.skipped_reason}")
+        for skip in skips_for(structure, self.context.filename or "<stdin>"):
+            self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
         return outcome.module

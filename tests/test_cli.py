@@ -70,8 +70,9 @@ def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFix
     status, out, _ = run(capsys, "scan", "src", "--format", "json")
     report = json.loads(out)
     assert status == 1
-    assert list(report) == ["version", "files_scanned", "findings", "errors"]
-    assert report["version"] == 1 and report["files_scanned"] == 3 and report["errors"] == []
+    assert list(report) == ["version", "files_scanned", "findings", "errors", "skipped"]
+    assert report["version"] == 2 and report["files_scanned"] == 3 and report["errors"] == []
+    assert report["skipped"] == []
     assert all(list(f) == FINDING_KEYS for f in report["findings"])
     # a thin adapter: exactly the API's findings, files in walk order
     expected = [
@@ -216,7 +217,7 @@ def test_progress_only_on_a_terminal(
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json"])
     assert "[2/2] src/pkg/util.py" in terminal.getvalue()
-    assert json.loads(capsys.readouterr().out)["version"] == 1  # stdout untouched by the progress line
+    assert json.loads(capsys.readouterr().out)["version"] == 2  # stdout untouched by the progress line
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json", "--no-progress"])
