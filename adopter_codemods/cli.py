@@ -364,14 +364,15 @@ def _add_rule_options(parser: argparse.ArgumentParser) -> None:
         "--rules",
         action="append",
         metavar="CODES",
-        help="comma-separated rule codes or names to run (e.g. ADP005,FastSoftmax); default: every rule",
+        help="comma-separated codes or names of rules to run (e.g. ADP005,FastSoftmax; a --rule-file's own code; "
+        "'all': every built-in rule); default: every built-in rule, or only the --rule-file rules when given",
     )
     parser.add_argument(
         "--rule-file",
         action="append",
         default=[],
         metavar="FILE.adopter",
-        help="also run the rule in this DSL file (repeatable)",
+        help="run the rule in this DSL file (repeatable); built-in rules then run only if --rules names them",
     )
 
 
