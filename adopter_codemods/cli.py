@@ -11,6 +11,7 @@ import functools
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -210,7 +211,9 @@ def _run(
 def cmd_scan(args: argparse.Namespace) -> int:
     keys = _rule_keys(args.rules)
     rules = _select(keys, args.rule_file)
-    paths, errors = discover(args.paths, args.exclude)
+    # As ruff does: no PATH means the current directory, except for the pre-commit hook, which lists the files.
+    roots = args.paths or ([] if args.no_default_path else [os.curdir])
+    paths, errors = discover(roots, args.exclude)
     worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
     scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
@@ -308,6 +311,14 @@ def _fixture_example(rule: Rule) -> Optional[tuple[str, str]]:
     return None
 
 
+_RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+
+
+def _plain(text: str) -> str:
+    """Docstring prose for a terminal: RST inline literals (code between double backquotes) shown without them."""
+    return _RST_LITERAL.sub(r"\1", text)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     rule = _select([args.rule], [])[0]
     out = [f"{rule.code} {rule.name}: {rule.summary}", f"rule file: {rule.path}", ""]
@@ -315,8 +326,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     out.append("Preconditions:")
     for name in dict.fromkeys(g for variant in (rule, *rule.alternatives) for g in variant.guards):
         first = (guards.get(name).__doc__ or "").strip().split("\n\n")[0]
-        out.append(f"  - guard {name}: {' '.join(first.split())}" if first else f"  - guard {name}")
-    generic = (matcher.__doc__ or "").split("\n\n", 1)[-1].strip()  # the matcher's own account of its checks
+        out.append(f"  - guard {name}: {_plain(' '.join(first.split()))}" if first else f"  - guard {name}")
+    generic = _plain((matcher.__doc__ or "").split("\n\n", 1)[-1].strip())  # the matcher's own account of its checks
     out.append("  - how every rule is matched and the safety checks it must pass (adopter_codemods.matcher):")
     out += [textwrap.indent(generic, "      "), ""]
     out += [f"Target: {', '.join(rule_targets(rule)) or 'rewrites the matched calls in place'}", ""]
@@ -326,6 +337,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for title, text in sections:
         if title == "":
             text = text.split("\n", 1)[1].strip() if "\n" in text else ""  # the first line repeats the summary
+        if title.lower() != "example":  # a literal block: shown as written
+            text = _plain(text)
         if text and not (title.lower() == "example" and example):
             out += [f"{title}:" if title else "", textwrap.indent(text, "    ") if title else text, ""]
     if example:
@@ -376,13 +389,8 @@ def _add_rule_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_file_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="files or directories (walked for *.py); none given means nothing to do (for pre-commit)",
-    )
+def _add_file_options(parser: argparse.ArgumentParser, no_path: str) -> None:
+    parser.add_argument("paths", nargs="*", metavar="PATH", help=f"files or directories (walked for *.py); {no_path}")
     parser.add_argument(
         "--exclude",
         action="append",
@@ -428,7 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
         "code scanning.",
         cmd_scan,
     )
-    _add_file_options(scan)
+    _add_file_options(scan, "default: the current directory")
+    scan.add_argument(
+        "--no-default-path",
+        action="store_true",
+        help="with no PATH scan nothing instead of the current directory (the pre-commit hook passes its files)",
+    )
     _add_rule_options(scan)
     scan.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
@@ -446,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         "newlines. Files that cannot be processed are reported and the others are still rewritten.",
         cmd_rewrite,
     )
-    _add_file_options(rewrite)
+    _add_file_options(rewrite, "none given means nothing to do (for pre-commit)")
     _add_rule_options(rewrite)
     rewrite.add_argument("--diff", action="store_true", help="print a unified diff instead of writing")
     rewrite.add_argument("--check", action="store_true", help="write nothing; exit 1 if some file would change")
