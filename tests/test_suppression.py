@@ -229,7 +229,7 @@ def test_fixit_reports_and_fixes_neither() -> None:
     rules = [getattr(lint, r.name)() for r in builtin_rules()]
     violations = list(runner.collect_violations(rules, Config(path=path)))
     assert [v.rule_name for v in violations] == ["FastSoftmax"]
-    assert all(v.autofixable for v in violations)  # the fix rewrites the other sites, not the silenced one
+    assert violations[0].autofixable  # the fix rewrites the other site, not the silenced one
     assert runner.apply_replacements(violations).code == rewrite_source(silenced).code
 
 
