@@ -118,13 +118,14 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
         module = load_module(path)
         structure = build_module_structure(module)
         source = data or _read(path)
-        findings = findings_for(module, find_all(structure, _RULES), path, source=source)
+        matches = find_all(structure, _RULES)
+        findings = findings_for(module, matches, path, source=source)
         skipped = skips_for(structure, path, source)
         if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
             cache.put(data, findings, skipped)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
-            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure).module.code)
+            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure, matches).module.code)
         return _Scanned(path, findings, fix=fix, skipped=skipped)
     except SourceError as exc:
         return _Scanned(path, error=exc.error)

@@ -247,15 +247,20 @@ class RewriteOutcome:
 
 @collector_paused
 def rewrite_module(
-    module: cst.Module, rules: Sequence[Rule], structure: Optional[ModuleStructure] = None
+    module: cst.Module,
+    rules: Sequence[Rule],
+    structure: Optional[ModuleStructure] = None,
+    matches: Optional[Sequence[Match]] = None,
 ) -> RewriteOutcome:
-    """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds."""
+    """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds. `matches`:
+    ``find_all(structure, rules)`` when the caller already has it (it is the first round's)."""
     first: list[Match] = []
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
             structure = build_module_structure(module)
-        plans, chosen = select_compatible(find_all(structure, rules))
+        found = matches if matches is not None and rounds == 0 else find_all(structure, rules)
+        plans, chosen = select_compatible(found)
         if not plans:
             break
         if rounds == 0:

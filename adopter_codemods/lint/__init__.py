@@ -61,11 +61,12 @@ class _FileState:
         both by the engine, so the fix never rewrites a silenced site."""
         if self.findings is not None:
             return
-        found = findings_for(self.module, find_all(self.structure, self.rules), "")  # one positions pass for all
+        matches = find_all(self.structure, self.rules)
+        found = findings_for(self.module, matches, "")  # one positions pass for all
         self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
         fixable = [f for f in found if f.fixable]
         if fixable:
-            outcome = rewrite_module(self.module, self.rules, self.structure)
+            outcome = rewrite_module(self.module, self.rules, self.structure, matches)
             if outcome.rounds:
                 self.fix, self.fix_at = outcome.module, fixable[0]
 
