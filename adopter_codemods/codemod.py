@@ -13,10 +13,9 @@ from typing import ClassVar, Optional, Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
-from .dsl import Rule
+from .dsl import Rule, RuleSyntaxError
 from .engine import rewrite_module, skips_for
 from .provider import ModelStructureProvider
-from .dsl import RuleSyntaxError
 from .rules import load_user_rules, select_rules
 
 
