@@ -5,7 +5,7 @@ An entry is keyed on the SHA-256 of the file's bytes, the rules (their rule file
 rule invalidates it) and the tool (its version and the source of the package, so a development checkout never
 serves results of older code). It holds the findings without their path, so a renamed or copied file hits too.
 Entries live in ``$ADOPTER_CACHE_DIR`` or ``.adopter_cache/`` in the current directory (with a ``.gitignore``),
-one small JSON file each, written atomically: parallel workers share the cache safely. ``--no-cache`` skips it.
+one small JSON file each (the findings and the skipped units), written atomically: parallel workers share the cache safely. ``--no-cache`` skips it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import Optional, Sequence
 
 from . import __version__
 from .dsl import Rule
-from .engine import Finding
+from .engine import Finding, Skip
 
 DEFAULT_DIR = ".adopter_cache"
 ENV_DIR = "ADOPTER_CACHE_DIR"
 _FIELDS = [f.name for f in dataclasses.fields(Finding) if f.name != "path"]
+_SKIP_FIELDS = [f.name for f in dataclasses.fields(Skip) if f.name != "path"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,18 +64,25 @@ class ScanCache:
         key = hashlib.sha256(self._salt + data).hexdigest()
         return self.directory / key[:2] / f"{key}.json"
 
-    def get(self, data: bytes, path: str) -> Optional[list[Finding]]:
-        """The findings cached for this content, reported at `path`; None on a miss or an unreadable entry."""
+    def get(self, data: bytes, path: str) -> Optional[tuple[list[Finding], list[Skip]]]:
+        """The findings and skipped units cached for this content, reported at `path`; None on a miss or an
+        unreadable entry."""
         try:
-            entries = json.loads(self._entry(data).read_text(encoding="utf-8"))
-            return [Finding(path=path, **{k: e[k] for k in _FIELDS}) for e in entries]
+            entry = json.loads(self._entry(data).read_text(encoding="utf-8"))
+            findings = [Finding(path=path, **{k: e[k] for k in _FIELDS}) for e in entry["findings"]]
+            return findings, [Skip(path=path, **{k: e[k] for k in _SKIP_FIELDS}) for e in entry["skipped"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def put(self, data: bytes, findings: Sequence[Finding]) -> None:
-        """Store findings for this content; a cache that cannot be written is silently not used."""
+    def put(self, data: bytes, findings: Sequence[Finding], skipped: Sequence[Skip] = ()) -> None:
+        """Store findings (and skipped units) for this content; a cache that cannot be written is silently not used."""
         entry = self._entry(data)
-        payload = json.dumps([{k: getattr(f, k) for k in _FIELDS} for f in findings])
+        payload = json.dumps(
+            {
+                "findings": [{k: getattr(f, k) for k in _FIELDS} for f in findings],
+                "skipped": [{k: getattr(u, k) for k in _SKIP_FIELDS} for u in skipped],
+            }
+        )
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             ignore = self.directory / ".gitignore"

@@ -11,6 +11,7 @@ import functools
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -24,7 +25,7 @@ import libcst as cst
 from . import __version__, guards, matcher
 from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
-from .engine import Finding, find_all, findings_for, rewrite_module
+from .engine import Finding, Skip, find_all, findings_for, rewrite_module, skips_for
 from .files import FileError, SourceError, atomic_write, discover, load_module
 from .init_config import CONFIG_NAME, write_config
 from .provider import build_module_structure
@@ -38,6 +39,7 @@ from .report import (
     format_text,
     rule_doc,
     rule_targets,
+    skip_line,
     summary,
     text_replacements,
     unified_diff,
@@ -103,6 +105,7 @@ class _Scanned:
     findings: list[Finding] = field(default_factory=list)
     error: Optional[FileError] = None
     fix: list[Replacement] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
 
 
 def _scan_file(path: str, with_fix: bool) -> _Scanned:
@@ -112,16 +115,19 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
         if cache and data is not None:
             cached = cache.get(data, path)
             if cached is not None:
-                return _Scanned(path, cached)
+                return _Scanned(path, cached[0], skipped=cached[1])
         module = load_module(path)
         structure = build_module_structure(module)
-        findings = findings_for(module, find_all(structure, _RULES), path, source=data or _read(path))
+        source = data or _read(path)
+        matches = find_all(structure, _RULES)
+        findings = findings_for(module, matches, path, source=source)
+        skipped = skips_for(structure, path, source)
         if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
-            cache.put(data, findings)
+            cache.put(data, findings, skipped)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
-            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure).module.code)
-        return _Scanned(path, findings, fix=fix)
+            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure, matches).module.code)
+        return _Scanned(path, findings, fix=fix, skipped=skipped)
     except SourceError as exc:
         return _Scanned(path, error=exc.error)
     except Exception as exc:  # one file crashing the engine must not hide the results of the others
@@ -135,18 +141,21 @@ class _Rewritten:
     codes: tuple[str, ...] = ()
     diff: str = ""
     error: Optional[FileError] = None
+    skipped: list[Skip] = field(default_factory=list)
 
 
 def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
     try:
         module = load_module(path)
-        outcome = rewrite_module(module, _RULES)
+        structure = build_module_structure(module)
+        outcome = rewrite_module(module, _RULES, structure)
+        skipped = skips_for(structure, path)  # of the input: later rounds re-walk the rewritten module
         if outcome.module.code == module.code:
-            return _Rewritten(path)
+            return _Rewritten(path, skipped=skipped)
         diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
         if write:
             atomic_write(path, outcome.module.bytes)  # the file's own encoding and newlines
-        return _Rewritten(path, True, tuple(sorted({m.rule.code for m in outcome.applied})), diff)
+        return _Rewritten(path, True, tuple(sorted({m.rule.code for m in outcome.applied})), diff, skipped=skipped)
     except SourceError as exc:
         return _Rewritten(path, error=exc.error)
     except OSError as exc:
@@ -204,7 +213,9 @@ def _run(
 def cmd_scan(args: argparse.Namespace) -> int:
     keys = _rule_keys(args.rules)
     rules = _select(keys, args.rule_file)
-    paths, errors = discover(args.paths, args.exclude)
+    # As ruff does: no PATH means the current directory, except for the pre-commit hook, which lists the files.
+    roots = args.paths or ([] if args.no_default_path else [os.curdir])
+    paths, errors = discover(roots, args.exclude)
     worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
     scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
@@ -213,6 +224,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         findings=[f for s in scanned for f in s.findings],
         errors=errors,
         fixes={s.path: s.fix for s in scanned if s.fix},
+        skipped=[u for s in scanned for u in s.skipped],
     )
     if args.format == "json":
         sys.stdout.write(format_json(results))
@@ -221,6 +233,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(results))
         sys.stdout.flush()
+        for skip in results.skipped:
+            print(skip_line(skip), file=sys.stderr)
         print(summary(results), file=sys.stderr)
     if results.errors:
         return EXIT_ERROR
@@ -240,6 +254,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     changed = [r for r in done if r.changed]
     for r in changed:
         print(f"{'rewrote' if write else 'would rewrite'} {r.path} ({', '.join(r.codes)})", file=sys.stderr)
+    for skip in (u for r in done for u in r.skipped):
+        print(skip_line(skip), file=sys.stderr)
     errors += [r.error for r in done if r.error]
     for e in errors:
         print(error_line(e), file=sys.stderr)
@@ -297,6 +313,14 @@ def _fixture_example(rule: Rule) -> Optional[tuple[str, str]]:
     return None
 
 
+_RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+
+
+def _plain(text: str) -> str:
+    """Docstring prose for a terminal: RST inline literals (code between double backquotes) shown without them."""
+    return _RST_LITERAL.sub(r"\1", text)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     rule = _select([args.rule], [])[0]
     out = [f"{rule.code} {rule.name}: {rule.summary}", f"rule file: {rule.path}", ""]
@@ -304,8 +328,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     out.append("Preconditions:")
     for name in dict.fromkeys(g for variant in (rule, *rule.alternatives) for g in variant.guards):
         first = (guards.get(name).__doc__ or "").strip().split("\n\n")[0]
-        out.append(f"  - guard {name}: {' '.join(first.split())}" if first else f"  - guard {name}")
-    generic = (matcher.__doc__ or "").split("\n\n", 1)[-1].strip()  # the matcher's own account of its checks
+        out.append(f"  - guard {name}: {_plain(' '.join(first.split()))}" if first else f"  - guard {name}")
+    generic = _plain((matcher.__doc__ or "").split("\n\n", 1)[-1].strip())  # the matcher's own account of its checks
     out.append("  - how every rule is matched and the safety checks it must pass (adopter_codemods.matcher):")
     out += [textwrap.indent(generic, "      "), ""]
     out += [f"Target: {', '.join(rule_targets(rule)) or 'rewrites the matched calls in place'}", ""]
@@ -315,6 +339,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for title, text in sections:
         if title == "":
             text = text.split("\n", 1)[1].strip() if "\n" in text else ""  # the first line repeats the summary
+        if title.lower() != "example":  # a literal block: shown as written
+            text = _plain(text)
         if text and not (title.lower() == "example" and example):
             out += [f"{title}:" if title else "", textwrap.indent(text, "    ") if title else text, ""]
     if example:
@@ -362,24 +388,20 @@ def _add_rule_options(parser: argparse.ArgumentParser) -> None:
         "--rules",
         action="append",
         metavar="CODES",
-        help="comma-separated rule codes or names to run (e.g. ADP005,FastSoftmax); default: every rule",
+        help="comma-separated codes or names of rules to run (e.g. ADP005,FastSoftmax; a --rule-file's own code; "
+        "'all': every built-in rule); default: every built-in rule, or only the --rule-file rules when given",
     )
     parser.add_argument(
         "--rule-file",
         action="append",
         default=[],
         metavar="FILE.adopter",
-        help="also run the rule in this DSL file (repeatable)",
+        help="run the rule in this DSL file (repeatable); built-in rules then run only if --rules names them",
     )
 
 
-def _add_file_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="files or directories (walked for *.py); none given means nothing to do (for pre-commit)",
-    )
+def _add_file_options(parser: argparse.ArgumentParser, no_path: str) -> None:
+    parser.add_argument("paths", nargs="*", metavar="PATH", help=f"files or directories (walked for *.py); {no_path}")
     parser.add_argument(
         "--exclude",
         action="append",
@@ -419,13 +441,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     scan = add(
         "scan",
-        "report rewrite sites (text, JSON or SARIF); writes nothing",
+        "report rewrite sites (text, JSON or SARIF); changes no file (keeps a re-run cache in ./.adopter_cache)",
         "Report every place a rule can rewrite. Text goes to stdout as `path:line:col: CODE message` with a summary "
         "on stderr; --format json prints the machine-readable report, --format sarif a SARIF 2.1.0 log for GitHub "
         "code scanning.",
         cmd_scan,
     )
-    _add_file_options(scan)
+    _add_file_options(scan, "default: the current directory")
+    scan.add_argument(
+        "--no-default-path",
+        action="store_true",
+        help="with no PATH scan nothing instead of the current directory (the pre-commit hook passes its files)",
+    )
     _add_rule_options(scan)
     scan.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
@@ -443,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
         "newlines. Files that cannot be processed are reported and the others are still rewritten.",
         cmd_rewrite,
     )
-    _add_file_options(rewrite)
+    _add_file_options(rewrite, "none given means nothing to do (for pre-commit)")
     _add_rule_options(rewrite)
     rewrite.add_argument("--diff", action="store_true", help="print a unified diff instead of writing")
     rewrite.add_argument("--check", action="store_true", help="write nothing; exit 1 if some file would change")

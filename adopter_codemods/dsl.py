@@ -63,6 +63,9 @@ class RuleSyntaxError(ValueError):
 @dataclass(frozen=True)
 class Var:
     name: str  # without the `$`
+    # Where it is written in the rule file, for located errors; not part of its identity.
+    line: int = field(default=0, compare=False)
+    col: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ class Rule:
     sequential: Optional[str] = None  # drop-in replacement for an nn.Sequential whose elements match
     variant: str = ""  # label of this variant (`variant "..."`); "" for a rule written without variants
     alternatives: tuple["Rule", ...] = ()  # the file's further variants, tried after this one (same header)
+    header_locations: dict[str, tuple[int, int]] = field(default_factory=dict)  # "code"/"rule" -> (line, col)
 
 
 # ---------------------------------------------------------------------------------------------- lexer
@@ -162,6 +166,10 @@ class Token:
     col: int
 
 
+def _var(tok: Token) -> Var:
+    return Var(tok.text[1:], tok.line, tok.col)
+
+
 def _tokenize(text: str, path: str) -> list[Token]:
     tokens: list[Token] = []
     line, line_start, pos = 1, 0, 0
@@ -182,6 +190,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 
 # ---------------------------------------------------------------------------------------------- parser
 
+CODE_PATTERN = re.compile(r"[A-Z]+[0-9]+")  # ADP005; user rules may use a prefix of their own
 _HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential")
 _VARIANT = "variant"
 _SECTIONS = ("init", "forward")
@@ -226,6 +235,7 @@ class _Parser:
     # -- file
     def parse_file(self) -> Rule:
         header: dict[str, str] = {}
+        where: dict[str, tuple[int, int]] = {}  # header key -> (line, col) of its value
         guards: list[str] = []
         sections: dict[str, RuleItem] = {}
         variants: list[tuple[str, Token, dict[str, RuleItem]]] = []  # (label, `variant` token, sections)
@@ -271,13 +281,16 @@ class _Parser:
                     raise RuleSyntaxError(self.path, tok.line, tok.col, f"duplicate header '{tok.text}'")
                 else:
                     header[tok.text] = text
+                    where[tok.text] = (value.line, value.col)
             else:
                 raise self.error("expected a header line (rule/code/summary/guard) or a section (init:/forward:)")
         for key in ("rule", "code"):
             if key not in header:
                 raise RuleSyntaxError(self.path, 1, 1, f"missing header line '{key} ...'")
-        if not re.fullmatch(r"ADP\d{3}", header["code"]):
-            raise RuleSyntaxError(self.path, 1, 1, f"rule code must look like ADP005, found {header['code']!r}")
+        if not CODE_PATTERN.fullmatch(header["code"]):
+            raise RuleSyntaxError(
+                self.path, *where["code"], f"a rule code is capital letters then digits (ADP005, MY100), found {header['code']!r}"
+            )
         rules = []
         for label, tok, group in variants or [("", self.tok, sections)]:
             init = group.get("init")
@@ -299,6 +312,7 @@ class _Parser:
                 guards=guards,
                 sequential=header.get("sequential"),
                 variant=label,
+                header_locations=where,
             )
             _check_rule(rule)
             rules.append(rule)
@@ -339,15 +353,15 @@ class _Parser:
                 self.i += 1
                 types = self.parse_type_choice() if self.accept("(") else [self.parse_type_name()]
                 node = self.parse_typed_call(types, consumed=True)
-                return CallNode(node.types, None, node.args, node.outputs, node.subscript, type_var=Var(tok.text[1:]))
+                return CallNode(node.types, None, node.args, node.outputs, node.subscript, type_var=_var(tok))
             if nxt.text == "(":
                 self.i += 1
                 args = self.parse_args(")")
-                return CallNode((), Var(tok.text[1:]), args, self.parse_outputs())
+                return CallNode((), _var(tok), args, self.parse_outputs())
             if nxt.text in _BINARY_OPS:
                 self.i += 1
                 right = self.parse_atom()
-                return OpNode(nxt.text, (Var(tok.text[1:]), right), self.parse_outputs())
+                return OpNode(nxt.text, (_var(tok), right), self.parse_outputs())
             raise self.error("expected '(' (layer call) or an operator after a variable", nxt)
         if tok.kind in ("name", "number", "string"):
             if tok.kind == "name" and self.tokens[self.i + 1].text in ("(", "["):
@@ -410,7 +424,7 @@ class _Parser:
                 if var.kind != "var":
                     raise self.error("expected a variable after '**'")
                 self.i += 1
-                rest = Var(var.text[1:])
+                rest = _var(var)
             elif tok.kind == "name" and self.tokens[self.i + 1].text == "=":
                 self.i += 2
                 keywords.append((tok.text, self.parse_atom()))
@@ -425,7 +439,7 @@ class _Parser:
         tok = self.tok
         self.i += 1
         if tok.kind == "var":
-            return Var(tok.text[1:])
+            return _var(tok)
         if tok.kind == "number":
             return Const(float(tok.text) if any(c in tok.text for c in ".eE") else int(tok.text))
         if tok.kind == "string":
@@ -455,13 +469,16 @@ class _Parser:
         if tok.kind != "var":
             raise self.error("expected an output $variable")
         self.i += 1
-        return Var(tok.text[1:])
+        return _var(tok)
 
 
 def _check_rule(rule: Rule) -> None:
-    """Semantic checks a reader of the rule would expect to be caught at load time."""
+    """Semantic checks a reader of the rule would expect to be caught at load time, located at the variable at
+    fault where there is one (else at the section)."""
 
-    def fail(item: RuleItem, message: str) -> RuleSyntaxError:
+    def fail(item: RuleItem, message: str, var: Optional[Var] = None) -> RuleSyntaxError:
+        if var is not None and var.line:
+            return RuleSyntaxError(rule.path, var.line, var.col, message)
         return RuleSyntaxError(rule.path, item.line, 1, message)
 
     init_outputs: set[str] = set()
@@ -475,10 +492,12 @@ def _check_rule(rule: Rule) -> None:
             for node in rule.init.target:
                 if not isinstance(node, CallNode) or len(node.outputs) != 1:
                     raise fail(rule.init, "'init:' targets must be `Type(...) -> $layer`")
-                if node.outputs[0].name not in init_outputs:
-                    raise fail(rule.init, f"'init:' target output ${node.outputs[0].name} is not a source layer")
-                for name in _vars_of(node) - init_vars:
-                    raise fail(rule.init, f"'init:' target variable ${name} is not bound by the source pattern")
+                out = node.outputs[0]
+                if out.name not in init_outputs:
+                    raise fail(rule.init, f"'init:' target output ${out.name} is not a source layer", out)
+                for var in _var_atoms(node):
+                    if var.name not in init_vars:
+                        raise fail(rule.init, f"'init:' target variable ${var.name} is not bound by the source pattern", var)
     forward = rule.forward
     if forward is None:
         return
@@ -486,33 +505,36 @@ def _check_rule(rule: Rule) -> None:
     bound: set[str] = set(init_outputs)
     for node in forward.source:
         if isinstance(node, CallNode) and node.layer is not None and node.layer.name not in init_outputs:
-            raise fail(forward, f"layer ${node.layer.name} is called in 'forward:' but not bound in 'init:'")
+            raise fail(forward, f"layer ${node.layer.name} is called in 'forward:' but not bound in 'init:'", node.layer)
         bound.update(_vars_of(node))
     if len(forward.target) != 1 or not isinstance(forward.target[0], CallNode):
         raise fail(forward, "a 'forward:' target must be exactly one call node")
-    for name in _vars_of(forward.target[0]):
-        if name not in bound:
-            raise fail(forward, f"target variable ${name} is not bound by the source pattern")
+    for var in _var_atoms(forward.target[0]):
+        if var.name not in bound:
+            raise fail(forward, f"target variable ${var.name} is not bound by the source pattern", var)
+
+
+def _var_atoms(node: Node) -> list[Var]:
+    """Every variable a node mentions, in source order (outputs last)."""
+    out: list[Var] = []
+    if isinstance(node, CallNode):
+        if node.type_var is not None:
+            out.append(node.type_var)
+        if node.layer is not None:
+            out.append(node.layer)
+        for args in (node.callee_args, node.args):
+            if args is not None:
+                out += [a for a in (*args.positional, *(a for _, a in args.keywords)) if isinstance(a, Var)]
+                if args.rest is not None:
+                    out.append(args.rest)
+    elif isinstance(node, OpNode):
+        out += [a for a in node.operands if isinstance(a, Var)]
+    out += node.outputs if isinstance(node, (CallNode, OpNode)) else ()
+    return out
 
 
 def _vars_of(node: Node) -> set[str]:
-    names: set[str] = set()
-    if isinstance(node, CallNode):
-        atoms = list(node.args.positional) + [a for _, a in node.args.keywords]
-        if node.callee_args is not None:
-            atoms += list(node.callee_args.positional) + [a for _, a in node.callee_args.keywords]
-        if node.type_var is not None:
-            names.add(node.type_var.name)
-        names.update(a.name for a in atoms if isinstance(a, Var))
-        if node.args.rest is not None:
-            names.add(node.args.rest.name)
-        if node.layer is not None:
-            names.add(node.layer.name)
-        names.update(v.name for v in node.outputs)
-    elif isinstance(node, OpNode):
-        names.update(a.name for a in node.operands if isinstance(a, Var))
-        names.update(v.name for v in node.outputs)
-    return names
+    return {v.name for v in _var_atoms(node)}
 
 
 def parse_rule(text: str, path: str = "<rule>") -> Rule:

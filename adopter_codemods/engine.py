@@ -19,6 +19,7 @@ from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
+from .suppression import file_suppressed
 
 MAX_ROUNDS = 8  # rewrites that overlap another one are applied in a later round
 
@@ -55,11 +56,36 @@ class Finding:
         }
 
 
+@dataclass(frozen=True)
+class Skip:
+    """A class or function the engine did not analyse, so no rule was matched in it (``function`` is None when the
+    whole class was skipped; ``cls`` is "" for a top-level function). ``line``: its ``class``/``def`` line."""
+
+    path: str
+    cls: str
+    function: Optional[str]
+    line: int
+    reason: str
+
+    @property
+    def unit(self) -> str:
+        """``class GPT2Model``, ``function GPT2Model.generate`` or ``function helper``."""
+        if self.function is None:
+            return f"class {self.cls}"
+        return f"function {self.cls + '.' if self.cls else ''}{self.function}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "class": self.cls, "function": self.function, "line": self.line, "reason": self.reason}
+
+
 @collector_paused
 def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
-    """Every safe match of every rule, each rule judged on the unmodified module."""
+    """Every safe match of every rule, each rule judged on the unmodified module. Sites silenced by a suppression
+    comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them."""
     matches: list[Match] = []
     for rule in rules:
+        if file_suppressed(structure.module, (rule.code, rule.name)):
+            continue
         for cls in structure.classes:
             matches.extend(find_matches(rule, cls))
     return matches
@@ -100,6 +126,32 @@ def findings_for(
         )
     out.sort(key=lambda f: (f.line, f.code))
     return out
+
+
+def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = None) -> list[Skip]:
+    """The units of `structure` the walk gave up on (too many control-flow paths, nesting too deep). Read it after
+    matching: classes are walked lazily, only where some rule needed their paths."""
+    units = [(cls, node, reason) for cls in structure.classes for node, reason in cls.skipped]
+    if not units:
+        return []
+    module = structure.module
+    tops = [cls.node for cls, _, _ in units if cls.node is not None]
+    tops += [node for cls, node, _ in units if cls.node is None]
+    nodes = [node for _, node, _ in units]
+    positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, nodes, source)
+    if not all(n in positions for n in nodes):
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    out = [
+        Skip(
+            path,
+            cls.name,
+            None if node is cls.node else node.name.value,  # type: ignore[attr-defined]
+            positions[node].start.line,
+            reason,
+        )
+        for cls, node, reason in units
+    ]
+    return sorted(out, key=lambda s: s.line)
 
 
 def _reported_nodes(m: Match) -> list[cst.CSTNode]:
@@ -195,15 +247,20 @@ class RewriteOutcome:
 
 @collector_paused
 def rewrite_module(
-    module: cst.Module, rules: Sequence[Rule], structure: Optional[ModuleStructure] = None
+    module: cst.Module,
+    rules: Sequence[Rule],
+    structure: Optional[ModuleStructure] = None,
+    matches: Optional[Sequence[Match]] = None,
 ) -> RewriteOutcome:
-    """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds."""
+    """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds. `matches`:
+    ``find_all(structure, rules)`` when the caller already has it (it is the first round's)."""
     first: list[Match] = []
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
             structure = build_module_structure(module)
-        plans, chosen = select_compatible(find_all(structure, rules))
+        found = matches if matches is not None and rounds == 0 else find_all(structure, rules)
+        plans, chosen = select_compatible(found)
         if not plans:
             break
         if rounds == 0:

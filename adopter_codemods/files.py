@@ -93,6 +93,8 @@ def discover(paths: Iterable[str], excludes: Sequence[str] = ()) -> tuple[list[s
                 )
                 for name in sorted(files):
                     path = os.path.join(root, name)
+                    if arg == os.curdir:
+                        path = os.path.normpath(path)  # `model.py`, not `./model.py` (as `scan` with no PATH shows)
                     if name.endswith(".py") and not _excluded(path, name, excludes):
                         add(path)
         elif os.path.exists(arg):

@@ -19,6 +19,7 @@ from typing import Iterator, Optional, Union
 import libcst as cst
 
 from . import guards as guard_registry
+from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
@@ -776,7 +777,19 @@ def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
             bindings = {id(b) for b in match.init_matches.values()}
             if match.plan != "init" or all(bindings != {id(b) for b in m.init_matches.values()} for m in found):
                 found.append(match)
-    return _drop_unremovable_layers(found)
+    # Before the removal check: a declined site keeps calling its layers, so a match deleting them must go too.
+    kept = [m for m in found if not suppression.site_suppressed(reported_statements(m), (rule.code, rule.name))]
+    return _drop_unremovable_layers(kept)
+
+
+def reported_statements(match: Match) -> list[cst.CSTNode]:
+    """The statement lines a match is reported at (and silenced on): its matched forward statements, else the
+    ``__init__`` statements of an instantiation or ``nn.Sequential`` site."""
+    if match.nodes and match.plan != "container":
+        return [n.site.line for n in match.nodes]
+    if match.container is not None and match.container.statement is not None:
+        return [match.container.statement]
+    return [b.statement for b in match.init_matches.values() if b.statement is not None]
 
 
 def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]]) -> list[Match]:

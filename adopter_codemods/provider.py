@@ -296,10 +296,10 @@ class _ClassWalker:
         forward = self.info.methods.get("forward")
         return self.function_paths(forward) if forward is not None else []
 
-    def other_paths(self, functions: Iterable[cst.FunctionDef]) -> list[Path]:
+    def other_paths(self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]) -> list[Path]:
         """Paths through each function walked on its own, helpers not inlined (class methods other than forward,
         module-level functions), skipping helpers already inlined into forward; a function with too many paths is
-        left out alone."""
+        left out alone (and added to `skipped` with the reason)."""
         paths: list[Path] = []
         self.on_its_own = True
         for fn in functions:
@@ -307,8 +307,10 @@ class _ClassWalker:
                 continue
             try:
                 paths.extend(self.function_paths(fn))
-            except (TooManyPaths, RecursionError):
-                continue
+            except TooManyPaths:
+                skipped.append((fn, f"more than {MAX_OTHER_PATHS} control-flow paths in {fn.name.value}"))
+            except RecursionError:
+                skipped.append((fn, f"{fn.name.value} is nested too deeply to analyse"))
         return paths
 
     def standalone(self, fn: cst.FunctionDef) -> bool:
@@ -1135,13 +1137,16 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
     except RecursionError:
         structure.truncated = True
         structure.skipped_reason = "forward is nested too deeply to analyse"
-    if not structure.truncated:
+    if structure.truncated:
+        assert structure.node is not None and structure.skipped_reason is not None
+        structure.skipped.append((structure.node, structure.skipped_reason))
+    else:
         others = [fn for method, fn in walker.info.methods.items() if method not in ("__init__", "forward")]
-        structure.forward_paths += walker.other_paths(others)
+        structure.forward_paths += walker.other_paths(others, structure.skipped)
 
 
 def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
-    structure.forward_paths = walker.other_paths(functions)
+    structure.forward_paths = walker.other_paths(functions, structure.skipped)
 
 
 def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:

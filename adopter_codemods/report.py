@@ -11,17 +11,17 @@ import importlib
 import inspect
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 from urllib.parse import quote
 
 from . import CODEMODS, __version__
 from .dsl import CallNode, Rule
-from .engine import Finding
+from .engine import Finding, Skip
 from .files import FileError
 
-JSON_VERSION = 1
+JSON_VERSION = 2  # 2: the "skipped" list
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "adopter-codemods"
 
@@ -108,12 +108,18 @@ class ScanResults:
     findings: list[Finding]
     errors: list[FileError]
     fixes: dict[str, list[Replacement]]
+    skipped: list[Skip] = field(default_factory=list)  # classes/functions not analysed, files in input order
 
 
 def error_line(error: FileError) -> str:
     """``path:line: error: message`` (``path: error: message`` when the whole file is concerned)."""
     where = f"{error.path}:{error.line}" if error.line else error.path
     return f"{where}: error: {error.message}"
+
+
+def skip_line(skip: Skip) -> str:
+    """``path:line: note: class X not analysed: reason`` (for stderr: a skip is no finding and no error)."""
+    return f"{skip.path}:{skip.line}: note: {skip.unit} not analysed: {skip.reason}"
 
 
 def format_text(results: ScanResults) -> str:
@@ -131,6 +137,9 @@ def summary(results: ScanResults) -> str:
         f"{n} finding{'s' * (n != 1)} ({fixable} fixable) in {files} of {results.files_scanned} "
         f"file{'s' * (results.files_scanned != 1)}"
     )
+    if results.skipped:
+        many = len(results.skipped) != 1
+        text += f"; {len(results.skipped)} class{'es' * many} or function{'s' * many} not analysed"
     if results.errors:
         text += f"; {len(results.errors)} input{'s' * (len(results.errors) != 1)} could not be processed"
     return text
@@ -142,6 +151,7 @@ def format_json(results: ScanResults) -> str:
         "files_scanned": results.files_scanned,
         "findings": [f.to_json() for f in results.findings],
         "errors": [e.to_json() for e in results.errors],
+        "skipped": [u.to_json() for u in results.skipped],
     }
     return json.dumps(document, indent=2) + "\n"
 
@@ -225,6 +235,18 @@ def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str
             ],
         }
         for e in results.errors
+    ]
+    # Not analysed is not an error (the run succeeded), but the results are incomplete there.
+    notifications += [
+        {
+            "level": "warning",
+            "descriptor": {"id": "skipped"},
+            "message": {"text": f"{u.unit} not analysed: {u.reason}"},
+            "locations": [
+                {"physicalLocation": {"artifactLocation": _artifact(u.path, root), "region": {"startLine": u.line}}}
+            ],
+        }
+        for u in results.skipped
     ]
     run = {
         "tool": {

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
+from . import cstwalk
 from .dsl import Atom, CallNode, Const
 from .matcher import InitArg, LayerRef, Match, RestArgs, layers_to_delete
 from .qualnames import ImportTable
@@ -202,13 +203,19 @@ def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
 
 
 class _Apply(cst.CSTTransformer):
-    def __init__(self, plan: EditPlan) -> None:
+    def __init__(self, plan: EditPlan, holding: Optional[set[int]] = None) -> None:
         super().__init__()
         self.plan = plan
+        # ids of the edited nodes and their ancestors (None: unknown, visit everything): a LibCST transformer
+        # rebuilds every node it descends into, which for a whole module costs about a parse.
+        self.holding = holding
         # libcst silently drops a line left without statements, comments included: such lines become marked
         # placeholders instead, removed by _drop_empty_lines after their comments move on.
         # id -> placeholder; holding the placeholder keeps its id from being reused by a later node once dropped
         self.emptied: dict[int, cst.CSTNode] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self.holding is None or id(node) in self.holding
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
         replacement = self.plan.replace.get(id(original_node))
@@ -286,8 +293,27 @@ def _drop_empty_lines(
     return out, [ln for ln in carry if ln.comment is not None]
 
 
+def _holding(module: cst.Module, targets: set[int]) -> Optional[set[int]]:
+    """The ids of `targets` and of every node on the way down to them; None if some target is not in the tree's
+    syntax fields (then everything is visited). Found with a field walk, about 20x faster than a visit."""
+    parent: dict[int, cst.CSTNode] = {}
+    for node in cstwalk.walk(module):
+        for child in cstwalk.children(node):
+            parent[id(child)] = node
+    holding = {id(module)}
+    for target in targets:
+        if target not in parent:
+            return None
+        key = target
+        while key not in holding:
+            holding.add(key)
+            key = id(parent[key])
+    return holding
+
+
 def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
-    new = module.visit(_Apply(plan))
+    targets = set(plan.replace) | plan.delete | set(plan.branch_copies)
+    new = module.visit(_Apply(plan, _holding(module, targets)))
     assert isinstance(new, cst.Module)
     for root in sorted(plan.imports):
         new = add_import(new, root)

@@ -48,22 +48,43 @@ def builtin_rules() -> tuple[Rule, ...]:
     return tuple(sorted(rules, key=lambda r: r.code))
 
 
-def select_rules(keys: Optional[Sequence[str]] = None, extra_files: Sequence[Path] = ()) -> list[Rule]:
-    """Built-in rules selected by code (``ADP005``) or codemod name (``FuseDropoutLN``), plus user rule files.
+ALL = "all"  # `--rules all`: every built-in rule
 
-    Raises KeyError naming the unknown keys and the known ones.
+
+def load_user_rules(paths: Sequence[Path]) -> list[Rule]:
+    """User rule files, each checked like a built-in and against the others: a code or name already taken (by a
+    built-in rule or an earlier file) is reported at its header line, so that `--rules` selects one rule."""
+    taken = {key.lower(): f"the built-in rule {r.code} {r.name}" for r in builtin_rules() for key in (r.code, r.name)}
+    taken[ALL] = "`--rules all` (every built-in rule)"
+    rules = load_rules(paths)
+    for rule in rules:
+        for header, what, key in (("code", "rule code", rule.code), ("rule", "rule name", rule.name)):
+            owner = taken.get(key.lower())
+            if owner is not None:
+                line, col = rule.header_locations.get(header, (1, 1))
+                raise RuleSyntaxError(rule.path, line, col, f"{what} {key!r} is taken by {owner}")
+        taken.update(dict.fromkeys((rule.code.lower(), rule.name.lower()), f"the rule {rule.code} {rule.name} of {rule.path}"))
+    return rules
+
+
+def select_rules(keys: Optional[Sequence[str]] = None, extra_files: Sequence[Path] = ()) -> list[Rule]:
+    """The rules to run: user rule files always run; `keys` (codes like ``ADP005`` or names like ``FuseDropoutLN``
+    of built-in or user rules, or ``all`` for every built-in) add more. Without keys: the user rules if files are
+    given, else every built-in rule. Every front-end (``scan``/``rewrite``, the codemods, the API) selects here.
+
+    Raises KeyError naming the unknown keys and the known ones, RuleSyntaxError for a bad rule file.
     """
-    rules = list(builtin_rules())
-    chosen = rules
-    if keys:
-        index = {r.code.lower(): r for r in rules} | {r.name.lower(): r for r in rules}
-        unknown = [k for k in keys if k.strip().lower() not in index]
-        if unknown:
-            known = ", ".join(f"{r.code} ({r.name})" for r in rules)
-            raise KeyError(f"unknown rule(s) {', '.join(unknown)}; known rules: {known}")
-        chosen = []
-        for k in keys:
-            rule = index[k.strip().lower()]
-            if rule not in chosen:
-                chosen.append(rule)
-    return chosen + load_rules(extra_files)
+    builtin = list(builtin_rules())
+    user = load_user_rules(extra_files)
+    if not keys:
+        return user or builtin
+    rules = builtin + user
+    index = {r.code.lower(): [r] for r in rules} | {r.name.lower(): [r] for r in rules} | {ALL: builtin}
+    unknown = [k for k in keys if k.strip().lower() not in index]
+    if unknown:
+        known = ", ".join(f"{r.code} ({r.name})" for r in rules)
+        raise KeyError(f"unknown rule(s) {', '.join(unknown)}; known rules: {known}, or {ALL}")
+    chosen: list[Rule] = []
+    for key in keys:
+        chosen += [r for r in index[key.strip().lower()] if r not in chosen]
+    return chosen + [r for r in user if r not in chosen]

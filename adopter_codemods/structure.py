@@ -109,6 +109,9 @@ class ClassStructure:
     entry_names: dict[int, str] = field(default_factory=dict)  # value id -> name read before any assignment
     _truncated: bool = False  # too many paths: matches are refused in this class
     skipped_reason: Optional[str] = None  # set by the walk, so only for classes some rule needed paths of
+    # Units the walk gave up on, with the reason: the class itself (then `skipped_reason`) or one of its other
+    # methods / top-level functions. Set by the walk, so only where some rule needed the paths.
+    skipped: list[tuple[cst.CSTNode, str]] = field(default_factory=list)
     # Attributes (re)bound in the class family other than by this class's __init__ bindings (`"*"`: any, through
     # a computed setattr name): a forward rewrite must not rely on what such a layer is.
     rebound: frozenset[str] = frozenset()

@@ -121,7 +121,7 @@ def test_corrupt_or_unwritable_cache_is_ignored(tmp_path: Path) -> None:
     data = MODEL.encode()
     assert cache.get(data, "m.py") is None
     cache.put(data, [])
-    assert cache.get(data, "m.py") == []
+    assert cache.get(data, "m.py") == ([], [])
     (entry,) = (tmp_path / "c").glob("*/*.json")
     entry.write_text("{not json")
     assert cache.get(data, "m.py") is None

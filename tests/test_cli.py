@@ -71,8 +71,9 @@ def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFix
     status, out, _ = run(capsys, "scan", "src", "--format", "json")
     report = json.loads(out)
     assert status == 1
-    assert list(report) == ["version", "files_scanned", "findings", "errors"]
-    assert report["version"] == 1 and report["files_scanned"] == 3 and report["errors"] == []
+    assert list(report) == ["version", "files_scanned", "findings", "errors", "skipped"]
+    assert report["version"] == 2 and report["files_scanned"] == 3 and report["errors"] == []
+    assert report["skipped"] == []
     assert all(list(f) == FINDING_KEYS for f in report["findings"])
     # a thin adapter: exactly the API's findings, files in walk order
     expected = [
@@ -91,13 +92,22 @@ def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFix
     )
 
 
+def test_scan_without_path_scans_the_current_directory(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "scan", "--no-cache")
+    assert status == 1
+    assert out.startswith("src/model.py:12:9: ADP005 ") and "0 findings" not in err
+    assert "in 1 of 2 files" in err
+    # the pre-commit hook passes its files and must do nothing without any
+    assert run(capsys, "scan", "--no-default-path") == (0, "", "0 findings (0 fixable) in 0 of 0 files\n")
+
+
 def test_scan_exit_codes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "scan", "src/pkg")[0] == 0
     assert run(capsys, "scan", "src")[0] == 1
     (project / "src" / "broken.py").write_text("def f(:\n", encoding="utf-8")
     assert run(capsys, "scan", "src")[0] == 2  # 2 wins over 1
     assert run(capsys, "scan", "src/pkg", "missing.py")[0] == 2
-    assert run(capsys, "scan")[0] == 0  # pre-commit may call a hook with no files
+    assert run(capsys, "scan", "--no-default-path")[0] == 0  # the pre-commit hook with no files
 
 
 def test_scan_text_format(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,7 +227,7 @@ def test_progress_only_on_a_terminal(
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json"])
     assert "[2/2] src/pkg/util.py" in terminal.getvalue()
-    assert json.loads(capsys.readouterr().out)["version"] == 1  # stdout untouched by the progress line
+    assert json.loads(capsys.readouterr().out)["version"] == 2  # stdout untouched by the progress line
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json", "--no-progress"])
@@ -437,6 +447,13 @@ def test_explain_every_rule(rule, capsys: pytest.CaptureFixture[str]) -> None:  
         added = [line[1:] for line in out.split(f"--- {label}\n", 1)[1].splitlines() if line.startswith("+")][1:]
         rewritten = rewrite_source(cases[0].read_text(encoding="utf-8"), [rule.code]).code
         assert added and all(line in rewritten.splitlines() for line in added)
+
+
+@pytest.mark.parametrize("rule", builtin_rules(), ids=lambda r: r.code)
+def test_explain_renders_rst_literals_plainly(rule, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    _, out, _ = run(capsys, "explain", rule.code)
+    assert "``" not in out
+    assert "Sub-sequence matching of the forward source pattern" in out  # the matcher's ``forward``, plainly
 
 
 def test_explain_without_fixtures_uses_the_docstring_example(

@@ -69,7 +69,7 @@ def test_manifest() -> None:
     for hook in HOOKS.values():
         assert hook["language"] == "python" and hook["types"] == ["python"]
         assert hook["entry"].startswith("python -m adopter_codemods ")
-    assert HOOKS["adopter-scan"]["entry"].split()[3:] == ["scan", "--format", "text"]
+    assert HOOKS["adopter-scan"]["entry"].split()[3:] == ["scan", "--format", "text", "--no-default-path"]
     assert HOOKS["adopter-fix"]["entry"].split()[3:] == ["rewrite"]
     assert HOOKS["adopter-fix"]["require_serial"] is True
 

@@ -1,16 +1,25 @@
 """Fixit 2 lint rules: one per Adopter rule, generated from the rule registry.
 
 Enable them all with ``[tool.fixit] enable = ["adopter_codemods.lint"]``, or one with
-``"adopter_codemods.lint:FuseDropoutLN"``. Each rule depends on
-:class:`~adopter_codemods.provider.ModelStructureProvider`, so the model structure is computed once per file for all
-of them, and reports each finding at its first matched statement.
+``"adopter_codemods.lint:FuseDropoutLN"``. The rules linting a file share one state (keyed by the module): the model
+structure is built once per file for all of them, matched once for all, and each rule reports its findings at
+their first matched statement.
 
 Autofix: a rewrite edits ``__init__`` and ``forward`` together and adds ``import adopter_kernels``, so the fix
-replaces the whole ``Module``. Fixit applies one replacement per node and run, so every Adopter finding of a file
-carries the *same* fix: the file rewritten by all Adopter rules enabled for it (computed once). ``fixit fix``
-therefore applies every Adopter rewrite of a file in one run, and accepting any one finding's fix accepts them all.
-A finding silenced with ``# lint-ignore: <RuleName>`` on (or above) its reported line is not reported; since a
-whole-file fix would rewrite it anyway, the other findings of that file are then reported without an autofix.
+replaces the whole ``Module``: the file rewritten by all Adopter rules enabled for it (computed once). Fixit
+applies one replacement per node and run, and renders a diff of the whole module for every finding carrying one,
+so the fix rides on the first finding of the file only (the others say "see the fix of line N"): ``fixit fix
+--automatic`` applies every Adopter rewrite of a file in one run, and interactive ``fixit fix`` asks once per file.
+A site silenced with ``# lint-ignore: <RuleName>`` (or ``# noqa: <CODE>``) on or above its reported statement is
+neither reported nor rewritten by the fix: the engine leaves it out (:mod:`adopter_codemods.suppression`).
+
+Speed (docs/PERFORMANCE.md, ``benchmarks/bench_fixit.py``): the rules declare no metadata dependency at all.
+``LintRule`` declares ``PositionProvider`` (it renders the whole module; every report here passes its position,
+computed by :func:`~adopter_codemods.positions.statement_positions`), Fixit adds ``ParentNodeProvider`` to every rule
+(a full extra visit, for ``# lint-ignore`` look-ups above the reported node: every report here is on the ``Module``,
+for which Fixit only reads the module header, and the engine judges suppression comments itself), and LibCST 1.9
+resolves a non-batchable provider such as :class:`~adopter_codemods.provider.ModelStructureProvider` together with
+an empty batched visit of the whole module: each of the three cost about half a parse per file.
 """
 
 from __future__ import annotations
@@ -21,11 +30,11 @@ from typing import ClassVar, Optional, Union
 
 import libcst as cst
 from fixit import Invalid, LintRule, Valid
-from libcst.metadata import CodePosition, CodeRange, PositionProvider
+from libcst.metadata import CodePosition, CodeRange
 
 from ..dsl import Rule
 from ..engine import Finding, find_all, findings_for, rewrite_module
-from ..provider import ModelStructureProvider
+from ..provider import build_module_structure
 from ..report import rule_doc
 from ..rules import builtin_rules
 from ..structure import ModuleStructure
@@ -42,45 +51,28 @@ class _FileState:
     linters: list[LintRule] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
     pending: int = 0
-    findings: Optional[list[list[Finding]]] = None  # per linter, silenced ones removed
+    findings: Optional[list[list[Finding]]] = None  # per linter, silenced ones left out by the engine
     fix: Optional[cst.Module] = None
+    fix_at: Optional[Finding] = None  # the finding carrying the fix
 
     def resolve(self) -> None:
-        """Findings of every registered rule and the combined fix; runs once, after every rule has registered."""
+        """Findings of every registered rule and the combined fix; runs once, after every rule has registered.
+        Suppressed sites (``# noqa``, ``# lint-ignore``, see :mod:`adopter_codemods.suppression`) are left out of
+        both by the engine, so the fix never rewrites a silenced site."""
         if self.findings is not None:
             return
-        statements = _statements_by_line(self.linters[0], self.module)
-        self.findings = []
-        silenced = False
-        for linter, rule in zip(self.linters, self.rules):
-            found = findings_for(self.module, find_all(self.structure, [rule]), "", linter.metadata[PositionProvider])
-            kept = [f for f in found if not _silenced(linter, self.module, statements.get(f.line))]
-            silenced = silenced or len(kept) < len(found)
-            self.findings.append(kept)
-        if any(self.findings) and not silenced:
-            rewritten = rewrite_module(self.module, self.rules, self.structure).module
-            self.fix = rewritten if rewritten.code != self.module.code else None
+        matches = find_all(self.structure, self.rules)
+        found = findings_for(self.module, matches, "")  # one positions pass for all
+        self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
+        fixable = [f for f in found if f.fixable]
+        if fixable:
+            outcome = rewrite_module(self.module, self.rules, self.structure, matches)
+            if outcome.rounds:
+                self.fix, self.fix_at = outcome.module, fixable[0]
 
 
 # Keyed by id(module); the state holds the module, so the id stays valid until the entry is removed.
 _FILES: dict[int, _FileState] = {}
-
-
-def _statements_by_line(linter: LintRule, module: cst.Module) -> dict[int, cst.CSTNode]:
-    """The outermost statement starting on each line (what ``# lint-ignore`` comments attach to)."""
-    out: dict[int, tuple[tuple[int, int], cst.CSTNode]] = {}
-    for node, rng in linter.metadata[PositionProvider].items():
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and isinstance(rng, CodeRange):
-            end = (rng.end.line, rng.end.column)
-            best = out.get(rng.start.line)
-            if best is None or end > best[0]:
-                out[rng.start.line] = (end, node)
-    return {line: node for line, (_, node) in out.items()}
-
-
-def _silenced(linter: LintRule, module: cst.Module, statement: Optional[cst.CSTNode]) -> bool:
-    # `# lint-ignore: Rule` in the module header silences the whole file, on or above a statement that statement.
-    return linter.ignore_lint(module) or (statement is not None and linter.ignore_lint(statement))
 
 
 def _cases(rule: Rule) -> tuple[list[Union[str, Valid]], list[Union[str, Invalid]]]:
@@ -104,14 +96,20 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
 
     class AdopterRule(LintRule):
         RULE: ClassVar[Rule] = rule
-        METADATA_DEPENDENCIES = (PositionProvider, ModelStructureProvider)
+        METADATA_DEPENDENCIES = ()
         TAGS = {"performance", "adopter"}
         VALID = valid
         INVALID = invalid
 
+        @classmethod
+        def get_inherited_dependencies(cls) -> frozenset[type]:  # type: ignore[override]
+            # Not LintRule's PositionProvider nor Fixit's ParentNodeProvider: see the module docstring.
+            return frozenset()
+
         def visit_Module(self, node: cst.Module) -> None:
-            structure = self.get_metadata(ModelStructureProvider, node)
-            state = _FILES.setdefault(id(node), _FileState(node, structure))
+            state = _FILES.get(id(node))
+            if state is None:
+                state = _FILES[id(node)] = _FileState(node, build_module_structure(node))
             state.linters.append(self)
             state.rules.append(self.RULE)
             state.pending += 1
@@ -122,17 +120,21 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 state.resolve()
                 assert state.findings is not None
                 for f in state.findings[state.linters.index(self)]:
+                    carrier = state.fix_at
+                    with_fix = state.fix is not None and f is carrier
+                    shared = f" (autofix: the fix of line {carrier.line})" if f.fixable and carrier and not with_fix else ""
                     self.report(
                         original_node,
-                        f"{f.code} {f.message}",
+                        f"{f.code} {f.message}{shared}",
                         position=CodeRange(CodePosition(f.line, f.col - 1), CodePosition(f.end_line, f.end_col - 1)),
-                        replacement=state.fix if f.fixable else None,
+                        replacement=state.fix if with_fix else None,
                     )
             finally:
                 state.pending -= 1
                 if state.pending == 0:
                     del _FILES[id(original_node)]
 
+    AdopterRule.METADATA_DEPENDENCIES = ()  # undo Fixit's __init_subclass__, which adds ParentNodeProvider
     AdopterRule.__name__ = AdopterRule.__qualname__ = rule.name
     AdopterRule.__module__ = __name__
     AdopterRule.__doc__ = rule_doc(rule) or f"{rule.code} {rule.name}: {rule.summary}"
