@@ -10,7 +10,8 @@ its methods, as Python ASTs, with templates of the forms the runtime kernel repr
 * everything else (operators, constants, attribute names, call arguments, statement order) must be identical.
 
 A name the file binds more than once (``T5LayerNorm = FusedRMSNorm`` under ``try``, a parameter or local variable
-of that name anywhere) is refused: the call might not reach the definition that was checked.
+of that name anywhere), patches (``Norm.forward = ...``, ``setattr(Norm, ...)``) or may rebind through a star import
+is refused: the call might not reach the definition that was checked.
 """
 
 from __future__ import annotations
@@ -98,13 +99,23 @@ class _ParsedModule:
         self.tree = ast.parse(module.code)
         self.table = ImportTable.from_module(module)
         self.bindings: dict[str, int] = {}
+        self.mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
+        self.star_import = False  # `from m import *` may rebind any name
         for node in ast.walk(self.tree):
             for name in _bound_names(node):
                 self.bindings[name] = self.bindings.get(name, 0) + 1
+            if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
+                self.mutated.add(node.value.id)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+                if node.args and isinstance(node.args[0], ast.Name):
+                    self.mutated.add(node.args[0].id)
+            elif isinstance(node, ast.alias) and node.name == "*":
+                self.star_import = True
 
     def top_level(self, name: str, kind: type) -> Optional[ast.AST]:
-        """The top-level definition of `name` when it is the file's only binding of that name."""
-        if self.bindings.get(name) != 1:
+        """The top-level definition of `name` when it is the file's only binding of that name and nothing
+        patches it."""
+        if self.bindings.get(name) != 1 or name in self.mutated or self.star_import:
             return None
         found = [n for n in self.tree.body if isinstance(n, kind) and getattr(n, "name", None) == name]
         return found[0] if len(found) == 1 else None

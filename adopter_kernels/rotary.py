@@ -43,7 +43,8 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
 
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """``(x * cos) + (rotate_half(x) * sin)``, one fused kernel on CUDA."""
-    if isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor) and use_triton(x, cos, sin) and _fusable(x, cos, sin):
+    tensors = all(isinstance(t, torch.Tensor) for t in (x, cos, sin))
+    if tensors and use_triton(x, cos, sin) and _fusable(x, cos, sin):
         from .triton_kernels.rotary import rotary
 
         return rotary(x, cos, sin)
