@@ -1,7 +1,7 @@
 """Guards that prove a definition elsewhere in the file computes exactly a known function (ADP011, ADP013).
 
-ADP011 rewrites the instantiation of an RMSNorm class and ADP013 a call of a ``rotate_half`` helper; neither is
-judged by its name. The guard finds the class or function defined at the top level of the same file and compares
+ADP011 rewrites the instantiation of an RMSNorm class and ADP013 a call of a ``rotate_half`` (or GPT-J
+``rotate_every_two``) helper; neither is judged by its name. The guard finds the class or function defined at the top level of the same file and compares
 its methods, as Python ASTs, with templates of the forms the runtime kernel reproduces:
 
 * local variables and parameters are renamed by order of first appearance (so ``x``/``hidden_states`` do not
@@ -84,6 +84,17 @@ def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
     x2 = x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
+""",
+)
+
+# ADP013 interleaved variant: GPT-J's rotate_every_two (its 4-D indexing is reproduced by the kernel's reference).
+ROTATE_EVERY_TWO_TEMPLATES: tuple[str, ...] = (
+    """
+def rotate_every_two(x):
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)
 """,
 )
 
@@ -301,7 +312,8 @@ def rms_norm_class_is_exact(match: Match) -> bool:
 @guard
 def rotate_half_is_exact(match: Match) -> bool:
     """``$r`` is ``F($x)`` for a function ``F`` defined once at the top of this file whose body is exactly
-    Hugging Face's ``rotate_half``, called on the very value ``$x`` the rotary expression multiplies by ``cos``."""
+    Hugging Face's ``rotate_half`` (GPT-J's ``rotate_every_two`` for the interleaved variant), called on the very
+    value ``$x`` the rotary expression multiplies by ``cos``."""
     module = match.cls.module
     x, rotated = match.env.get("x"), match.env.get("r")
     if module is None or not isinstance(x, Value) or not isinstance(rotated, Value) or x.kind != "var":
@@ -319,4 +331,12 @@ def rotate_half_is_exact(match: Match) -> bool:
     if not isinstance(fn, ast.FunctionDef):
         return False
     dump = canonical(fn, parsed.table)
-    return dump is not None and any(dump == _template_dumps(t, {})[1] for t in ROTATE_HALF_TEMPLATES)
+    templates = ROTATE_EVERY_TWO_TEMPLATES if _interleaved(match) else ROTATE_HALF_TEMPLATES
+    return dump is not None and any(dump == _template_dumps(t, {})[1] for t in templates)
+
+
+def _interleaved(match: Match) -> bool:
+    """Whether the variant's target passes ``interleaved=True`` (GPT-J's rotation)."""
+    target = match.rule.forward.target[0] if match.rule.forward is not None and match.rule.forward.target else None
+    keywords = dict(target.args.keywords) if isinstance(target, CallNode) else {}
+    return keywords.get("interleaved") == Const(True)

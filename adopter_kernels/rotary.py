@@ -1,10 +1,13 @@
 """ADP013 runtime: rotary position embedding ``(x * cos) + (rotate_half(x) * sin)`` as one kernel.
 
 ``rotary_embedding(x, cos, sin)`` replaces ``(x * cos) + (rotate_half(x) * sin)`` where ``rotate_half`` is Hugging
-Face's (``x1, x2`` = first and second half of the last dim, ``cat((-x2, x1), dim=-1)``); the codemod checks the
-helper's body before it rewrites.
+Face's (``x1, x2`` = first and second half of the last dim, ``cat((-x2, x1), dim=-1)``);
+``rotary_embedding(x, cos, sin, interleaved=True)`` replaces ``(x * cos) + (rotate_every_two(x) * sin)`` with GPT-J's
+``rotate_every_two`` (``x1, x2 = x[:, :, :, ::2], x[:, :, :, 1::2]``, ``stack((-x2, x1), dim=-1).flatten(-2)``). The
+codemod checks the helper's body before it rewrites.
 
-Reference path: exactly that expression (for an odd last dim too, as ``rotate_half`` computes it).
+Reference path: exactly that expression (for an odd last dim too, as ``rotate_half`` computes it; GPT-J's indexing
+accepts 4-D input only, and so does the reference).
 
 Triton path (CUDA, or forced): one elementwise kernel reading each element, its rotation partner and the
 broadcast ``cos``/``sin`` (strides of the broadcast, nothing materialised), computing in float32 and rounding once
@@ -30,6 +33,13 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def _rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)
+
+
 def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     if not (x.dim() == 4 and x.shape[-1] % 2 == 0 and x.numel() > 0 and x.dtype in _TRITON_DTYPES):
         return False
@@ -41,11 +51,12 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
         return False
 
 
-def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``(x * cos) + (rotate_half(x) * sin)``, one fused kernel on CUDA."""
+def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+    """``(x * cos) + (rotate(x) * sin)`` with HF's ``rotate_half`` (GPT-J's ``rotate_every_two`` when
+    ``interleaved``), one fused kernel on CUDA."""
     tensors = all(isinstance(t, torch.Tensor) for t in (x, cos, sin))
     if tensors and use_triton(x, cos, sin) and _fusable(x, cos, sin):
         from .triton_kernels.rotary import rotary
 
-        return rotary(x, cos, sin)
-    return (x * cos) + (_rotate_half(x) * sin)
+        return rotary(x, cos, sin, interleaved)
+    return (x * cos) + ((_rotate_every_two(x) if interleaved else _rotate_half(x)) * sin)

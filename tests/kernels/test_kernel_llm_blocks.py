@@ -11,6 +11,7 @@ from torch import nn
 import adopter_kernels as ak
 
 transformers = pytest.importorskip("transformers")
+from transformers.models.gptj import modeling_gptj as gptj  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
 from transformers.models.t5 import modeling_t5 as t5  # noqa: E402
 
@@ -114,3 +115,18 @@ def test_rotary_reference_is_llama_apply_rotary_pos_emb(dtype: torch.dtype, last
     assert torch.equal(q_fused, q_embed) and torch.equal(k_fused, k_embed)
     g = torch.randn_like(q_embed)
     assert torch.equal(torch.autograd.grad(q_embed, q, g)[0], torch.autograd.grad(q_fused, q, g)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_interleaved_rotary_reference_is_gptj_apply_rotary_pos_emb(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    k_rot = torch.randn(2, 5, 3, 8).to(dtype).requires_grad_(True)  # [batch, seq, heads, rotary_dim]
+    sincos = gptj.create_sinusoidal_positions(16, 8)[torch.tensor([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]])].to(dtype)
+    sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+    expected = gptj.apply_rotary_pos_emb(k_rot, sin, cos)
+    sin2 = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+    cos2 = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+    fused = ak.rotary_embedding(k_rot, cos2, sin2, interleaved=True)
+    assert torch.equal(fused, expected)
+    g = torch.randn_like(expected)
+    assert torch.equal(torch.autograd.grad(expected, k_rot, g)[0], torch.autograd.grad(fused, k_rot, g)[0])

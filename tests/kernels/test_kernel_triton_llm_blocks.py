@@ -140,16 +140,25 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def _rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cos_shape", [(2, 1, 5, 8), (1, 1, 5, 8), (5, 8)])
-def test_rotary_kernel(forced: None, dtype: torch.dtype, cos_shape: tuple) -> None:
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_kernel(forced: None, dtype: torch.dtype, cos_shape: tuple, interleaved: bool) -> None:
     x = _randn(2, 3, 5, 8, dtype=dtype, requires_grad=True)
     angles = torch.rand(cos_shape, device=DEVICE) * 6
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
-    y = ak.rotary_embedding(x, cos, sin)
+    y = ak.rotary_embedding(x, cos, sin, interleaved=interleaved)
     assert y.grad_fn is not None and y.grad_fn.name().startswith("_Rotary")
     xr = x.detach().float().requires_grad_(True)
-    ref = (xr * cos.float()) + (_rotate_half(xr) * sin.float())
+    rotate = _rotate_every_two if interleaved else _rotate_half
+    ref = (xr * cos.float()) + (rotate(xr) * sin.float())
     torch.testing.assert_close(y.float(), ref, **_tol(dtype))
     g = _randn(2, 3, 5, 8)
     (gx,) = torch.autograd.grad(y, x, g.to(dtype))
@@ -189,9 +198,10 @@ for dt in ("*fp16", "*bf16", "*fp32"):
     for gemma in (True, False):
         build(R._rms_norm_fwd, {"X": dt, "W": dt, "Y": dt, "n_cols": "i32", "eps": "fp32"}, {"BLOCK": 4096, "GEMMA": gemma})
     for backward in (True, False):
-        sig = {"X": dt, "C": dt, "S": dt, "Y": dt, "numel": "i64", "d1": "i32", "d2": "i32", "D": "i32"}
-        sig.update({f"{t}s{i}": "i64" for t in "cs" for i in range(4)})
-        build(Q._rotary, sig, {"BACKWARD": backward, "BLOCK": 1024})
+        for interleaved in (True, False):
+            sig = {"X": dt, "C": dt, "S": dt, "Y": dt, "numel": "i64", "d1": "i32", "d2": "i32", "D": "i32"}
+            sig.update({f"{t}s{i}": "i64" for t in "cs" for i in range(4)})
+            build(Q._rotary, sig, {"BACKWARD": backward, "INTERLEAVED": interleaved, "BLOCK": 1024})
 for act in range(4):
     build(G._gated_fwd, {"P": "*bf16", "Y": "*bf16", "numel": "i64", "n": "i32"}, {"ACT": act, "BLOCK": 1024})
     build(G._gated_bwd, {"P": "*fp16", "DY": "*fp16", "DP": "*fp16", "numel": "i64", "n": "i32"}, {"ACT": act, "BLOCK": 1024})
@@ -209,4 +219,4 @@ def test_llm_block_kernels_compile_for_sm90() -> None:
     if proc.returncode != 0 and "ImportError" in proc.stderr and "triton.compiler" in proc.stderr:
         pytest.skip("this triton version has another compiler API")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "compiled 20" in proc.stdout
+    assert "compiled 26" in proc.stdout
