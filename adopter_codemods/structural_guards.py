@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 from collections import OrderedDict
 from typing import Optional, Union
 
@@ -105,31 +106,46 @@ _TEMPLATE_TABLE = ImportTable(names={"torch": "torch"})
 
 
 class _ParsedModule:
+    """What the guards read of one file, computed on demand: the top-level definitions, each parsed alone with
+    ``ast`` (cheap: most candidates fail on their own definition), and the bindings of every name in the whole file
+    (parsed only once a definition matched its template)."""
+
     def __init__(self, module: cst.Module) -> None:
         self.module = module  # keeps id(module) valid while cached
-        self.tree = ast.parse(module.code)
         self.table = ImportTable.from_module(module)
-        self.bindings: dict[str, int] = {}
-        self.mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
-        self.star_import = False  # `from m import *` may rebind any name
-        for node in ast.walk(self.tree):
-            for name in _bound_names(node):
-                self.bindings[name] = self.bindings.get(name, 0) + 1
-            if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
-                self.mutated.add(node.value.id)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
-                if node.args and isinstance(node.args[0], ast.Name):
-                    self.mutated.add(node.args[0].id)
-            elif isinstance(node, ast.alias) and node.name == "*":
-                self.star_import = True
+        self.defs: dict[str, list[Union[cst.ClassDef, cst.FunctionDef]]] = {}
+        for stmt in module.body:
+            if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+                self.defs.setdefault(stmt.name.value, []).append(stmt)
+        self.verdicts: dict[tuple[object, ...], bool] = {}  # memo of the guards' checks per definition
+        self._bindings: Optional[dict[str, int]] = None
+        self._mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
+        self._star_import = False  # `from m import *` may rebind any name
 
-    def top_level(self, name: str, kind: type) -> Optional[ast.AST]:
-        """The top-level definition of `name` when it is the file's only binding of that name and nothing
-        patches it."""
-        if self.bindings.get(name) != 1 or name in self.mutated or self.star_import:
+    def definition(self, name: str, kind: type) -> Optional[ast.AST]:
+        """The file's one top-level ``class``/``def`` of `name`, parsed alone; None if there is not exactly one."""
+        found = self.defs.get(name, [])
+        if len(found) != 1 or not isinstance(found[0], kind):
             return None
-        found = [n for n in self.tree.body if isinstance(n, kind) and getattr(n, "name", None) == name]
-        return found[0] if len(found) == 1 else None
+        node = ast.parse(self.module.code_for_node(found[0])).body[0]
+        return node
+
+    def bound_once(self, name: str) -> bool:
+        """Whether the file binds `name` only by its definition and nothing patches or may rebind it."""
+        if self._bindings is None:
+            self._bindings = {}
+            for node in ast.walk(ast.parse(self.module.code)):
+                for bound in _bound_names(node):
+                    self._bindings[bound] = self._bindings.get(bound, 0) + 1
+                if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+                    if isinstance(node.value, ast.Name):
+                        self._mutated.add(node.value.id)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    if node.func.id in ("setattr", "delattr") and node.args and isinstance(node.args[0], ast.Name):
+                        self._mutated.add(node.args[0].id)
+                elif isinstance(node, ast.alias) and node.name == "*":
+                    self._star_import = True
+        return self._bindings.get(name) == 1 and name not in self._mutated and not self._star_import
 
 
 def _bound_names(node: ast.AST) -> list[str]:
@@ -238,10 +254,12 @@ def canonical(fn: _FunctionDef, table: ImportTable, replace: Optional[dict[str, 
     return ast.dump(func, annotate_fields=False)
 
 
-def _template_dumps(source: str, replace: dict[str, str]) -> tuple[str, str]:
+@functools.lru_cache(maxsize=None)
+def _template_dumps(source: str, weight: str = "", eps: str = "") -> tuple[str, str]:
+    """(function name, canonical dump) of a template, ``self.WEIGHT``/``self.EPS`` renamed as the variant says."""
     fn = ast.parse(source).body[0]
     assert isinstance(fn, ast.FunctionDef)
-    dump = canonical(fn, _TEMPLATE_TABLE, replace)
+    dump = canonical(fn, _TEMPLATE_TABLE, {"WEIGHT": weight, "EPS": eps} if weight else None)
     assert dump is not None
     return fn.name, dump
 
@@ -284,16 +302,23 @@ def rms_norm_class_is_exact(match: Match) -> bool:
     if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
         return False  # a local class is called by its bare name
     cast, weight, eps = constants
-    templates = RMS_NORM_TEMPLATES.get(cast)
     parsed = _parsed(module)
-    cls = parsed.top_level(value.func.value, ast.ClassDef)
+    key = ("rms_norm", value.func.value, cast, weight, eps)
+    if key not in parsed.verdicts:
+        parsed.verdicts[key] = _rms_norm_class(parsed, value.func.value, cast, weight, eps)
+    return parsed.verdicts[key]
+
+
+def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
+    templates = RMS_NORM_TEMPLATES.get(cast)
+    cls = parsed.definition(name, cst.ClassDef)
     if templates is None or not isinstance(cls, ast.ClassDef) or cls.keywords:
         return False
     if not _is_module_base(cls.bases, parsed.table):
         return False
     if not all(_transparent_decorator(d, parsed.table) for d in cls.decorator_list):
         return False
-    wanted = dict(_template_dumps(t, {"WEIGHT": weight, "EPS": eps}) for t in templates)
+    wanted = dict(_template_dumps(t, weight, eps) for t in templates)
     methods: dict[str, _FunctionDef] = {}
     for i, stmt in enumerate(cls.body):
         if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -303,7 +328,9 @@ def rms_norm_class_is_exact(match: Match) -> bool:
         methods[stmt.name] = stmt
     if set(methods) - set(wanted) - set(_FREE_METHODS) or set(wanted) - set(methods):
         return False
-    return all(canonical(methods[name], parsed.table) == dump for name, dump in wanted.items())
+    if not all(canonical(methods[m], parsed.table) == dump for m, dump in wanted.items()):
+        return False
+    return parsed.bound_once(name)
 
 
 # ------------------------------------------------------------------------------------------ ADP013 FuseRotaryEmbedding
@@ -327,12 +354,15 @@ def rotate_half_is_exact(match: Match) -> bool:
     if not (isinstance(arg, cst.Name) and arg.value == x.text and x.uses and x.uses[0] in rotated.uses):
         return False  # the helper must rotate the same value (same variable, same value id)
     parsed = _parsed(module)
-    fn = parsed.top_level(call.func.value, ast.FunctionDef)
-    if not isinstance(fn, ast.FunctionDef):
-        return False
-    dump = canonical(fn, parsed.table)
-    templates = ROTATE_EVERY_TWO_TEMPLATES if _interleaved(match) else ROTATE_HALF_TEMPLATES
-    return dump is not None and any(dump == _template_dumps(t, {})[1] for t in templates)
+    name, interleaved = call.func.value, _interleaved(match)
+    key = ("rotate", name, interleaved)
+    if key not in parsed.verdicts:
+        fn = parsed.definition(name, cst.FunctionDef)
+        dump = canonical(fn, parsed.table) if isinstance(fn, ast.FunctionDef) else None
+        templates = ROTATE_EVERY_TWO_TEMPLATES if interleaved else ROTATE_HALF_TEMPLATES
+        exact = dump is not None and any(dump == _template_dumps(t)[1] for t in templates)
+        parsed.verdicts[key] = exact and parsed.bound_once(name)
+    return parsed.verdicts[key]
 
 
 def _interleaved(match: Match) -> bool:
