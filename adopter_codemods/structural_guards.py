@@ -20,15 +20,16 @@ import ast
 import copy
 import functools
 from collections import OrderedDict
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import libcst as cst
 
+from . import cstwalk
 from .dsl import CallNode, Const
 from .guards import guard
 from .matcher import Match
 from .qualnames import ImportTable
-from .structure import Value
+from .structure import ClassStructure, Value
 
 _FunctionDef = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -117,7 +118,9 @@ class _ParsedModule:
         for stmt in module.body:
             if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
                 self.defs.setdefault(stmt.name.value, []).append(stmt)
-        self.verdicts: dict[tuple[object, ...], bool] = {}  # memo of the guards' checks per definition
+        self.verdicts: dict[tuple[object, ...], int] = {}  # memo of the guards' checks per definition
+        self._asts: dict[str, ast.AST] = {}
+        self._rotations: Optional[set[str]] = None
         self._bindings: Optional[dict[str, int]] = None
         self._mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
         self._star_import = False  # `from m import *` may rebind any name
@@ -127,8 +130,22 @@ class _ParsedModule:
         found = self.defs.get(name, [])
         if len(found) != 1 or not isinstance(found[0], kind):
             return None
-        node = ast.parse(self.module.code_for_node(found[0])).body[0]
-        return node
+        if name not in self._asts:
+            self._asts[name] = ast.parse(self.module.code_for_node(found[0])).body[0]
+        return self._asts[name]
+
+    def rotation_helpers(self) -> set[str]:
+        """Top-level functions whose body is a rotation template (either kind): ADP013's cheap per-file test."""
+        if self._rotations is None:
+            self._rotations = set()
+            templates = {_template_dumps(t)[1] for t in (*ROTATE_HALF_TEMPLATES, *ROTATE_EVERY_TWO_TEMPLATES)}
+            for name, found in self.defs.items():
+                # The templates are three or four statements (a docstring may precede them).
+                if isinstance(found[0], cst.FunctionDef) and len(found) == 1 and len(_suite_body(found[0])) <= 5:
+                    fn = self.definition(name, cst.FunctionDef)
+                    if isinstance(fn, ast.FunctionDef) and canonical(fn, self.table) in templates:
+                        self._rotations.add(name)
+        return self._rotations
 
     def bound_once(self, name: str) -> bool:
         """Whether the file binds `name` only by its definition and nothing patches or may rebind it."""
@@ -146,6 +163,11 @@ class _ParsedModule:
                 elif isinstance(node, ast.alias) and node.name == "*":
                     self._star_import = True
         return self._bindings.get(name) == 1 and name not in self._mutated and not self._star_import
+
+
+def _suite_body(fn: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
+    body = fn.body
+    return body.body if isinstance(body, cst.IndentedBlock) else ()
 
 
 def _bound_names(node: ast.AST) -> list[str]:
@@ -311,6 +333,8 @@ def rms_norm_class_is_exact(match: Match) -> bool:
 
 def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
     templates = RMS_NORM_TEMPLATES.get(cast)
+    if templates is None or not _few_methods(parsed, name, len(templates) + len(_FREE_METHODS)):
+        return False  # cheap CST test first: most instantiated classes are attention layers, blocks, models
     cls = parsed.definition(name, cst.ClassDef)
     if templates is None or not isinstance(cls, ast.ClassDef) or cls.keywords:
         return False
@@ -331,6 +355,35 @@ def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, ep
     if not all(canonical(methods[m], parsed.table) == dump for m, dump in wanted.items()):
         return False
     return parsed.bound_once(name)
+
+
+def _few_methods(parsed: _ParsedModule, name: str, most: int) -> bool:
+    """Whether the top-level class `name` holds at most `most` methods (and perhaps a docstring), one ``forward``,
+    and mentions ``rsqrt``."""
+    key = ("shape", name)
+    if key not in parsed.verdicts:  # one CST walk per class, whatever the variant
+        parsed.verdicts[key] = _method_count(parsed, name)
+    count = parsed.verdicts[key]
+    return 0 < count <= most
+
+
+def _method_count(parsed: _ParsedModule, name: str) -> int:
+    """The number of methods of a plausible RMSNorm class `name` (only methods and a docstring, a ``forward``,
+    some ``rsqrt``: every template calls torch.rsqrt); 0 for any other class, which is then never rendered."""
+    found = parsed.defs.get(name, [])
+    if len(found) != 1 or not isinstance(found[0], cst.ClassDef) or not isinstance(found[0].body, cst.IndentedBlock):
+        return 0
+    body = found[0].body.body
+    methods = [stmt.name.value for stmt in body if isinstance(stmt, cst.FunctionDef)]
+    if len(methods) < len(body) - 1 or "forward" not in methods:
+        return 0
+    computing = [stmt for stmt in body if isinstance(stmt, cst.FunctionDef) and stmt.name.value not in _FREE_METHODS]
+    rsqrt = any(
+        type(n) is cst.Attribute and n.attr.value == "rsqrt"  # type: ignore[attr-defined]
+        for fn in computing
+        for n in cstwalk.walk(fn.body)
+    )
+    return len(methods) if rsqrt else 0
 
 
 # ------------------------------------------------------------------------------------------ ADP013 FuseRotaryEmbedding
@@ -370,3 +423,11 @@ def _interleaved(match: Match) -> bool:
     target = match.rule.forward.target[0] if match.rule.forward is not None and match.rule.forward.target else None
     keywords = dict(target.args.keywords) if isinstance(target, CallNode) else {}
     return keywords.get("interleaved") == Const(True)
+
+
+def _defines_rotation(cls: ClassStructure) -> bool:
+    return cls.module is not None and bool(_parsed(cls.module).rotation_helpers())
+
+
+# Most files define no rotation helper: ADP013 then walks none of their classes.
+rotate_half_is_exact.may_match = _defines_rotation  # type: ignore[attr-defined]
