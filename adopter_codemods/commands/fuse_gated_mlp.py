@@ -32,7 +32,9 @@ removed, so ``state_dict`` keys do not change. The packed GEMM may differ from t
 else, when the two Linears read different values, when the product is written ``up(x) * act(gate(x))`` (the
 pattern follows evaluation order), for other activations (``nn.Tanh``, ``QuickGELUActivation``), for a positional
 argument of the activation besides its input (``F.silu(h, True)``), for layers inside ``nn.Sequential``, and for
-already packed projections (``gate_up_proj`` then ``chunk``: Phi-3).
+already packed projections (``gate_up_proj`` then ``chunk``: Phi-3). Rules apply in code order, so under AdoptAll a
+*biased* gate Linear whose activation ADP006 matches too is fused by ADP006 (bias + activation) and the product is
+then left as it is (both rewrites are exact; ADP012 alone gives the bigger fusion).
 """
 
 from .. import codemod
