@@ -41,7 +41,10 @@ def main() -> int:
         if not found:
             continue
         per_rule.update(f.code for f in found)
-        per_file[f"{path.parent.name}/{path.name}"] = collections.Counter(f"{f.code} {f.cls or '<module>'}" for f in found)
+        counts = collections.Counter(f"{f.code} {f.cls or '<module>'}" for f in found)
+        per_file[f"{path.parent.name}/{path.name}"] = counts
+        if args.by_class:  # as found, so a long run shows its progress
+            print(f"  {path.parent.name}/{path.name}: " + ", ".join(f"{k} x{n}" for k, n in sorted(counts.items())), flush=True)
         code = rewrite_source(source, rules, path=str(path)).code
         cst.parse_module(code)
         if rewrite_source(code, rules).code != code:
@@ -50,9 +53,6 @@ def main() -> int:
     for code in rules:
         hits = sum(1 for c in per_file.values() if any(k.startswith(code.upper()) for k in c))
         print(f"{code}: {per_rule[code.upper()]} findings in {hits} files")
-    if args.by_class:
-        for name, counts in per_file.items():
-            print(f"  {name}: " + ", ".join(f"{k} x{n}" for k, n in sorted(counts.items())))
     for problem in problems:
         print("PROBLEM", problem)
     return 1 if problems else 0
