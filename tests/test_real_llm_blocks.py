@@ -62,3 +62,61 @@ def test_llm_blocks_on_newest_transformers_4x() -> None:
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["transformers"] for r in results] == [NEWEST] * 3
     assert {r["model"]: r["findings"] for r in results} == {m: EXPECTED[m] for m in ("llama", "mistral", "qwen2")}
+
+
+# Other 4.34.1 families: T5-casting RMSNorm copies with the gated-GELU feed-forward (MT5, UMT5), GPT-J's interleaved
+# rotary and GPT-NeoX's partial rotary (rotary_pct < 1: the rotated slice only).
+OTHER_FAMILIES = {
+    "mt5": ("MT5Model", "MT5Config", {"ADP011": 4, "ADP012": 1}),
+    "umt5": ("UMT5Model", "UMT5Config", {"ADP011": 4, "ADP012": 1}),
+    "gptj": ("GPTJModel", "GPTJConfig", {"ADP013": 1}),
+    "gpt_neox": ("GPTNeoXModel", "GPTNeoXConfig", {"ADP013": 2}),
+}
+_CONFIGS = {
+    "mt5": dict(vocab_size=40, d_model=16, d_kv=4, d_ff=24, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+                feed_forward_proj="gated-gelu", dropout_rate=0.0),
+    "gptj": dict(vocab_size=40, n_embd=16, n_layer=2, n_head=2, rotary_dim=4, n_positions=32, embd_pdrop=0.0,
+                 resid_pdrop=0.0, attn_pdrop=0.0),
+    "gpt_neox": dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                     rotary_pct=0.5, max_position_embeddings=32),
+}  # fmt: skip
+_CONFIGS["umt5"] = _CONFIGS["mt5"]
+
+
+@pytest.mark.skipif(transformers.__version__ != "4.34.1", reason="written against transformers 4.34.1")
+@pytest.mark.parametrize("model", sorted(OTHER_FAMILIES))
+def test_llm_blocks_on_other_4_34_1_families(model: str) -> None:
+    import importlib
+    from collections import Counter
+
+    import torch
+
+    from adopter_codemods.api import rewrite_source
+    from adopter_codemods.equivalence import compare_models, load_source_as_module
+
+    model_cls, config_cls, expected = OTHER_FAMILIES[model]
+    original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    path = Path(original.__file__)  # type: ignore[arg-type]
+    result = rewrite_source(path.read_text(encoding="utf-8"), ["ADP011", "ADP012", "ADP013"], path=str(path))
+    assert dict(Counter(f.code for f in result.findings)) == expected
+    rewritten = load_source_as_module(
+        result.code, f"transformers.models.{model}.modeling_{model}_adopted", package=f"transformers.models.{model}"
+    )
+    config = getattr(transformers, config_cls)(**_CONFIGS[model])
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        vanilla = getattr(original, model_cls)(config)
+        with torch.no_grad():
+            for name, p in vanilla.named_parameters():
+                if "norm" in name:
+                    p.add_(torch.randn_like(p) * 0.1)
+        fused = getattr(rewritten, model_cls)(config)
+        ids = torch.randint(0, 40, (2, 7))
+        kwargs = {"input_ids": ids, "attention_mask": torch.tensor([[1] * 7, [1] * 5 + [0] * 2]), "use_cache": False}
+        if model in ("mt5", "umt5"):
+            kwargs["decoder_input_ids"] = ids
+        compare_models(vanilla, fused, (), kwargs, rtol=1e-9, atol=1e-9).raise_if_failed()
+    finally:
+        torch.set_default_dtype(previous)
