@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test bench-scan
+.PHONY: install demo test bench-scan newest-transformers
 
 # Both distributions of this repository, editable: the runtime kernels (kernels/, adopter-kernels) and the
 # codemods with the test and benchmark tools; `.[triton]` pulls adopter-kernels[triton], satisfied by the first.
@@ -14,8 +14,19 @@ install:
 demo: install
 	$(PYTHON) -m adopter_codemods demo
 
-test: install
+test: install newest-transformers
 	$(PYTHON) -m pytest
+
+# The newest transformers 4.x beside the pinned 4.34.1, for tests/test_real_llm_blocks.py (run in a subprocess
+# with this directory on PYTHONPATH); its own dependencies that 4.34.1's pins would conflict with go there too.
+NEWEST_TRANSFORMERS := 4.57.6
+NEWEST_DIR := .cache/transformers-$(NEWEST_TRANSFORMERS)
+
+newest-transformers: $(NEWEST_DIR)/transformers
+
+$(NEWEST_DIR)/transformers:
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(NEWEST_DIR) \
+		transformers==$(NEWEST_TRANSFORMERS) tokenizers==0.22.2 huggingface-hub==0.36.2 safetensors==0.8.0
 
 bench-scan: install
 	$(PYTHON) benchmarks/bench_scan.py

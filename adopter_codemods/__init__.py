@@ -23,6 +23,9 @@ CODEMODS: dict[str, str] = {
     "FuseConvBN": "fuse_conv_bn",
     "FuseLinearBN": "fuse_linear_bn",
     "FuseQKV": "fuse_qkv",
+    "FuseRMSNorm": "fuse_rms_norm",
+    "FuseGatedMLP": "fuse_gated_mlp",
+    "FuseRotaryEmbedding": "fuse_rotary_embedding",
     "AdoptAll": "adopt_all",
     "ApplyRuleFiles": "apply_rule_files",
 }

@@ -24,7 +24,7 @@ Nodes are ``Type(args) -> $out`` (a layer instantiation in ``init``; a layer or 
 ``$layer(args) -> $out`` (a call of the layer bound to ``$layer`` in ``init``), ``Type[$key] -> $out`` (a
 subscript such as ``ACT2FN[config.hidden_act]``), binary and unary tensor ops (``$a + $b -> $c``, ``-$a -> $c``)
 and the wildcard ``*``. A type may be a choice ``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called
-``Name`` from any module. Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
+``Name`` from any module, ``*.*`` any resolved name (for rules whose guard judges the callee itself). Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
 pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
 unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``.
 
@@ -151,7 +151,7 @@ _TOKEN_RE = re.compile(
   | (?P<var>\$[A-Za-z_][A-Za-z0-9_]*)
   | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
   | (?P<string>"[^"\n]*"|'[^'\n]*')
-  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_*][A-Za-z0-9_]*)*|\*\.[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_*][A-Za-z0-9_]*)*|\*\.[A-Za-z_][A-Za-z0-9_]*|\*\.\*)
   | (?P<punct>[()\[\],;:=|+\-@/*])
     """,
     re.VERBOSE,

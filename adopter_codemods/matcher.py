@@ -833,8 +833,13 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
 
 def _may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
-    function among its callees): a cheap test that spares walking the paths of most classes."""
+    function among its callees): a cheap test that spares walking the paths of most classes. A guard may add its
+    own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
     assert rule.forward is not None
+    for name in rule.guards:
+        may_match = getattr(guard_registry.get(name), "may_match", None)
+        if may_match is not None and not may_match(cls):
+            return False
     types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
     for pattern in rule.forward.source:
         if not isinstance(pattern, CallNode):

@@ -1055,7 +1055,12 @@ def _is_module_class(
         qual = table.resolve(base.value)
         if qual is not None and qual not in table.local_classes:
             qual = canonical_torch_name(qual)
-            if any(qualname_matches(b, qual) for b in _MODULE_BASES) or qual.endswith("PreTrainedModel"):
+            # transformers >= 4.52 derives decoder layers from modeling_layers.GradientCheckpointingLayer (a Module).
+            if (
+                any(qualname_matches(b, qual) for b in _MODULE_BASES)
+                or qual.endswith("PreTrainedModel")
+                or qual.endswith("modeling_layers.GradientCheckpointingLayer")
+            ):
                 result = True
         bname = dotted_name(base.value)
         if bname in classes and _is_module_class(classes[bname], classes, table, memo):
@@ -1124,6 +1129,8 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
         unit.walk = functools.partial(_walk_functions, walker, functions)
         result.append(unit)
+    for structure in result:
+        structure.module = module
     return ModuleStructure(result, module)
 
 

@@ -121,10 +121,12 @@ def _sub_blocks(stmt: cst.CSTNode) -> list[list[cst.CSTNode]]:
 def qualname_matches(pattern: str, concrete: str) -> bool:
     """Whether a concrete qualified name satisfies a pattern name.
 
-    ``*.Name`` matches ``Name`` from any module; a relative or file-local concrete name matches a pattern that
+    ``*.Name`` matches ``Name`` from any module, ``*.*`` any name; a relative or file-local concrete name matches a pattern that
     ends with it on a dotted boundary (``...activations.ACT2FN`` matches ``transformers.activations.ACT2FN``).
     ``torch.nn.modules.dropout.Dropout``-style spellings are normalised by :data:`TORCH_ALIASES` first.
     """
+    if pattern == "*.*":  # any name: the rule's guard decides (ADP011 judges the instantiated class's forward)
+        return True
     concrete = canonical_torch_name(concrete)
     if pattern.startswith("*."):
         return concrete == pattern[2:] or concrete.endswith(pattern[1:])

@@ -124,6 +124,8 @@ class ClassStructure:
     # Qualified names of the functions called in the class and its local bases (module functions for the unit).
     callees: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
+    # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
+    module: Optional[cst.Module] = field(default=None, repr=False)
 
     def _walked(self) -> None:
         if self._forward_paths is None:

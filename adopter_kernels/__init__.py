@@ -16,6 +16,9 @@ routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton
 | ADP007 | ``conv_bn2d(input, conv, bn)``, ``FusedSequential``        |
 | ADP008 | ``linear_bn1d(input, linear, bn)``, ``FusedSequential``    |
 | ADP009 | ``packed_qkv_linear(input, q, k, v)``                      |
+| ADP011 | ``rms_norm_module(cls, cast, weight, eps)``, ``rms_norm``  |
+| ADP012 | ``gated_linear_unit(input, gate, up, activation, **kw)``   |
+| ADP013 | ``rotary_embedding(x, cos, sin)``                          |
 """
 
 try:
@@ -32,7 +35,10 @@ from .activation import classify_activation, linear_bias_activation
 from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
 from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
 from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm
+from .gated_mlp import gated_linear_unit
 from .qkv import packed_qkv_linear
+from .rms_norm import rms_norm, rms_norm_module
+from .rotary import rotary_embedding
 from .softmax import softmax
 
 __all__ = [
@@ -46,10 +52,14 @@ __all__ = [
     "current_backend",
     "dropout_add_layer_norm",
     "fold_bn",
+    "gated_linear_unit",
     "gpt2_attention_sdpa",
     "linear_bias_activation",
     "linear_bn1d",
     "packed_qkv_linear",
+    "rms_norm",
+    "rms_norm_module",
+    "rotary_embedding",
     "softmax",
     "t5_attention_sdpa",
     "triton_available",

@@ -100,6 +100,12 @@ _HF_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
         "base": dict(hidden_size=768, num_layers=12, num_heads=12, vocab_size=50257, max_position_embeddings=2048,
                      attention_types=[[["global", "local"], 6]], window_size=256),
     },
+    "llama": {  # base: TinyLlama-1.1B shapes (grouped-query attention, SwiGLU, RMSNorm, rotary)
+        "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=128, max_position_embeddings=64),
+        "base": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                     num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
+    },
 }
 
 # Every dropout probability of each config class (zeroed for the equivalence check).
@@ -108,6 +114,7 @@ _HF_DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
     "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
     "t5": ("dropout_rate",),
     "gpt_neo": ("embed_dropout", "attention_dropout", "resid_dropout"),
+    "llama": ("attention_dropout",),  # 4.34.1 has none; later 4.x add this one
 }
 
 
@@ -178,6 +185,10 @@ SUITE: dict[str, ModelSpec] = {
                   "transformers.models.gpt_neo.modeling_gpt_neo",
                   _hf_builder("gpt_neo", "GPTNeoConfig", "GPTNeoModel"), _text_inputs("gpt_neo"),
                   batch_size={"tiny": 2, "base": 8}, seq_len={"tiny": 16, "base": 1024}),
+        ModelSpec("llama", "LLaMA decoder: RMSNorm, SwiGLU MLP, rotary (LlamaModel; ADP009, ADP011-ADP013)",
+                  "transformers.models.llama.modeling_llama",
+                  _hf_builder("llama", "LlamaConfig", "LlamaModel"), _text_inputs("llama"),
+                  batch_size={"tiny": 2, "base": 4}, seq_len={"tiny": 16, "base": 1024}),
         ModelSpec("resnet", "ResNet-style CNN (reference; ResNet-18 layout at base)", "gpu_bench.models.resnet_cnn",
                   _reference_build, _reference_inputs,
                   batch_size={"tiny": 2, "base": 64}, seq_len={"tiny": None, "base": None}),

@@ -1,0 +1,433 @@
+"""Guards that prove a definition elsewhere in the file computes exactly a known function (ADP011, ADP013).
+
+ADP011 rewrites the instantiation of an RMSNorm class and ADP013 a call of a ``rotate_half`` (or GPT-J
+``rotate_every_two``) helper; neither is judged by its name. The guard finds the class or function defined at the top level of the same file and compares
+its methods, as Python ASTs, with templates of the forms the runtime kernel reproduces:
+
+* local variables and parameters are renamed by order of first appearance (so ``x``/``hidden_states`` do not
+  matter), docstrings and annotations are dropped, and module-level names are replaced by what they import
+  (``nn`` -> ``torch.nn``), so aliases do not matter either;
+* everything else (operators, constants, attribute names, call arguments, statement order) must be identical.
+
+A name the file binds more than once (``T5LayerNorm = FusedRMSNorm`` under ``try``, a parameter or local variable
+of that name anywhere), patches (``Norm.forward = ...``, ``setattr(Norm, ...)``) or may rebind through a star import
+is refused: the call might not reach the definition that was checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+from collections import OrderedDict
+from typing import Optional, Sequence, Union
+
+import libcst as cst
+
+from . import cstwalk
+from .dsl import CallNode, Const
+from .guards import guard
+from .matcher import Match
+from .qualnames import ImportTable
+from .structure import ClassStructure, Value
+
+_FunctionDef = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+
+# ------------------------------------------------------------------------------------------ templates
+
+# ADP011: forward (and helpers) of each casting order of adopter_kernels.rms_norm; WEIGHT and EPS stand for the
+# attribute names the rule's variant passes to adopter_kernels.rms_norm_module.
+RMS_NORM_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "llama": (
+        """
+def forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
+    return self.WEIGHT * hidden_states.to(input_dtype)
+""",
+    ),
+    "t5": (
+        """
+def forward(self, hidden_states):
+    variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
+    if self.WEIGHT.dtype in [torch.float16, torch.bfloat16]:
+        hidden_states = hidden_states.to(self.WEIGHT.dtype)
+    return self.WEIGHT * hidden_states
+""",
+    ),
+    "gemma": (
+        """
+def _norm(self, x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.EPS)
+""",
+        """
+def forward(self, x):
+    output = self._norm(x.float())
+    output = output * (1.0 + self.WEIGHT.float())
+    return output.type_as(x)
+""",
+    ),
+}
+
+# Methods an RMSNorm class may have besides the template's: the constructor (the subclass inherits it, and the
+# fused forward reads the same attributes the original forward read) and the repr.
+_FREE_METHODS = ("__init__", "extra_repr")
+# Class decorators known to leave forward alone: transformers' hub-kernel marker only tags the class for an explicit
+# `kernelize()` call (an opt-in that swaps in another RMSNorm kernel).
+_TRANSPARENT_CLASS_DECORATORS = ("use_kernel_forward_from_hub",)
+
+# ADP013: Hugging Face's rotate_half, the rotation adopter_kernels.rotary_embedding applies.
+ROTATE_HALF_TEMPLATES: tuple[str, ...] = (
+    """
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+""",
+)
+
+# ADP013 interleaved variant: GPT-J's rotate_every_two (its 4-D indexing is reproduced by the kernel's reference).
+ROTATE_EVERY_TWO_TEMPLATES: tuple[str, ...] = (
+    """
+def rotate_every_two(x):
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)
+""",
+)
+
+_TEMPLATE_TABLE = ImportTable(names={"torch": "torch"})
+
+
+# ------------------------------------------------------------------------------------------ the file's AST
+
+
+class _ParsedModule:
+    """What the guards read of one file, computed on demand: the top-level definitions, each parsed alone with
+    ``ast`` (cheap: most candidates fail on their own definition), and the bindings of every name in the whole file
+    (parsed only once a definition matched its template)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module  # keeps id(module) valid while cached
+        self.table = ImportTable.from_module(module)
+        self.defs: dict[str, list[Union[cst.ClassDef, cst.FunctionDef]]] = {}
+        for stmt in module.body:
+            if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+                self.defs.setdefault(stmt.name.value, []).append(stmt)
+        self.verdicts: dict[tuple[object, ...], int] = {}  # memo of the guards' checks per definition
+        self._asts: dict[str, ast.AST] = {}
+        self._rotations: Optional[set[str]] = None
+        self._bindings: Optional[dict[str, int]] = None
+        self._mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
+        self._star_import = False  # `from m import *` may rebind any name
+
+    def definition(self, name: str, kind: type) -> Optional[ast.AST]:
+        """The file's one top-level ``class``/``def`` of `name`, parsed alone; None if there is not exactly one."""
+        found = self.defs.get(name, [])
+        if len(found) != 1 or not isinstance(found[0], kind):
+            return None
+        if name not in self._asts:
+            self._asts[name] = ast.parse(self.module.code_for_node(found[0])).body[0]
+        return self._asts[name]
+
+    def rotation_helpers(self) -> set[str]:
+        """Top-level functions whose body is a rotation template (either kind): ADP013's cheap per-file test."""
+        if self._rotations is None:
+            self._rotations = set()
+            templates = {_template_dumps(t)[1] for t in (*ROTATE_HALF_TEMPLATES, *ROTATE_EVERY_TWO_TEMPLATES)}
+            for name, found in self.defs.items():
+                # The templates are three or four statements (a docstring may precede them).
+                if isinstance(found[0], cst.FunctionDef) and len(found) == 1 and len(_suite_body(found[0])) <= 5:
+                    fn = self.definition(name, cst.FunctionDef)
+                    if isinstance(fn, ast.FunctionDef) and canonical(fn, self.table) in templates:
+                        self._rotations.add(name)
+        return self._rotations
+
+    def bound_once(self, name: str) -> bool:
+        """Whether the file binds `name` only by its definition and nothing patches or may rebind it."""
+        if self._bindings is None:
+            self._bindings = {}
+            for node in ast.walk(ast.parse(self.module.code)):
+                for bound in _bound_names(node):
+                    self._bindings[bound] = self._bindings.get(bound, 0) + 1
+                if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+                    if isinstance(node.value, ast.Name):
+                        self._mutated.add(node.value.id)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    if node.func.id in ("setattr", "delattr") and node.args and isinstance(node.args[0], ast.Name):
+                        self._mutated.add(node.args[0].id)
+                elif isinstance(node, ast.alias) and node.name == "*":
+                    self._star_import = True
+        return self._bindings.get(name) == 1 and name not in self._mutated and not self._star_import
+
+
+def _suite_body(fn: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
+    body = fn.body
+    return body.body if isinstance(body, cst.IndentedBlock) else ()
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return [node.id]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [(node.asname or node.name).split(".")[0]]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        return [node.name]
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        return [node.name]
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
+    return []
+
+
+_PARSED: "OrderedDict[int, _ParsedModule]" = OrderedDict()
+
+
+def _parsed(module: cst.Module) -> _ParsedModule:
+    """The file's AST, parsed once per module (a guard runs once per candidate site)."""
+    key = id(module)
+    hit = _PARSED.get(key)
+    if hit is None or hit.module is not module:
+        hit = _PARSED[key] = _ParsedModule(module)
+        while len(_PARSED) > 8:
+            _PARSED.popitem(last=False)
+    return hit
+
+
+# ------------------------------------------------------------------------------------------ canonical form
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _resolve(node: ast.AST, table: ImportTable) -> Optional[str]:
+    name = _dotted(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    base = table.names.get(head)
+    if base is None:
+        return None
+    return f"{base}.{rest}" if rest else base
+
+
+class _Canonical(ast.NodeTransformer):
+    """Renames locals by first appearance and replaces module-level names by what they import."""
+
+    def __init__(self, local: set[str], table: ImportTable) -> None:
+        self.local = local
+        self.table = table
+        self.names: dict[str, str] = {}
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.local:
+            new = self.names.setdefault(node.id, f"_v{len(self.names)}")
+            return ast.copy_location(ast.Name(id=new, ctx=node.ctx), node)
+        return ast.copy_location(ast.Name(id=self.table.names.get(node.id, node.id), ctx=node.ctx), node)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        new = self.names.setdefault(node.arg, f"_v{len(self.names)}")
+        return ast.arg(arg=new, annotation=None)
+
+
+def canonical(fn: _FunctionDef, table: ImportTable, replace: Optional[dict[str, str]] = None) -> Optional[str]:
+    """The function's canonical dump; None for forms never accepted (decorators, async, defaults, *args)."""
+    args = fn.args
+    if (
+        isinstance(fn, ast.AsyncFunctionDef)
+        or fn.decorator_list
+        or args.posonlyargs
+        or args.vararg
+        or args.kwonlyargs
+        or args.kwarg
+        or args.defaults
+    ):
+        return None
+    func = copy.deepcopy(fn)
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        func.body = body[1:] or [ast.Pass()]  # docstring
+    func.name, func.returns = "f", None
+    if replace:
+        for node in ast.walk(func):
+            if isinstance(node, ast.Attribute) and node.attr in replace:
+                node.attr = replace[node.attr]
+    local = {a.arg for a in func.args.args}
+    local |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    func = _Canonical(local, table).visit(func)
+    return ast.dump(func, annotate_fields=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _template_dumps(source: str, weight: str = "", eps: str = "") -> tuple[str, str]:
+    """(function name, canonical dump) of a template, ``self.WEIGHT``/``self.EPS`` renamed as the variant says."""
+    fn = ast.parse(source).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    dump = canonical(fn, _TEMPLATE_TABLE, {"WEIGHT": weight, "EPS": eps} if weight else None)
+    assert dump is not None
+    return fn.name, dump
+
+
+# ------------------------------------------------------------------------------------------ ADP011 FuseRMSNorm
+
+
+def _variant_constants(match: Match) -> Optional[tuple[str, str, str]]:
+    """(cast, weight attribute, eps attribute) the rule's variant passes to ``rms_norm_module``."""
+    target = match.rule.init.target[0] if match.rule.init is not None and match.rule.init.target else None
+    if not isinstance(target, CallNode) or target.callee_args is None:
+        return None
+    consts = [a.value for a in target.callee_args.positional[1:] if isinstance(a, Const)]
+    if len(consts) != 3 or not all(isinstance(c, str) for c in consts):
+        return None
+    return consts[0], consts[1], consts[2]  # type: ignore[return-value]
+
+
+def _is_module_base(bases: list[ast.expr], table: ImportTable) -> bool:
+    return len(bases) == 1 and _resolve(bases[0], table) in ("torch.nn.Module", "torch.nn.modules.module.Module")
+
+
+def _transparent_decorator(node: ast.expr, table: ImportTable) -> bool:
+    func = node.func if isinstance(node, ast.Call) else node
+    name = _resolve(func, table) or _dotted(func) or ""
+    return name.split(".")[-1] in _TRANSPARENT_CLASS_DECORATORS
+
+
+@guard
+def rms_norm_class_is_exact(match: Match) -> bool:
+    """The instantiated class is defined once at the top of this file, derives from ``nn.Module`` only, and its
+    forward (with its helpers) is exactly the RMSNorm template of the variant's casting order, reading the
+    variant's weight and eps attributes."""
+    constants = _variant_constants(match)
+    module = match.cls.module
+    bindings = list(match.init_matches.values())
+    if constants is None or module is None or len(bindings) != 1:
+        return False
+    value = bindings[0].value
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+        return False  # a local class is called by its bare name
+    cast, weight, eps = constants
+    parsed = _parsed(module)
+    key = ("rms_norm", value.func.value, cast, weight, eps)
+    if key not in parsed.verdicts:
+        parsed.verdicts[key] = _rms_norm_class(parsed, value.func.value, cast, weight, eps)
+    return parsed.verdicts[key]
+
+
+def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
+    templates = RMS_NORM_TEMPLATES.get(cast)
+    if templates is None or not _few_methods(parsed, name, len(templates) + len(_FREE_METHODS)):
+        return False  # cheap CST test first: most instantiated classes are attention layers, blocks, models
+    cls = parsed.definition(name, cst.ClassDef)
+    if templates is None or not isinstance(cls, ast.ClassDef) or cls.keywords:
+        return False
+    if not _is_module_base(cls.bases, parsed.table):
+        return False
+    if not all(_transparent_decorator(d, parsed.table) for d in cls.decorator_list):
+        return False
+    wanted = dict(_template_dumps(t, weight, eps) for t in templates)
+    methods: dict[str, _FunctionDef] = {}
+    for i, stmt in enumerate(cls.body):
+        if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # class docstring
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or stmt.name in methods:
+            return False  # class attributes, properties or a redefined method: not judged, refused
+        methods[stmt.name] = stmt
+    if set(methods) - set(wanted) - set(_FREE_METHODS) or set(wanted) - set(methods):
+        return False
+    if not all(canonical(methods[m], parsed.table) == dump for m, dump in wanted.items()):
+        return False
+    return parsed.bound_once(name)
+
+
+def _few_methods(parsed: _ParsedModule, name: str, most: int) -> bool:
+    """Whether the top-level class `name` holds at most `most` methods (and perhaps a docstring), one ``forward``,
+    and mentions ``rsqrt``."""
+    key = ("shape", name)
+    if key not in parsed.verdicts:  # one CST walk per class, whatever the variant
+        parsed.verdicts[key] = _method_count(parsed, name)
+    count = parsed.verdicts[key]
+    return 0 < count <= most
+
+
+def _method_count(parsed: _ParsedModule, name: str) -> int:
+    """The number of methods of a plausible RMSNorm class `name` (only methods and a docstring, a ``forward``,
+    some ``rsqrt``: every template calls torch.rsqrt); 0 for any other class, which is then never rendered."""
+    found = parsed.defs.get(name, [])
+    if len(found) != 1 or not isinstance(found[0], cst.ClassDef) or not isinstance(found[0].body, cst.IndentedBlock):
+        return 0
+    body = found[0].body.body
+    methods = [stmt.name.value for stmt in body if isinstance(stmt, cst.FunctionDef)]
+    if len(methods) < len(body) - 1 or "forward" not in methods:
+        return 0
+    computing = [stmt for stmt in body if isinstance(stmt, cst.FunctionDef) and stmt.name.value not in _FREE_METHODS]
+    rsqrt = any(
+        type(n) is cst.Attribute and n.attr.value == "rsqrt"  # type: ignore[attr-defined]
+        for fn in computing
+        for n in cstwalk.walk(fn.body)
+    )
+    return len(methods) if rsqrt else 0
+
+
+# ------------------------------------------------------------------------------------------ ADP013 FuseRotaryEmbedding
+
+
+@guard
+def rotate_half_is_exact(match: Match) -> bool:
+    """``$r`` is ``F($x)`` for a function ``F`` defined once at the top of this file whose body is exactly
+    Hugging Face's ``rotate_half`` (GPT-J's ``rotate_every_two`` for the interleaved variant), called on the very
+    value ``$x`` the rotary expression multiplies by ``cos``."""
+    module = match.cls.module
+    x, rotated = match.env.get("x"), match.env.get("r")
+    if module is None or not isinstance(x, Value) or not isinstance(rotated, Value) or x.kind != "var":
+        return False
+    call = rotated.expr
+    if rotated.kind != "expr" or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+        return False
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return False
+    arg = call.args[0].value
+    if not (isinstance(arg, cst.Name) and arg.value == x.text and x.uses and x.uses[0] in rotated.uses):
+        return False  # the helper must rotate the same value (same variable, same value id)
+    parsed = _parsed(module)
+    name, interleaved = call.func.value, _interleaved(match)
+    key = ("rotate", name, interleaved)
+    if key not in parsed.verdicts:
+        fn = parsed.definition(name, cst.FunctionDef)
+        dump = canonical(fn, parsed.table) if isinstance(fn, ast.FunctionDef) else None
+        templates = ROTATE_EVERY_TWO_TEMPLATES if interleaved else ROTATE_HALF_TEMPLATES
+        exact = dump is not None and any(dump == _template_dumps(t)[1] for t in templates)
+        parsed.verdicts[key] = exact and parsed.bound_once(name)
+    return parsed.verdicts[key]
+
+
+def _interleaved(match: Match) -> bool:
+    """Whether the variant's target passes ``interleaved=True`` (GPT-J's rotation)."""
+    target = match.rule.forward.target[0] if match.rule.forward is not None and match.rule.forward.target else None
+    keywords = dict(target.args.keywords) if isinstance(target, CallNode) else {}
+    return keywords.get("interleaved") == Const(True)
+
+
+def _defines_rotation(cls: ClassStructure) -> bool:
+    return cls.module is not None and bool(_parsed(cls.module).rotation_helpers())
+
+
+# Most files define no rotation helper: ADP013 then walks none of their classes.
+rotate_half_is_exact.may_match = _defines_rotation  # type: ignore[attr-defined]

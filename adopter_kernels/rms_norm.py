@@ -1,0 +1,113 @@
+"""ADP011 runtime: a hand-written RMSNorm class with its forward replaced by one fused RMSNorm.
+
+``rms_norm_module(cls, cast, weight, eps)`` returns a cached subclass of ``cls`` (same constructor, parameters and
+state-dict keys) whose forward is ``rms_norm(x, self.<weight>, self.<eps>, cast)``. The codemod only emits it for a
+class whose forward it proved to be exactly the RMSNorm of ``cast``:
+
+* ``"llama"`` (LlamaRMSNorm, Mistral, Qwen2, ...): upcast to float32, ``x * rsqrt(mean(x^2) + eps)``, cast back to
+  the input dtype, then ``weight * x``;
+* ``"t5"`` (T5LayerNorm, Pix2Struct, Idefics, ...): mean of squares in float32, ``x * rsqrt(...)`` in the promoted
+  dtype, cast to the weight's dtype only when that is float16/bfloat16, then ``weight * x``;
+* ``"gemma"`` (GemmaRMSNorm): ``x.float()`` normalised, times ``(1.0 + weight.float())``, cast back to ``x``'s type.
+
+Reference path: exactly those expressions, in that casting order (the oracle in tests). Triton path (CUDA, or
+forced): one row kernel in float32 when no gradient is needed (inference), the input is float16/bfloat16/float32 and
+the weight has the input's dtype (then the three casting orders reduce to the two the kernel implements). Training
+takes the reference path.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, Tuple, Union
+
+import torch
+from torch import nn
+
+from ._dispatch import use_triton
+
+__all__ = ["rms_norm", "rms_norm_module", "RMS_NORM_CASTS"]
+
+RMS_NORM_CASTS = ("llama", "t5", "gemma")
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+Eps = Union[float, torch.Tensor]
+
+
+def _llama(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(input_dtype)
+
+
+def _t5(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
+    variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    h = x * torch.rsqrt(variance + eps)
+    if weight.dtype in [torch.float16, torch.bfloat16]:
+        h = h.to(weight.dtype)
+    return weight * h
+
+
+def _gemma(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
+    xf = x.float()
+    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    out = out * (1.0 + weight.float())
+    return out.type_as(x)
+
+
+_REFERENCE: Dict[str, Callable[[torch.Tensor, torch.Tensor, Eps], torch.Tensor]] = {
+    "llama": _llama,
+    "t5": _t5,
+    "gemma": _gemma,
+}
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama") -> torch.Tensor:
+    """RMSNorm over the last dim with the casting order ``cast`` (one of ``RMS_NORM_CASTS``)."""
+    reference = _REFERENCE[cast]
+    if (
+        isinstance(eps, (int, float))
+        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        and x.dtype in _TRITON_DTYPES
+        and weight.dtype == x.dtype
+        and weight.dim() == 1
+        and x.dim() >= 1
+        and weight.shape[0] == x.shape[-1]
+        and x.numel() > 0
+        and use_triton(x, weight)
+    ):
+        from .triton_kernels.rms_norm import rms_norm_forward
+
+        return rms_norm_forward(x, weight, float(eps), gemma=cast == "gemma")
+    return reference(x, weight, eps)
+
+
+def _single_argument(name: str) -> Callable[[Tuple[Any, ...], Dict[str, Any]], Any]:
+    """Reads the one input of ``forward(self, <name>)`` from a call's arguments, raising as Python would."""
+
+    def read(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        if len(args) + len(kwargs) != 1 or (kwargs and name not in kwargs):
+            raise TypeError(f"forward() takes exactly one argument {name!r}")
+        return args[0] if args else kwargs[name]
+
+    return read
+
+
+@functools.lru_cache(maxsize=None)
+def rms_norm_module(cls: type, cast: str, weight: str = "weight", eps: str = "variance_epsilon") -> type:
+    """ADP011: cached subclass of ``cls`` whose forward is the fused ``rms_norm`` of ``self.<weight>``/``self.<eps>``."""
+    if cast not in RMS_NORM_CASTS:
+        raise ValueError(f"cast must be one of {RMS_NORM_CASTS}, got {cast!r}")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"rms_norm_module expects an nn.Module class, got {cls!r}")
+    params = list(inspect.signature(cls.forward).parameters)
+    read = _single_argument(params[1] if len(params) == 2 else "input")
+
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return rms_norm(read(args, kwargs), getattr(self, weight), getattr(self, eps), cast)
+
+    name = "Fused" + cls.__name__
+    doc = f"{cls.__name__} with a fused RMSNorm forward ({cast} casting order, ADP011); see {__name__}."
+    return type(name, (cls,), {"forward": forward, "__module__": __name__, "__qualname__": name, "__doc__": doc})
