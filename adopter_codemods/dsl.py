@@ -43,6 +43,7 @@ shared. The variants are tried in file order and a site matched by an earlier va
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,7 @@ class CallNode:
     subscript: bool = False
     type_var: Optional[Var] = None  # `$cls:Type(...)` binds the callee as written
     callee_args: Optional[Args] = None  # target `factory($cls)(args)`: the callee is itself a call
+    optional: bool = False  # `?node`: see `Node`
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class OpNode:
     op: str
     operands: tuple[Atom, ...]
     outputs: tuple[Var, ...]
+    optional: bool = False  # `?node`: see `Node`
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class Wildcard:
 
 
 Node = Union[CallNode, OpNode, Wildcard]
+# An optional forward source node (`?$s * $scale -> $t`) may be absent from the code: its output variable then binds
+# what its first operand (first positional argument) binds, so the chain continues through it, and the target's
+# keyword arguments whose variables stay unbound are left out of the call.
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ _TOKEN_RE = re.compile(
   | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
   | (?P<string>"[^"\n]*"|'[^'\n]*')
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_*][A-Za-z0-9_]*)*|\*\.[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<punct>[()\[\],;:=|+\-@/*])
+  | (?P<punct>[()\[\],;:=|+\-@/*?])
     """,
     re.VERBOSE,
 )
@@ -328,6 +334,19 @@ class _Parser:
         if tok.text == "*" and tok.kind == "punct":
             self.i += 1
             return Wildcard()
+        if tok.text == "?" and tok.kind == "punct":
+            self.i += 1
+            node = self.parse_node()
+            if isinstance(node, Wildcard) or node.optional or not (
+                node.operands if isinstance(node, OpNode) else node.args.positional
+            ):
+                raise RuleSyntaxError(
+                    self.path, tok.line, tok.col, "'?' marks a node with a first operand or positional argument"
+                )
+            first = node.operands[0] if isinstance(node, OpNode) else node.args.positional[0]
+            if not isinstance(first, Var) or len(node.outputs) != 1:
+                raise RuleSyntaxError(self.path, tok.line, tok.col, "an optional node passes a $variable through to one output")
+            return dataclasses.replace(node, optional=True)
         if tok.text == "-" and tok.kind == "punct":  # unary minus
             self.i += 1
             operand = self.parse_atom()
@@ -493,6 +512,27 @@ def _check_rule(rule: Rule) -> None:
     for name in _vars_of(forward.target[0]):
         if name not in bound:
             raise fail(forward, f"target variable ${name} is not bound by the source pattern")
+    if any(getattr(n, "optional", False) for n in [*forward.target, *(rule.init.source if rule.init else ())]):
+        raise fail(forward, "'?' (optional) marks forward source nodes only")
+    # Variables bound only by optional nodes (other than their pass-through outputs) may stay unbound: the target
+    # may name them as keyword arguments only, which are then left out.
+    always = set(init_outputs) - _optional_only_layers(forward)
+    for node in forward.source:
+        if isinstance(node, (CallNode, OpNode)) and not node.optional:
+            always.update(_vars_of(node))
+        elif isinstance(node, (CallNode, OpNode)):
+            always.update(v.name for v in node.outputs)
+    target = forward.target[0]
+    assert isinstance(target, CallNode)
+    for atom in target.args.positional:
+        if isinstance(atom, Var) and atom.name not in always:
+            raise fail(forward, f"target variable ${atom.name} may be unbound (optional node): pass it by keyword")
+
+
+def _optional_only_layers(forward: RuleItem) -> set[str]:
+    """Layer variables called by optional nodes only."""
+    calls = [n for n in forward.source if isinstance(n, CallNode) and n.layer is not None]
+    return {n.layer.name for n in calls if all(m.optional for m in calls if m.layer == n.layer)}  # type: ignore[union-attr]
 
 
 def _vars_of(node: Node) -> set[str]:

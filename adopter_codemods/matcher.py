@@ -13,6 +13,7 @@ Matches that fail a check are dropped, not reported: precision first.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
@@ -79,6 +80,7 @@ class Match:
     prefix_lines: list[cst.BaseStatement] = field(default_factory=list)
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
     names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
+    skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -146,6 +148,12 @@ def _node_arguments(node: DLNode, params: Optional[tuple[str, ...]]) -> dict[str
     return named
 
 
+@functools.lru_cache(maxsize=None)
+def _default_expr(source: str) -> cst.BaseExpression:
+    """A parameter's default as an expression (what a target receives for an argument the call left out)."""
+    return cst.parse_expression(source)
+
+
 def _match_call_args(
     pattern: CallNode, node: DLNode, qualname: Optional[str], env: dict[str, Binding]
 ) -> Optional[dict[str, Binding]]:
@@ -163,7 +171,7 @@ def _match_call_args(
             default = default_source(qualname, name) if qualname else None
             if default is None:
                 return None
-            value = Value("const", default, 0, cst.Name("None"), ())
+            value = Value("const", default, 0, _default_expr(default), ())
         result = _bind(env, atom, value)
         if result is None:
             return None
@@ -247,19 +255,38 @@ def _init_pattern_for(rule: Rule, var: str) -> Optional[CallNode]:
 
 def _subsequences(
     patterns: tuple[Node, ...], path: Path, rule: Rule
-) -> Iterator[tuple[list[DLNode], dict[str, Binding]]]:
+) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
+    """Matches of the pattern sequence on one path: one node per pattern, None for an absent optional node."""
     nodes = path.nodes
 
-    def search(pi: int, start: int, env: dict[str, Binding], chosen: list[DLNode]) -> Iterator[tuple[list[DLNode], dict[str, Binding]]]:
+    def search(
+        pi: int, start: int, env: dict[str, Binding], chosen: list[Optional[DLNode]]
+    ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
         if pi == len(patterns):
             yield chosen, env
             return
+        pattern = patterns[pi]
         for ni in range(start, len(nodes)):
-            result = _match_node(patterns[pi], nodes[ni], env, rule)
+            result = _match_node(pattern, nodes[ni], env, rule)
             if result is not None:
                 yield from search(pi + 1, ni + 1, result, chosen + [nodes[ni]])
+        if isinstance(pattern, (CallNode, OpNode)) and pattern.optional:
+            skipped = _pass_through(pattern, env)
+            if skipped is not None:
+                yield from search(pi + 1, start, skipped, chosen + [None])
 
     yield from search(0, 0, {}, [])
+
+
+def _pass_through(pattern: Union[CallNode, OpNode], env: dict[str, Binding]) -> Optional[dict[str, Binding]]:
+    """An absent optional node: its output binds what its first operand binds (None if that is unbound or the
+    output is already bound to something else)."""
+    first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
+    assert isinstance(first, Var)
+    value = env.get(first.name)
+    if not isinstance(value, Value):
+        return None
+    return _bind(env, pattern.outputs[0], value)
 
 
 # ------------------------------------------------------------------------------------------ init
@@ -329,6 +356,12 @@ def _match_init_node(
     return env
 
 
+def _called_by_optional_only(rule: Rule, var: str) -> bool:
+    assert rule.forward is not None
+    calls = [p for p in rule.forward.source if isinstance(p, CallNode) and p.layer is not None and p.layer.name == var]
+    return bool(calls) and all(p.optional for p in calls)
+
+
 def _init_text(arg: InitArg) -> str:
     return cst.Module([]).code_for_node(arg.expr) if arg.expr is not None else (arg.default or "")
 
@@ -343,6 +376,8 @@ def _match_init(match: Match) -> bool:
         assert isinstance(pattern, CallNode)
         var = pattern.outputs[0].name
         ref = env.get(var)
+        if ref is None and not edits and _called_by_optional_only(rule, var):
+            continue  # only an absent optional node calls this layer: nothing to constrain
         if not isinstance(ref, LayerRef) or not ref.bindings:
             return False
         container = ref.bindings[0].container
@@ -376,7 +411,7 @@ def _target_inputs(match: Match) -> list[Value]:
     target = match.rule.forward.target[0]
     assert isinstance(target, CallNode)
     atoms = list(target.args.positional) + [a for _, a in target.args.keywords]
-    values = [match.env[a.name] for a in atoms if isinstance(a, Var)]
+    values = [match.env.get(a.name) for a in atoms if isinstance(a, Var)]  # unbound: an absent optional node's
     return [v for v in values if isinstance(v, Value)]
 
 
@@ -385,8 +420,8 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     assert match.rule.forward is not None and match.rule.forward.target is not None
     target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
     inter, outs = set(), set()
-    for pattern in match.rule.forward.source:
-        if isinstance(pattern, Wildcard):
+    for i, pattern in enumerate(match.rule.forward.source):
+        if isinstance(pattern, Wildcard) or i in match.skipped:
             continue
         for var in pattern.outputs:
             bound = match.env.get(var.name)
@@ -788,8 +823,8 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     found: list[Match] = []
     for path in cls.forward_paths:
         for nodes, env in _subsequences(rule.forward.source, path, rule):
-            real = [n for n, p in zip(nodes, rule.forward.source) if not isinstance(p, Wildcard)]
-            match = Match(rule, cls, path, real, env)
+            real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
+            match = Match(rule, cls, path, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
             if key & taken:
                 continue
@@ -824,7 +859,7 @@ def _may_match(rule: Rule, cls: ClassStructure) -> bool:
     assert rule.forward is not None
     types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
     for pattern in rule.forward.source:
-        if not isinstance(pattern, CallNode):
+        if not isinstance(pattern, CallNode) or pattern.optional:
             continue
         if pattern.layer is not None:
             init = _init_pattern_for(rule, pattern.layer.name)

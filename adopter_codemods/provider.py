@@ -41,6 +41,11 @@ _BINARY_OPS: dict[type, str] = {
     cst.Divide: "/",
     cst.MatrixMultiply: "@",
 }
+# Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
+# follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
+# these: every other method call stays an opaque expression, and a compound statement holding only method calls is
+# still folded (they do not count in `_has_dsl_call`), so the number of paths does not change.
+TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
 _MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
 _TRANSPARENT_DECORATORS = (
@@ -744,11 +749,14 @@ class _ClassWalker:
             qualname = self.table.resolve(call.func)
             if qualname is not None:
                 qualname = canonical_torch_name(qualname)
+        positional = [a.value for a in call.args if a.keyword is None]
+        method = _tensor_method(call) if kind == "func" and qualname is None else None
+        if method is not None:
+            qualname, positional = "torch.Tensor." + method, [call.func.value, *positional]  # type: ignore[attr-defined]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
         if kind == "layer" and len(bindings) == 1 and bindings[0].elements:
             return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
-        positional = [a.value for a in call.args if a.keyword is None]
         keyword = [a for a in call.args if a.keyword is not None]
         out = []
         for q, vals in self.walk_values(positional + [a.value for a in keyword], small, line, ctx, p, call):
@@ -871,6 +879,18 @@ def _inlinable(method: cst.FunctionDef) -> bool:
         and not method.decorators
         and not method.asynchronous
     )
+
+
+def _tensor_method(call: cst.Call) -> Optional[str]:
+    """``name`` for ``<expr>.name(...)`` with ``name`` in TENSOR_METHODS and a receiver other than ``self`` (whose
+    methods are helpers or layers); the caller has checked the callee is no imported name (``torch.transpose``)."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value not in TENSOR_METHODS:  # type: ignore[attr-defined]
+        return None
+    receiver = func.value  # type: ignore[attr-defined]
+    if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
+        return None
+    return func.attr.value  # type: ignore[attr-defined]
 
 
 def _not_a_scope(node: cst.CSTNode) -> bool:
@@ -999,6 +1019,10 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
             callee = table.resolve(node.func)  # type: ignore[attr-defined]
             if callee is not None:
                 scan.callees.add(canonical_torch_name(callee))
+            else:
+                method = _tensor_method(node)  # type: ignore[arg-type]
+                if method is not None:
+                    scan.callees.add("torch.Tensor." + method)
             stored = _stored_by_call(node)  # type: ignore[arg-type]
             if stored is not None:
                 on_self, name = stored

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from .dsl import Atom, CallNode, Const
+from .dsl import Atom, CallNode, Const, Var
 from .matcher import InitArg, LayerRef, Match, RestArgs, layers_to_delete
 from .qualnames import ImportTable
 from .structure import Value
@@ -83,6 +83,7 @@ def build_call(
     args.extend(
         cst.Arg(_atom_expr(a, match), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         for k, a in target.args.keywords
+        if not (isinstance(a, Var) and a.name not in match.env)  # bound only by an absent optional node
     )
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)

@@ -2,14 +2,15 @@
 
 What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exactly what the rewritten code wrote::
 
-    scores = query @ key_t                      # key_t: the key as the code transposed it, [..., E, S]
-    scores = scores * scale                     # if scale is given
-    scores = scores / divisor                   # if divisor is given
-    scores = scores + mask                      # if mask is given (additive float mask, relative bias, ...)
-    scores = scores.masked_fill(masked, fill)   # if masked is given (fill: "-inf", "min" = finfo(dtype).min, value)
+    scores = query @ key_t          # key_t: the key as the code transposed it, [..., E, S]; torch.bmm if batched
+    scores = scores * scale                                           # if given
+    scores = scores / divisor                                         # if given
+    scores = scores + mask                                            # if given (additive mask, relative bias, ...)
+    scores = scores.masked_fill(masked_inf, float("-inf"))            # if given
+    scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)  # if given
     probs = softmax(scores, dim=-1)
-    probs = dropout(probs)                      # an nn.Dropout module, or F.dropout(probs, dropout_p, training)
-    return probs @ value
+    probs = dropout(probs)          # an nn.Dropout module, or F.dropout(probs, dropout_p, training)
+    return probs @ value            # torch.bmm if batched
 
 The key is passed as the code transposed it, so any transpose the original wrote (``k.transpose(-1, -2)``,
 ``k.transpose(1, 2)`` of a 3-D tensor, ...) is reproduced as written; the fast path transposes it back.
@@ -28,9 +29,9 @@ only where it computes the same function up to rounding:
   qualify. A row that keeps no key (a fully padded query, a row of ``-inf``) is uniform or NaN in eager, and SDPA
   gives zeros (``-inf``) or the same output with another gradient (measured on torch 2.13: a row of ``finfo.min``
   or ``-1e20`` entries in float64): such inputs run the reference path;
-- a boolean ``masked`` with ``fill`` ``-inf`` or ``finfo(dtype).min``, broadcasting to the scores' shape, where
-  every row keeps at least one key (checked on the data): masked keys get probability 0 in both; a fully masked
-  row (NaN or uniform in eager) runs the reference path;
+- boolean ``masked_inf``/``masked_min`` (not both) broadcasting to the scores' shape, where every row keeps at
+  least one key (checked on the data): masked keys get probability 0 in both; a fully masked row (NaN or uniform
+  in eager) runs the reference path;
 - dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) or the functional form; SDPA gets
   ``dropout_p = p if training else 0.0``. In training with ``p > 0`` SDPA draws its own random numbers: the same
   distribution, not the same sample (use the reference backend to reproduce a run exactly).
@@ -52,7 +53,6 @@ from . import _dispatch
 
 __all__ = ["attention_core"]
 
-Fill = Union[str, float, Tensor]
 # An additive-mask entry at or above this keeps its key. Below it the entry swamps the scores (HF masks use
 # finfo.min, old GPT-2 code -1e4): a row without a kept key runs the reference path.
 _KEPT = -1e4
@@ -66,24 +66,20 @@ def attention_core(
     scale: Optional[Union[float, Tensor]] = None,
     divisor: Optional[Union[float, Tensor]] = None,
     mask: Optional[Tensor] = None,
-    masked: Optional[Tensor] = None,
-    fill: Fill = "-inf",
+    masked_inf: Optional[Tensor] = None,
+    masked_min: Optional[Tensor] = None,
     dropout: Optional[nn.Module] = None,
     dropout_p: float = 0.0,
     training: bool = False,
+    batched: bool = False,
 ) -> Tensor:
     """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``."""
+    args = (query, key_t, value, scale, divisor, mask, masked_inf, masked_min, dropout, dropout_p, training, batched)
     if _dispatch.current_backend() != "reference":
-        fast = _sdpa(query, key_t, value, scale, divisor, mask, masked, fill, dropout, dropout_p, training)
+        fast = _sdpa(*args)
         if fast is not None:
             return fast
-    return _reference(query, key_t, value, scale, divisor, mask, masked, fill, dropout, dropout_p, training)
-
-
-def _fill_value(fill: Fill, dtype: torch.dtype) -> Union[float, Tensor]:
-    if isinstance(fill, str):
-        return {"-inf": float("-inf"), "min": torch.finfo(dtype).min}[fill]
-    return fill
+    return _reference(*args)
 
 
 def _reference(
@@ -93,27 +89,31 @@ def _reference(
     scale: Optional[Union[float, Tensor]],
     divisor: Optional[Union[float, Tensor]],
     mask: Optional[Tensor],
-    masked: Optional[Tensor],
-    fill: Fill,
+    masked_inf: Optional[Tensor],
+    masked_min: Optional[Tensor],
     dropout: Optional[nn.Module],
     dropout_p: float,
     training: bool,
+    batched: bool,
 ) -> Tensor:
-    scores = torch.matmul(query, key_t)
+    matmul = torch.bmm if batched else torch.matmul
+    scores = matmul(query, key_t)
     if scale is not None:
         scores = scores * scale
     if divisor is not None:
         scores = scores / divisor
     if mask is not None:
         scores = scores + mask
-    if masked is not None:
-        scores = scores.masked_fill(masked, _fill_value(fill, scores.dtype))
+    if masked_inf is not None:
+        scores = scores.masked_fill(masked_inf, float("-inf"))
+    if masked_min is not None:
+        scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)
     probs = F.softmax(scores, dim=-1)
     if dropout is not None:
         probs = dropout(probs)
     else:
         probs = F.dropout(probs, p=dropout_p, training=training)
-    return torch.matmul(probs, value)
+    return matmul(probs, value)
 
 
 def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union[float, Tensor]]) -> Optional[float]:
@@ -138,11 +138,12 @@ def _sdpa(
     scale: Optional[Union[float, Tensor]],
     divisor: Optional[Union[float, Tensor]],
     mask: Optional[Tensor],
-    masked: Optional[Tensor],
-    fill: Fill,
+    masked_inf: Optional[Tensor],
+    masked_min: Optional[Tensor],
     dropout: Optional[nn.Module],
     dropout_p: float,
     training: bool,
+    batched: bool,
 ) -> Optional[Tensor]:
     """SDPA where it is provably the reference's function (module docstring); None otherwise."""
     tensors = (query, key_t, value)
@@ -150,7 +151,7 @@ def _sdpa(
         return None
     if any(t.dtype != query.dtype or t.device != query.device for t in tensors):
         return None
-    if query.dim() not in (3, 4) or key_t.dim() != query.dim() or value.dim() != query.dim():
+    if query.dim() not in ((3,) if batched else (3, 4)) or key_t.dim() != query.dim() or value.dim() != query.dim():
         return None
     lead = query.shape[:-2]
     if key_t.shape[:-2] != lead or value.shape[:-2] != lead or key_t.shape[-2] != query.shape[-1]:
@@ -162,8 +163,9 @@ def _sdpa(
         return None
     scores_shape = (*lead, query.shape[-2], key_t.shape[-1])
     attn_mask: Optional[Tensor] = None
-    if mask is not None and masked is not None:
+    if sum(m is not None for m in (mask, masked_inf, masked_min)) > 1:
         return None
+    masked = masked_inf if masked_inf is not None else masked_min
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != query.dtype or mask.device != query.device:
             return None
@@ -178,13 +180,6 @@ def _sdpa(
         if not isinstance(masked, Tensor) or masked.dtype != torch.bool or masked.device != query.device:
             return None
         if masked.dim() > len(scores_shape) or torch.broadcast_shapes(masked.shape, scores_shape) != scores_shape:
-            return None
-        value_ = _fill_value(fill, query.dtype)
-        if isinstance(value_, Tensor):
-            if value_.numel() != 1:
-                return None
-            value_ = float(value_)
-        if value_ not in (float("-inf"), torch.finfo(query.dtype).min):
             return None
         keep = ~masked
         if not bool(keep.any(dim=-1).all()):

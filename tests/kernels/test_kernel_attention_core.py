@@ -24,7 +24,7 @@ def _qkv(rank: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return tuple(torch.randn(shape(n), generator=g, dtype=torch.float64, requires_grad=True) for n in (L, S, S))  # type: ignore[return-value]
 
 
-def _eager(q, k, v, *, scale=None, divisor=None, mask=None, masked=None, fill=None, drop=None):  # type: ignore[no-untyped-def]
+def _eager(q, k, v, *, scale=None, divisor=None, mask=None, masked_inf=None, masked_min=None, drop=None):  # type: ignore[no-untyped-def]
     """The code the rule rewrites, written out by hand."""
     s = q @ k.transpose(-2, -1)
     if scale is not None:
@@ -33,8 +33,10 @@ def _eager(q, k, v, *, scale=None, divisor=None, mask=None, masked=None, fill=No
         s = s / divisor
     if mask is not None:
         s = s + mask
-    if masked is not None:
-        s = s.masked_fill(masked, fill)
+    if masked_inf is not None:
+        s = s.masked_fill(masked_inf, float("-inf"))
+    if masked_min is not None:
+        s = s.masked_fill(masked_min, torch.finfo(s.dtype).min)
     p = F.softmax(s, dim=-1)
     if drop is not None:
         p = drop(p)
@@ -80,41 +82,44 @@ CASES = {
         scale=0.5,
         mask=torch.zeros(B, 1, 1, S, dtype=torch.float64).index_fill_(3, torch.tensor([0, 4]), torch.finfo(torch.float64).min),
     ),
-    "causal masked_fill -inf": dict(scale=0.5, masked=_causal_masked(), fill=float("-inf")),
-    "causal masked_fill finfo.min": dict(scale=0.5, masked=_causal_masked(), fill=torch.finfo(torch.float64).min),
+    "causal masked_fill -inf": dict(scale=0.5, masked_inf=_causal_masked()),
+    "causal masked_fill finfo.min": dict(scale=0.5, masked_min=_causal_masked()),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_fast_path_matches_eager(name: str, sdpa_calls: list[int]) -> None:
     kw = CASES[name]
-    fill = kw.get("fill")
-    new_kw = {k: val for k, val in kw.items() if k != "fill"}
-    if fill is not None:
-        new_kw["fill"] = "-inf" if fill == float("-inf") else "min"
-    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, **new_kw), lambda q, k, v: _eager(q, k, v, **kw))
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, **kw), lambda q, k, v: _eager(q, k, v, **kw))
     assert sdpa_calls, "expected the SDPA fast path"
 
 
 def test_three_dim_bmm_form(sdpa_calls: list[int]) -> None:
     _check(
-        lambda q, k, v: attention_core(q, k.transpose(1, 2), v),
+        lambda q, k, v: attention_core(q, k.transpose(1, 2), v, batched=True),
         lambda q, k, v: torch.bmm(F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1), v),
         rank=3,
     )
     assert sdpa_calls
 
 
-@pytest.mark.parametrize("fill", [float("-inf"), torch.finfo(torch.float64).min])
-def test_fully_masked_rows_run_the_reference(fill: float, sdpa_calls: list[int]) -> None:
+@pytest.mark.parametrize("kind", ["masked_inf", "masked_min"])
+def test_fully_masked_rows_run_the_reference(kind: str, sdpa_calls: list[int]) -> None:
     masked = torch.zeros(B, 1, L, S, dtype=torch.bool)
     masked[0, 0, 2] = True  # eager: NaN row (-inf) or uniform row (finfo.min); SDPA would give zeros
-    tag = "-inf" if fill == float("-inf") else "min"
     _check(
-        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, masked=masked, fill=tag),
-        lambda q, k, v: _eager(q, k, v, scale=0.5, masked=masked, fill=fill),
+        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, **{kind: masked}),
+        lambda q, k, v: _eager(q, k, v, scale=0.5, **{kind: masked}),
     )
     assert not sdpa_calls
+
+
+def test_bmm_form_keeps_bmm_errors() -> None:
+    q, k, v = _qkv(rank=4)
+    with pytest.raises(RuntimeError):
+        torch.bmm(q, k.transpose(-2, -1))
+    with pytest.raises(RuntimeError):
+        attention_core(q, k.transpose(-2, -1), v, batched=True)
 
 
 @pytest.mark.parametrize("row", [float("-inf"), torch.finfo(torch.float64).min, -1e20])
