@@ -136,6 +136,9 @@ class Rule:
     forward: Optional[RuleItem] = None
     guards: list[str] = field(default_factory=list)
     sequential: Optional[str] = None  # drop-in replacement for an nn.Sequential whose elements match
+    # `fallback original`: where paths that read the match's intermediates are told apart by simple conditions
+    # (`if output_attentions:`), the region runs as written under those conditions and fused otherwise.
+    fallback: Optional[str] = None
     variant: str = ""  # label of this variant (`variant "..."`); "" for a rule written without variants
     alternatives: tuple["Rule", ...] = ()  # the file's further variants, tried after this one (same header)
 
@@ -188,7 +191,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 
 # ---------------------------------------------------------------------------------------------- parser
 
-_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential")
+_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback")
 _VARIANT = "variant"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
@@ -282,6 +285,8 @@ class _Parser:
         for key in ("rule", "code"):
             if key not in header:
                 raise RuleSyntaxError(self.path, 1, 1, f"missing header line '{key} ...'")
+        if header.get("fallback", "original") != "original":
+            raise RuleSyntaxError(self.path, 1, 1, f"'fallback' takes the value 'original', found {header['fallback']!r}")
         if not re.fullmatch(r"ADP\d{3}", header["code"]):
             raise RuleSyntaxError(self.path, 1, 1, f"rule code must look like ADP005, found {header['code']!r}")
         rules = []
@@ -304,6 +309,7 @@ class _Parser:
                 forward=group.get("forward"),
                 guards=guards,
                 sequential=header.get("sequential"),
+                fallback=header.get("fallback"),
                 variant=label,
             )
             _check_rule(rule)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
+from . import cstwalk
 from . import guards as guard_registry
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
@@ -81,6 +83,11 @@ class Match:
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
     names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
     skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
+    # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
+    # `if <fallback_test>: <region as written> else: <region fused>`), and the `if`s in it the fused copy drops
+    region: list[cst.BaseStatement] = field(default_factory=list)
+    region_ifs: list[cst.If] = field(default_factory=list)
+    fallback_test: Optional[cst.BaseExpression] = None
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -641,8 +648,13 @@ def _check_paths(match: Match) -> bool:
     return True
 
 
-def _used_outside(path: Path, vids: set[int], keys: set, start: int, stop: int) -> bool:
+def _used_outside(
+    path: Path, vids: set[int], keys: set, start: int, stop: int, ignore: frozenset[int] = frozenset()
+) -> bool:
+    """Whether an event outside the matched nodes reads one of `vids` (events of the statements in `ignore` aside)."""
     for event in path.events[start:stop]:
+        if id(event.site.small) in ignore:
+            continue
         if isinstance(event, DLNode):
             if (id(event.expr), event.layer) in keys:
                 continue
@@ -655,7 +667,9 @@ def _used_outside(path: Path, vids: set[int], keys: set, start: int, stop: int) 
     return False
 
 
-def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int]) -> bool:
+def _check_complete_path(
+    match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int], ignore: frozenset[int] = frozenset()
+) -> bool:
     by_key = {(id(n.expr), n.layer): n for n in occ}
     anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
     first = min(n.index for n in occ)
@@ -665,7 +679,7 @@ def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set,
     inter = {rep_to_path.get(v, v) for v in inter_rep}
     outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
     # (i) intermediates are used by matched nodes only
-    if _used_outside(path, inter, keys, 0, len(path.events)):
+    if _used_outside(path, inter, keys, 0, len(path.events), ignore):
         return False
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
     if outs and _used_outside(path, outs, keys, first, anchor.index):
@@ -844,7 +858,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
             if plan is None or not _outputs_assigned(match):
                 continue
             match.plan = plan
-            if not _check_paths(match):
+            if not _check_paths(match) and not (rule.fallback and plan == "block" and _plan_fallback(match)):
                 continue
             if not all(guard_registry.get(name)(match) for name in rule.guards):
                 continue
@@ -934,3 +948,168 @@ def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
         if attr in match.cls.foreign_attributes:
             return False  # maybe reached from outside the class (`self.embeddings.dropout(x)`)
     return True
+
+
+# ------------------------------------------------------------------------------------------ plan "fallback"
+#
+# Rules with `fallback original` (ADP010): where intermediates of the match are read outside it, but only under
+# simple conditions (`if head_mask is not None: probs = probs * head_mask` inside the region, `(ctx, probs) if
+# output_attentions else (ctx,)` after it), the region runs as written when any of those conditions holds and
+# fused otherwise:
+#
+#     if head_mask is not None or output_attentions:
+#         <the region as written>
+#     else:
+#         <the region with the block plan's edits, its `if`s left out>
+#
+# Sound because: the region is a run of statements of the function body whose `if`s (no else) have simple tests
+# (names, `is None`, `not`, `and`/`or`: no calls) over names that nothing from the region on assigns, so each test
+# has the same value at the top of the region as where it stood; every read after the region of a name the region
+# assigns (other than the anchor statement's) sits in the true arm of such a test; and the usual path checks hold on
+# every path on which all those tests are false, which is exactly where the fused copy runs.
+
+
+def _plan_fallback(match: Match) -> bool:
+    anchor = match.anchor
+    assert anchor is not None
+    if anchor.site.inline_stack or match.cls.node is None:
+        return False
+    body = anchor.site.owner
+    if not any(isinstance(fn, cst.FunctionDef) and fn.body is body for fn in _suite(match.cls.node.body)):
+        return False  # the region must be a run of a method body: what follows it is then the rest of the method
+    block = list(anchor.site.block)
+    lines = {id(n.site.line) for n in match.nodes}
+    indices = [i for i, line in enumerate(block) if id(line) in lines]
+    if len(indices) != len(lines):
+        return False
+    first, last = indices[0], indices[-1]
+    region, after = block[first : last + 1], block[last + 1 :]
+    deleted = {id(s) for s in match.deleted}
+    region_ifs: list[cst.If] = []
+    assigned: set[str] = set()
+    for line in region:
+        if id(line) in lines:
+            assert isinstance(line, cst.SimpleStatementLine)
+            for small in line.body:
+                if id(small) in deleted:
+                    assigned.update(_written(small))
+        elif isinstance(line, cst.If):
+            if line.orelse is not None or not simple_condition(line.test):
+                return False
+            region_ifs.append(line)
+            assigned.update(_written(line.body))
+    if not region_ifs and not assigned:
+        return False
+    anchor_names = _written(anchor.site.small)
+    hidden = assigned - anchor_names  # names the fused copy no longer assigns
+    tests: list[cst.BaseExpression] = [i.test for i in region_ifs]
+    guarded_statements: set[int] = set()  # statements after the region whose reads of `hidden` are all guarded
+    for stmt in after:
+        reads = _guarded_reads(stmt, hidden)
+        if reads is None:
+            return False
+        if reads:
+            tests.extend(t for t in reads if not any(t.deep_equals(u) for u in tests))
+            guarded_statements.update(_statement_ids(stmt))
+    if not tests:
+        return False
+    written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
+    if any(name in written_from_region for t in tests for name in _names_in(t)):
+        return False
+    skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
+    for stmt in after:
+        for sub in cstwalk.walk(stmt):
+            if isinstance(sub, cst.If) and any(sub.test.deep_equals(t) for t in tests):
+                skip |= _statement_ids(sub.body)
+    if not _check_fused_paths(match, frozenset(skip), frozenset(guarded_statements)):
+        return False
+    match.plan = "fallback"
+    match.region = region
+    match.region_ifs = region_ifs
+    match.fallback_test = _disjunction(tests)
+    return True
+
+
+def _check_fused_paths(match: Match, original_only: frozenset[int], guarded: frozenset[int]) -> bool:
+    """The usual checks on the paths where every fallback test is false (no event in the statements only those
+    tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored."""
+    keys = {(id(n.expr), n.layer) for n in match.nodes}
+    deleted = {id(s) for s in match.deleted}
+    fused = 0
+    for path in match.cls.forward_paths:
+        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
+        if not occ or any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
+            continue
+        if {(id(n.expr), n.layer) for n in occ} != keys:
+            return False
+        if not _check_complete_path(match, path, occ, keys, deleted, guarded):
+            return False
+        fused += 1
+    return fused > 0
+
+
+def _suite(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    return suite.body if isinstance(suite, cst.IndentedBlock) else []  # type: ignore[return-value]
+
+
+def _written(node: cst.CSTNode) -> set[str]:
+    return {n for n in _written_names(node) if not n.startswith("self.")}
+
+
+def _statement_ids(node: cst.CSTNode) -> set[int]:
+    return {id(n) for n in cstwalk.walk(node) if isinstance(n, (cst.BaseStatement, cst.BaseSmallStatement))}
+
+
+def _names_in(expr: cst.BaseExpression) -> set[str]:
+    return {n.value for n in cstwalk.walk(expr) if isinstance(n, cst.Name)}
+
+
+def _guarded_reads(stmt: cst.CSTNode, names: set[str]) -> Optional[list[cst.BaseExpression]]:
+    """The simple tests guarding every read of `names` in `stmt` (true arm of an `if`/conditional expression);
+    None when some read is not guarded that way (or sits in a nested scope, which may run later)."""
+    tests: list[cst.BaseExpression] = []
+
+    def visit(node: cst.CSTNode, guard: Optional[cst.BaseExpression]) -> bool:
+        if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+            return not (_names_in_node(node) & names)
+        if isinstance(node, cst.If):
+            return (
+                visit(node.test, guard)
+                and visit(node.body, node.test if simple_condition(node.test) else guard)
+                and (node.orelse is None or visit(node.orelse, guard))
+            )
+        if isinstance(node, cst.IfExp):
+            return (
+                visit(node.test, guard)
+                and visit(node.body, node.test if simple_condition(node.test) else guard)
+                and visit(node.orelse, guard)
+            )
+        if isinstance(node, cst.Attribute):
+            return visit(node.value, guard)
+        if isinstance(node, cst.Arg):
+            return visit(node.value, guard)
+        if isinstance(node, cst.Name) and node.value in names:
+            if guard is None:
+                return False
+            tests.append(guard)
+            return True
+        return all(visit(child, guard) for child in cstwalk.children(node))
+
+    return tests if visit(stmt, None) else None
+
+
+def _names_in_node(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}
+
+
+def _disjunction(tests: list[cst.BaseExpression]) -> cst.BaseExpression:
+    parts = [
+        t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        if isinstance(t, cst.BooleanOperation) and not t.lpar
+        else t
+        for t in tests
+    ]
+    out = parts[0]
+    for part in parts[1:]:
+        out = cst.BooleanOperation(out, cst.Or(), part)
+    return out

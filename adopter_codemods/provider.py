@@ -425,7 +425,7 @@ class _ClassWalker:
 
     def is_interesting(self, node: cst.CSTNode) -> bool:
         """Whether a compound statement holds a layer/function/helper call worth separate paths."""
-        return _has_dsl_call(self, node)
+        return _has_dsl_call(self, node) or _guards_ops(node)
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []
@@ -891,6 +891,36 @@ def _tensor_method(call: cst.Call) -> Optional[str]:
     if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
         return None
     return func.attr.value  # type: ignore[attr-defined]
+
+
+def simple_condition(test: cst.BaseExpression) -> bool:
+    """Names, `x is None`, `x is not None`, `not`, `and`/`or`: a value no call or attribute can change."""
+    if isinstance(test, cst.Name):
+        return test.value not in ("True", "False", "None")
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return simple_condition(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return simple_condition(test.left) and simple_condition(test.right)
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        none = isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"
+        return none and isinstance(comp.operator, (cst.Is, cst.IsNot))
+    return False
+
+
+def _guards_ops(node: cst.CSTNode) -> bool:
+    """An ``if`` with a simple test (`simple_condition`) holding tensor ops or tensor-method nodes, such as
+    ``if head_mask is not None: probs = probs * head_mask``: walked as separate paths, so a rule can tell the paths
+    that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
+    if type(node) is not cst.If or not simple_condition(node.test):  # type: ignore[attr-defined]
+        return False
+    for sub in cstwalk.walk(node, _not_a_scope):
+        kind = type(sub)
+        if kind is cst.BinaryOperation and type(sub.operator) in _BINARY_OPS:  # type: ignore[attr-defined]
+            return True
+        if kind is cst.Call and _tensor_method(sub) is not None:  # type: ignore[arg-type]
+            return True
+    return False
 
 
 def _not_a_scope(node: cst.CSTNode) -> bool:
