@@ -678,8 +678,8 @@ def _check_complete_path(
     inter_rep, outs_rep = _output_vids(match)
     inter = {rep_to_path.get(v, v) for v in inter_rep}
     outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
-    # (i) intermediates are used by matched nodes only
-    if _used_outside(path, inter, keys, 0, len(path.events), ignore):
+    # (i) intermediates are used by matched nodes only (and by what disappears with them)
+    if _used_outside(path, inter, keys | _absorbed(path, occ, deleted), 0, len(path.events), ignore):
         return False
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
     if outs and _used_outside(path, outs, keys, first, anchor.index):
@@ -717,6 +717,19 @@ def _check_complete_path(
         if state.get(name, path_vid) != path_vid:
             return False
     return not _moved_reads_touched(path, anchor, keys, deleted)
+
+
+def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int, Optional[str]]]:
+    """Keys of the unmatched nodes nested in a matched node of a deleted statement (``torch.finfo(s.dtype)`` in
+    ``s.masked_fill(m, torch.finfo(s.dtype).min)``): they vanish with it, so their reads are no uses. What the target
+    still reads of them is checked as a target input (iii)."""
+    inside = {id(n.expr) for n in occ if id(n.site.small) in deleted}
+    out: set[tuple[int, Optional[str]]] = set()
+    for node in reversed(path.nodes):  # a nested node comes before the node holding it
+        if node.parent is not None and id(node.parent) in inside and id(node.site.small) in deleted:
+            inside.add(id(node.expr))
+            out.add((id(node.expr), node.layer))
+    return out
 
 
 def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int]) -> bool:
