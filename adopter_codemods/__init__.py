@@ -23,6 +23,7 @@ CODEMODS: dict[str, str] = {
     "FuseConvBN": "fuse_conv_bn",
     "FuseLinearBN": "fuse_linear_bn",
     "FuseQKV": "fuse_qkv",
+    "FuseAttentionCore": "fuse_attention_core",
     "AdoptAll": "adopt_all",
     "ApplyRuleFiles": "apply_rule_files",
 }
