@@ -34,7 +34,8 @@ only where it computes the same function up to rounding:
   in eager) runs the reference path;
 - dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) or the functional form; SDPA gets
   ``dropout_p = p if training else 0.0``. In training with ``p > 0`` SDPA draws its own random numbers: the same
-  distribution, not the same sample (use the reference backend to reproduce a run exactly).
+  distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
+  exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA run exactly.
 
 The mask and row checks read the data (a device synchronisation on CUDA).
 """
@@ -191,6 +192,8 @@ def _sdpa(
         p = float(dropout.p) if dropout.training else 0.0
     else:
         p = float(dropout_p) if training else 0.0
+    if p > 0.0 and not query.is_cuda:
+        return None  # off CUDA SDPA's speed is not worth another random sample: the reference draws the original's
     return F.scaled_dot_product_attention(
         query, key_t.transpose(-2, -1), value, attn_mask=attn_mask, dropout_p=p, scale=sdpa_scale
     )

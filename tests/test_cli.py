@@ -468,7 +468,9 @@ def test_demo_prints_adopt_all_diff_and_writes_nothing(tmp_path: Path, capsys: p
 
 
 # The example is meant to show the rules that apply to plain PyTorch code (ADP001-003 need Hugging Face classes).
-EXAMPLE_RULES = [r for r in builtin_rules() if r.code in ("ADP004", "ADP005", "ADP006", "ADP007", "ADP008", "ADP009")]
+EXAMPLE_RULES = [
+    r for r in builtin_rules() if r.code in ("ADP004", "ADP005", "ADP006", "ADP007", "ADP008", "ADP009", "ADP010")
+]
 
 
 @pytest.mark.parametrize("rule", EXAMPLE_RULES, ids=lambda r: r.code)

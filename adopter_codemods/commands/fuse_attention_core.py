@@ -38,8 +38,9 @@ mask``) and statements that read the scores between the products (shape checks t
 ``expand_as(scores)``), ``einsum`` and ``baddbmm`` forms, ``torch.tensor(finfo.min)`` fills, and cores split
 across helper methods. Masks added under ``if attention_mask is not None:`` become a fallback condition, so such
 code runs fused only when called without a mask. ``is_causal=True`` is never emitted: a causal mask is passed as
-written. In training with dropout > 0, SDPA draws its own random numbers (same distribution, not the same
-sample); ``ADOPTER_KERNELS_BACKEND=reference`` reproduces the original exactly. The mask checks read the data
+written. In training with dropout > 0 on CUDA, SDPA draws its own random numbers (same distribution, not
+the same sample; elsewhere the reference path runs); ``ADOPTER_KERNELS_BACKEND=reference`` reproduces the original
+exactly. The mask checks read the data
 (a device synchronisation on CUDA).
 """
 

@@ -165,6 +165,19 @@ def test_dropout_only_in_training(sdpa_calls: list[int]) -> None:
     assert len(sdpa_calls) == 2
 
 
+def test_training_dropout_off_cuda_draws_the_original_sample(sdpa_calls: list[int]) -> None:
+    drop = nn.Dropout(0.4)
+    outs = []
+    for fn in (
+        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, dropout=drop),
+        lambda q, k, v: _eager(q, k, v, scale=0.5, drop=drop),
+    ):
+        torch.manual_seed(5)
+        outs.append(fn(*_qkv()).detach())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    assert not sdpa_calls
+
+
 def test_dropout_with_hook_runs_the_reference(sdpa_calls: list[int]) -> None:
     drop = nn.Dropout(0.0)
     seen: list[int] = []
