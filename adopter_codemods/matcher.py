@@ -868,11 +868,15 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
                     found.append(match)
                 continue
             plan = _plan(match)
-            if plan is None or not _outputs_assigned(match):
+            if plan is None and rule.fallback:
+                if not _plan_absorbing(match, nodes):
+                    continue
+            elif plan is None or not _outputs_assigned(match):
                 continue
-            match.plan = plan
-            if not _check_paths(match) and not (rule.fallback and plan == "block" and _plan_fallback(match)):
-                continue
+            else:
+                match.plan = plan
+                if not _check_paths(match) and not (rule.fallback and plan == "block" and _plan_fallback(match)):
+                    continue
             if not all(guard_registry.get(name)(match) for name in rule.guards):
                 continue
             taken |= key
@@ -982,7 +986,8 @@ def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
 # every path on which all those tests are false, which is exactly where the fused copy runs.
 
 
-def _plan_fallback(match: Match) -> bool:
+def _plan_fallback(match: Match, twin: Optional[Match] = None, absorbed: tuple[cst.If, ...] = ()) -> bool:
+    """`twin`/`absorbed`: see `_plan_absorbing`."""
     anchor = match.anchor
     assert anchor is not None
     if anchor.site.inline_stack or match.cls.node is None:
@@ -991,12 +996,14 @@ def _plan_fallback(match: Match) -> bool:
     if not any(isinstance(fn, cst.FunctionDef) and fn.body is body for fn in _suite(match.cls.node.body)):
         return False  # the region must be a run of a method body: what follows it is then the rest of the method
     block = list(anchor.site.block)
-    lines = {id(n.site.line) for n in match.nodes}
+    lines = {id(n.site.line) for n in (twin or match).nodes}
     indices = [i for i, line in enumerate(block) if id(line) in lines]
     if len(indices) != len(lines):
         return False
     first, last = indices[0], indices[-1]
     region, after = block[first : last + 1], block[last + 1 :]
+    if not all(any(i is line for line in region) for i in absorbed):
+        return False
     deleted = {id(s) for s in match.deleted}
     region_ifs: list[cst.If] = []
     assigned: set[str] = set()
@@ -1009,7 +1016,8 @@ def _plan_fallback(match: Match) -> bool:
         elif isinstance(line, cst.If):
             if line.orelse is not None or not simple_condition(line.test):
                 return False
-            region_ifs.append(line)
+            if not any(line is i for i in absorbed):
+                region_ifs.append(line)
             assigned.update(_written(line.body))
     if not region_ifs and not assigned:
         return False
@@ -1024,38 +1032,48 @@ def _plan_fallback(match: Match) -> bool:
         if reads:
             tests.extend(t for t in reads if not any(t.deep_equals(u) for u in tests))
             guarded_statements.update(_statement_ids(stmt))
-    if not tests:
+    if not tests and not absorbed:
         return False
     written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
-    if any(name in written_from_region for t in tests for name in _names_in(t)):
+    if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in(t)):
         return False
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
     for stmt in after:
         for sub in cstwalk.walk(stmt):
             if isinstance(sub, cst.If) and any(sub.test.deep_equals(t) for t in tests):
                 skip |= _statement_ids(sub.body)
-    if not _check_fused_paths(match, frozenset(skip), frozenset(guarded_statements)):
+    if not _check_fused_paths(match, frozenset(skip), frozenset(guarded_statements), twin):
         return False
     match.plan = "fallback"
     match.region = region
-    match.region_ifs = region_ifs
-    match.fallback_test = _disjunction(tests)
+    match.region_ifs = [*region_ifs, *absorbed]
+    match.fallback_test = _disjunction(tests) if tests else None
     return True
 
 
-def _check_fused_paths(match: Match, original_only: frozenset[int], guarded: frozenset[int]) -> bool:
+def _check_fused_paths(
+    match: Match, original_only: frozenset[int], guarded: frozenset[int], twin: Optional[Match] = None
+) -> bool:
     """The usual checks on the paths where every fallback test is false (no event in the statements only those
-    tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored."""
-    keys = {(id(n.expr), n.layer) for n in match.nodes}
-    deleted = {id(s) for s in match.deleted}
+    tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
+    `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
     fused = 0
     for path in match.cls.forward_paths:
+        if any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
+            continue
+        candidate = match
+        keys = {(id(n.expr), n.layer) for n in match.nodes}
         occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if not occ or any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
+        if twin is not None and {(id(n.expr), n.layer) for n in occ} != keys:
+            candidate = twin
+            keys = {(id(n.expr), n.layer) for n in twin.nodes}
+            occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
+        if not occ:
             continue
         if {(id(n.expr), n.layer) for n in occ} != keys:
             return False
-        if not _check_complete_path(match, path, occ, keys, deleted, guarded):
+        deleted = {id(s) for s in candidate.deleted}
+        if not _check_complete_path(candidate, path, occ, keys, deleted, guarded):
             return False
         fused += 1
     return fused > 0
@@ -1126,3 +1144,74 @@ def _disjunction(tests: list[cst.BaseExpression]) -> cst.BaseExpression:
     for part in parts[1:]:
         out = cst.BooleanOperation(out, cst.Or(), part)
     return out
+
+
+# Absorbed `if`s: `if X is not None: s = s + X` inside the region is an optional node of the pattern that runs
+# exactly when X is not None; the target passes X as the node's keyword either way (None is what an absent optional
+# node leaves out), so the `if` is dropped from the fused copy instead of becoming a fallback condition.
+
+
+def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
+    """A match whose only nodes outside the anchor's block are optional nodes absorbed as above: checked with its
+    twin (the match without them) on the paths that skip them, then planned as a fallback region."""
+    rule = match.rule
+    assert rule.forward is not None
+    anchor = max(match.nodes, key=lambda n: n.index)
+    absorbed_ifs: list[cst.If] = []
+    absorbed_nodes: set[int] = set()
+    twin_env = dict(match.env)
+    twin_skipped = set(match.skipped)
+    for i, node in enumerate(aligned):
+        if node is None or node.site.block is anchor.site.block:
+            continue
+        pattern = rule.forward.source[i]
+        if_stmt = _absorbing_if(node, anchor)
+        if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or if_stmt is None:
+            return False
+        first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
+        atoms = pattern.operands if isinstance(pattern, OpNode) else pattern.args.positional
+        others = [a for a in atoms if isinstance(a, Var) and a != first]
+        tested = if_stmt.test.left.value  # type: ignore[attr-defined]
+        if not others or any(_bound_name(match.env.get(a.name)) != tested for a in others):
+            return False
+        absorbed_ifs.append(if_stmt)
+        absorbed_nodes.add(id(node))
+        twin_skipped.add(i)
+        for a in others:
+            twin_env.pop(a.name, None)
+        assert isinstance(first, Var)
+        twin_env[pattern.outputs[0].name] = twin_env[first.name]
+    if not absorbed_ifs:
+        return False
+    twin = Match(rule, match.cls, match.path, [n for n in match.nodes if id(n) not in absorbed_nodes], twin_env)
+    twin.skipped = frozenset(twin_skipped)
+    if _plan(twin) != "block" or not _outputs_assigned(twin):
+        return False
+    twin.plan = "block"
+    match.anchor, match.deleted = twin.anchor, twin.deleted
+    match.names = _names_at_anchor(match)
+    return _plan_fallback(match, twin, tuple(absorbed_ifs))
+
+
+def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:
+    """The ``if X is not None:`` of the anchor's block whose whole body is `node`'s statement ``name = node``."""
+    if not node.whole_statement or node.site.inline_stack != anchor.site.inline_stack or not _deletable(node.site.small):
+        return None
+    for stmt in anchor.site.block:
+        if not isinstance(stmt, cst.If) or stmt.body is not node.site.owner or stmt.orelse is not None:
+            continue
+        test = stmt.test
+        if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1):
+            return None
+        comp = test.comparisons[0]
+        if not (isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"):
+            return None
+        body = _suite(stmt.body)
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or list(body[0].body) != [node.site.small]:
+            return None
+        return stmt
+    return None
+
+
+def _bound_name(bound: Optional[Binding]) -> Optional[str]:
+    return bound.text if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%") else None

@@ -154,28 +154,42 @@ def plan_match(match: Match) -> EditPlan:
 
 def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
     """``if <test>: <region as written> else: <region fused>`` in place of the region (matcher's plan "fallback")."""
-    assert match.anchor is not None and match.fallback_test is not None
+    assert match.anchor is not None
     fused_plan = EditPlan(delete={id(s) for s in match.deleted})
     _put(fused_plan, match.anchor.expr, call)
     dropped = {id(i) for i in match.region_ifs}
     apply = _Apply(fused_plan)
-    fused = [line.visit(apply) for line in match.region if id(line) not in dropped]
+    fused: list[cst.BaseStatement] = []
+    for line in match.region:
+        if id(line) in dropped:  # a placeholder, so its comments move on as a deleted line's do
+            placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=line.leading_lines)
+            apply.emptied[id(placeholder)] = placeholder
+            fused.append(placeholder)
+        else:
+            fused.append(line.visit(apply))  # type: ignore[arg-type]
     fused_lines, _ = _drop_empty_lines(fused, apply.emptied)  # type: ignore[arg-type]
     region = [*match.region]
     head = region[0]
-    if_node = cst.If(
-        test=match.fallback_test.deep_clone(),
-        body=cst.IndentedBlock(body=[head.with_changes(leading_lines=[]), *region[1:]]),  # type: ignore[attr-defined]
-        # The comments stay with the code as written, in the first arm.
-        orelse=cst.Else(cst.IndentedBlock(body=[line.with_changes(leading_lines=[]) for line in fused_lines])),  # type: ignore[attr-defined]
-        leading_lines=head.leading_lines,  # type: ignore[attr-defined]
-    )
-    _put(plan, head, if_node)
+    if match.fallback_test is None:  # only absorbed ifs: the fused copy is all there is
+        _put(plan, head, cst.FlattenSentinel(fused_lines))
+    else:
+        _put(plan, head, _fallback_if(match.fallback_test, region, fused_lines))
     for line in region[1:]:
         plan.remove_lines.add(id(line))
         plan.originals[id(line)] = line
     for line in region:
         plan.region |= {id(n) for n in _statements_in(line)}
+
+
+def _fallback_if(test: cst.BaseExpression, region: list[cst.BaseStatement], fused_lines: list[cst.BaseStatement]) -> cst.If:
+    head = region[0]
+    return cst.If(
+        test=test.deep_clone(),
+        body=cst.IndentedBlock(body=[head.with_changes(leading_lines=[]), *region[1:]]),  # type: ignore[attr-defined]
+        # The comments stay with the code as written, in the first arm.
+        orelse=cst.Else(cst.IndentedBlock(body=[line.with_changes(leading_lines=[]) for line in fused_lines])),  # type: ignore[attr-defined]
+        leading_lines=head.leading_lines,  # type: ignore[attr-defined]
+    )
 
 
 def _statements_in(node: cst.CSTNode) -> list[cst.CSTNode]:

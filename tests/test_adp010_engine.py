@@ -154,7 +154,9 @@ def test_refusal_is_for_its_reason(name: str) -> None:
 
 POSITIVE = sorted(p for p in ADP010.glob("*.py") if not p.name.startswith("neg_") and not p.name.endswith(".expected.py"))
 SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback arm or the reference path runs
+    "bert_mask_under_if.py": 1,  # calls: a fully padded row (reference path), no mask, head mask (as written)
     "bmm_functional_dropout.py": 1,
+    "mask_under_if_only.py": 2,
     "nanogpt_block.py": 1,
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path
     "relative_position_bias.py": 1,
@@ -207,3 +209,13 @@ def test_adopt_all_fuses_the_core_after_fast_softmax() -> None:
     source = (ADP010 / "nanogpt_block.py").read_text(encoding="utf-8")
     code = rewrite_source(source, None).code
     assert "adopter_kernels.attention_core(" in code and "softmax" not in code.split("def forward")[1]
+
+
+def test_a_mask_if_is_absorbed_only_for_the_name_it_tests() -> None:
+    """`if attention_mask is not None: s = s + bias` adds something else than what it tests: not absorbed; the
+    test becomes a fallback condition instead."""
+    source = (ADP010 / "bert_mask_under_if.py").read_text(encoding="utf-8")
+    source = source.replace("attention_scores = attention_scores + attention_mask", "attention_scores = attention_scores + head_mask")
+    code = rewrite_source(source, ["ADP010"]).code
+    assert "if attention_mask is not None or head_mask is not None or output_attentions:" in code
+    assert ", mask=head_mask" not in code

@@ -1,5 +1,5 @@
-"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of five families (ViT, BLIP, SegFormer,
-LeViT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
+"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of six families (ViT, BLIP, SegFormer,
+LeViT, RemBERT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
 tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
 training with dropout 0); the fused cores must really run SDPA, and the fallback arm must still serve
 ``output_attentions``."""
@@ -88,6 +88,20 @@ CASES = [
         5,  # three blocks' attentions and two subsampling attentions
     ),
     Case(
+        "rembert",
+        ("RemBertSelfAttention",),
+        lambda m: m.RemBertModel(
+            m.RemBertConfig(
+                vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, input_embedding_size=8,
+                output_embedding_size=8, intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            ),
+            add_pooling_layer=False,
+        ),
+        lambda: {"input_ids": torch.randint(0, 50, (2, 6)), "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])},
+        2,  # the padding mask is passed to the fused call
+    ),
+    Case(
         "mobilevit",
         ("MobileViTSelfAttention",),
         lambda m: m.MobileViTModel(
@@ -134,7 +148,7 @@ def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]
     torch.manual_seed(0)
     rewritten_model = case.build(rewritten).double()
     torch.manual_seed(1)
-    inputs = {k: v.double() for k, v in case.inputs().items()}
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in case.inputs().items()}
     report = compare_models(original_model, rewritten_model, kwargs=inputs)
     report.raise_if_failed()
     expected = case.sdpa_calls
@@ -143,7 +157,7 @@ def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]
     assert expected > 0 and len(sdpa_calls) == expected * len(report.modes)  # only the rewritten model calls SDPA
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer")], ids=lambda c: c.model_dir)
+@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert")], ids=lambda c: c.model_dir)
 def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: list[int]) -> None:
     """The fallback arm: with output_attentions the probabilities are the original's, and SDPA is not called."""
     original, rewritten, _ = _load(case)
@@ -152,7 +166,7 @@ def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: lis
         torch.manual_seed(0)
         models.append(case.build(module).double().eval())
     models[1].load_state_dict(models[0].state_dict(), strict=True)
-    inputs = {k: v.double() for k, v in case.inputs().items()}
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in case.inputs().items()}
     with torch.no_grad():
         outs = [m(**inputs, output_attentions=True) for m in models]
     assert not sdpa_calls
