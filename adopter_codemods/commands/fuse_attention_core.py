@@ -7,7 +7,8 @@ dim=-1) [-> nn.Dropout | F.dropout(p, training)] @ v``, matched by structure, no
 BART). The additive mask is whatever the code adds (an HF ``finfo.min`` mask, a relative-position bias, LeViT's
 attention biases). Where the probabilities are needed on some paths only (a head mask under
 ``if head_mask is not None:``, ``(ctx, probs) if output_attentions else (ctx,)``), those paths keep the code as
-written: the region becomes ``if <those conditions>: <as written> else: <fused>``.
+written: the region becomes ``if <those conditions>: <as written> else: <fused>``. A mask added under
+``if attention_mask is not None:`` (BERT-family code) is passed as ``mask=attention_mask`` instead (None: no mask).
 
 **Why**: ``F.scaled_dot_product_attention`` (flash / memory-efficient / cuDNN kernels on GPU) never materialises
 the ``[L, S]`` probabilities: less memory traffic and memory, and one call instead of five.
@@ -36,8 +37,7 @@ value other than ``-inf`` or ``torch.finfo(<scores>.dtype).min`` is refused (gua
 (``s + bias + mask``), masks applied through ``.view`` reshapes (BART/CLIP/Whisper's ``attn_weights.view(...) +
 mask``) and statements that read the scores between the products (shape checks that raise, DistilBERT's
 ``expand_as(scores)``), ``einsum`` and ``baddbmm`` forms, ``torch.tensor(finfo.min)`` fills, and cores split
-across helper methods. Masks added under ``if attention_mask is not None:`` become a fallback condition, so such
-code runs fused only when called without a mask. ``is_causal=True`` is never emitted: a causal mask is passed as
+across helper methods. ``is_causal=True`` is never emitted: a causal mask is passed as
 written. In training with dropout > 0 on CUDA, SDPA draws its own random numbers (same distribution, not
 the same sample; elsewhere the reference path runs); ``ADOPTER_KERNELS_BACKEND=reference`` reproduces the original
 exactly. The mask checks read the data
