@@ -213,6 +213,10 @@ class _ClassWalker:
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
         # inlining in generation code multiplies paths: seconds per method).
         self.on_its_own = False
+        # Walk `if`s with a simple test holding tensor ops as separate paths (`_guards_ops`); a function whose paths
+        # then exceed the limit is walked again without, as before that split existed.
+        self.split_guarded_ifs = True
+        self.guarded_ifs_split = False  # whether the current walk split any
         # Paths revisit the same statements and nested expressions many times: memoise their name scans.
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
@@ -299,7 +303,7 @@ class _ClassWalker:
     def forward_paths(self) -> list[Path]:
         # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
         forward = self.info.methods.get("forward")
-        return self.function_paths(forward) if forward is not None else []
+        return self.paths_within_limit(forward) if forward is not None else []
 
     def other_paths(self, functions: Iterable[cst.FunctionDef]) -> list[Path]:
         """Paths through each function walked on its own, helpers not inlined (class methods other than forward,
@@ -311,7 +315,7 @@ class _ClassWalker:
             if fn.name.value in self.inlined or not self.standalone(fn):
                 continue
             try:
-                paths.extend(self.function_paths(fn))
+                paths.extend(self.paths_within_limit(fn))
             except (TooManyPaths, RecursionError):
                 continue
         return paths
@@ -325,6 +329,21 @@ class _ClassWalker:
             if name not in _TRANSPARENT_DECORATORS and self.table.resolve(expr) not in _TRANSPARENT_DECORATORS:
                 return False
         return not fn.asynchronous
+
+    def paths_within_limit(self, fn: cst.FunctionDef) -> list[Path]:
+        """`function_paths`, retried without splitting `_guards_ops` ifs when that exceeds the path limit."""
+        self.guarded_ifs_split = False
+        try:
+            return self.function_paths(fn)
+        except TooManyPaths:
+            if not self.guarded_ifs_split:
+                raise
+            self.split_guarded_ifs = False
+            try:
+                return self.function_paths(fn)
+            finally:
+                self.split_guarded_ifs = True
+        self.guarded_ifs_split = False  # whether the current walk split any
 
     def function_paths(self, fn: cst.FunctionDef) -> list[Path]:
         """Every control-flow path through one function, ``self`` helpers inlined."""
@@ -425,7 +444,11 @@ class _ClassWalker:
 
     def is_interesting(self, node: cst.CSTNode) -> bool:
         """Whether a compound statement holds a layer/function/helper call worth separate paths."""
-        return _has_dsl_call(self, node) or _guards_ops(node)
+        if _has_dsl_call(self, node):
+            return True
+        split = self.split_guarded_ifs and _guards_ops(node)
+        self.guarded_ifs_split = self.guarded_ifs_split or split
+        return split
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []

@@ -219,3 +219,13 @@ def test_a_mask_if_is_absorbed_only_for_the_name_it_tests() -> None:
     code = rewrite_source(source, ["ADP010"]).code
     assert "if attention_mask is not None or head_mask is not None or output_attentions:" in code
     assert ", mask=head_mask" not in code
+
+
+def test_a_function_too_branchy_for_the_split_is_walked_as_before() -> None:
+    """Nine simple-test `if`s with ops would make 512 paths: the walk falls back to folding them (one path),
+    so classes analysed before the split existed are still analysed."""
+    ifs = "".join(f"if m{i} is not None:\n    x = x + m{i}\n" for i in range(9))
+    params = ", ".join(f"m{i}" for i in range(9))
+    source = _module(f"def forward(self, x, {params}):\n" + textwrap.indent(ifs + "return torch.relu(x)\n", "    "))
+    (cls,) = build_module_structure(cst.parse_module(source)).classes
+    assert not cls.truncated and len(cls.forward_paths) == 1
