@@ -993,7 +993,8 @@ def _plan_fallback(match: Match, twin: Optional[Match] = None, absorbed: tuple[c
     if anchor.site.inline_stack or match.cls.node is None:
         return False
     body = anchor.site.owner
-    if not any(isinstance(fn, cst.FunctionDef) and fn.body is body for fn in _suite(match.cls.node.body)):
+    function = next((fn for fn in _suite(match.cls.node.body) if isinstance(fn, cst.FunctionDef) and fn.body is body), None)
+    if function is None:
         return False  # the region must be a run of a method body: what follows it is then the rest of the method
     block = list(anchor.site.block)
     lines = {id(n.site.line) for n in (twin or match).nodes}
@@ -1023,6 +1024,9 @@ def _plan_fallback(match: Match, twin: Optional[Match] = None, absorbed: tuple[c
         return False
     anchor_names = _written(anchor.site.small)
     hidden = assigned - anchor_names  # names the fused copy no longer assigns
+    scopes = (cst.Lambda, cst.FunctionDef, cst.ClassDef)
+    if any(isinstance(n, scopes) and _names_in_node(n) & hidden for n in cstwalk.walk(function.body)):
+        return False  # a nested function may read them whenever it is called
     tests: list[cst.BaseExpression] = [i.test for i in region_ifs]
     guarded_statements: set[int] = set()  # statements after the region whose reads of `hidden` are all guarded
     for stmt in after:

@@ -229,3 +229,10 @@ def test_a_function_too_branchy_for_the_split_is_walked_as_before() -> None:
     source = _module(f"def forward(self, x, {params}):\n" + textwrap.indent(ifs + "return torch.relu(x)\n", "    "))
     (cls,) = build_module_structure(cst.parse_module(source)).classes
     assert not cls.truncated and len(cls.forward_paths) == 1
+
+
+def test_fallback_refused_when_a_closure_reads_the_probabilities() -> None:
+    source = (ADP010 / "vit_self_attention.py").read_text(encoding="utf-8")
+    closure = "        def probs_now():\n            return attention_probs\n\n        mixed_query_layer ="
+    source = source.replace("        mixed_query_layer =", closure, 1)
+    assert not rewrite_source(source, ["ADP010"]).findings
