@@ -23,8 +23,8 @@ A rule file holds a header and two sections, one per method the rule rewrites::
 Nodes are ``Type(args) -> $out`` (a layer instantiation in ``init``; a layer or function call in ``forward``),
 ``$layer(args) -> $out`` (a call of the layer bound to ``$layer`` in ``init``), ``Type[$key] -> $out`` (a
 subscript such as ``ACT2FN[config.hidden_act]``), binary and unary tensor ops (``$a + $b -> $c``, ``-$a -> $c``),
-the wildcard ``*``, and ``?node``, a forward step the code may leave out (see ``Node``). A type may be a choice ``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called
-``Name`` from any module. Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
+the wildcard ``*``, and ``?node``, a forward step the code may leave out (see ``Node``). A type may be a choice
+``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called ``Name`` from any module. Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
 pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
 unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``. The header
 ``fallback original`` lets a match whose intermediates are read under simple conditions keep the code as written
