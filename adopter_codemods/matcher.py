@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -265,6 +265,23 @@ def _subsequences(
 ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
     """Matches of the pattern sequence on one path: one node per pattern, None for an absent optional node."""
     nodes = path.nodes
+    readers: dict[int, list[int]] = {}  # value id -> indices of the nodes reading it (as a variable argument)
+    for i, node in enumerate(nodes):
+        for value in (*node.args, *(v for _, v in node.kwargs)):
+            if value.kind == "var":
+                readers.setdefault(value.vid, []).append(i)
+
+    def candidates(pattern: Node, env: dict[str, Binding], start: int) -> Iterable[int]:
+        # A pattern operand already bound to a variable's value only matches a node reading that value id.
+        if isinstance(pattern, (CallNode, OpNode)):
+            atoms = pattern.operands if isinstance(pattern, OpNode) else (
+                *pattern.args.positional, *(a for _, a in pattern.args.keywords)
+            )
+            for atom in atoms:
+                bound = env.get(atom.name) if isinstance(atom, Var) else None
+                if isinstance(bound, Value) and bound.kind == "var":
+                    return [i for i in readers.get(bound.vid, ()) if i >= start]
+        return range(start, len(nodes))
 
     def search(
         pi: int, start: int, env: dict[str, Binding], chosen: list[Optional[DLNode]]
@@ -273,7 +290,7 @@ def _subsequences(
             yield chosen, env
             return
         pattern = patterns[pi]
-        for ni in range(start, len(nodes)):
+        for ni in candidates(pattern, env, start):
             result = _match_node(pattern, nodes[ni], env, rule)
             if result is not None:
                 yield from search(pi + 1, ni + 1, result, chosen + [nodes[ni]])

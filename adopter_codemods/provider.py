@@ -932,17 +932,21 @@ def simple_condition(test: cst.BaseExpression) -> bool:
 
 
 def _guards_ops(node: cst.CSTNode) -> bool:
-    """An ``if`` with a simple test (`simple_condition`) holding tensor ops or tensor-method nodes, such as
+    """An ``if`` with a simple test (`simple_condition`), no else, that updates a name by a tensor op on it, such as
     ``if head_mask is not None: probs = probs * head_mask``: walked as separate paths, so a rule can tell the paths
     that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
-    if type(node) is not cst.If or not simple_condition(node.test):  # type: ignore[attr-defined]
+    if type(node) is not cst.If or node.orelse is not None or not simple_condition(node.test):  # type: ignore[attr-defined]
         return False
-    for sub in cstwalk.walk(node, _not_a_scope):
-        kind = type(sub)
-        if kind is cst.BinaryOperation and type(sub.operator) in _BINARY_OPS:  # type: ignore[attr-defined]
-            return True
-        if kind is cst.Call and _tensor_method(sub) is not None:  # type: ignore[arg-type]
-            return True
+    for line in _suite_body(node.body):  # type: ignore[attr-defined]
+        if type(line) is not cst.SimpleStatementLine:
+            return False
+        for small in line.body:  # type: ignore[attr-defined]
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name:
+                name, value = small.targets[0].target.value, small.value
+                if type(value) is cst.BinaryOperation and type(value.operator) in _BINARY_OPS and any(
+                    type(side) is cst.Name and side.value == name for side in (value.left, value.right)
+                ):
+                    return True
     return False
 
 
