@@ -23,6 +23,7 @@ CODEMODS: dict[str, str] = {
     "FuseConvBN": "fuse_conv_bn",
     "FuseLinearBN": "fuse_linear_bn",
     "FuseQKV": "fuse_qkv",
+    "FuseAttentionCore": "fuse_attention_core",
     "FuseRMSNorm": "fuse_rms_norm",
     "FuseGatedMLP": "fuse_gated_mlp",
     "FuseRotaryEmbedding": "fuse_rotary_embedding",

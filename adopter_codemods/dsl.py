@@ -22,11 +22,14 @@ A rule file holds a header and two sections, one per method the rule rewrites::
 
 Nodes are ``Type(args) -> $out`` (a layer instantiation in ``init``; a layer or function call in ``forward``),
 ``$layer(args) -> $out`` (a call of the layer bound to ``$layer`` in ``init``), ``Type[$key] -> $out`` (a
-subscript such as ``ACT2FN[config.hidden_act]``), binary and unary tensor ops (``$a + $b -> $c``, ``-$a -> $c``)
-and the wildcard ``*``. A type may be a choice ``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called
-``Name`` from any module, ``*.*`` any resolved name (for rules whose guard judges the callee itself). Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
+subscript such as ``ACT2FN[config.hidden_act]``), binary and unary tensor ops (``$a + $b -> $c``, ``-$a -> $c``),
+the wildcard ``*``, and ``?node``, a forward step the code may leave out (see ``Node``). A type may be a choice
+``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called ``Name`` from any module, ``*.*`` any resolved name
+(for rules whose guard judges the callee itself). Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
 pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
-unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``.
+unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``. The header
+``fallback original`` lets a match whose intermediates are read under simple conditions keep the code as written
+there (matcher's plan "fallback", docs/ENGINE.md).
 
 One rule may hold several variants of its pattern (the same fusion written in different source forms), each
 introduced by a ``variant "label"`` line and holding its own ``init:``/``forward:`` sections; the header is
@@ -43,6 +46,7 @@ shared. The variants are tried in file order and a site matched by an earlier va
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +101,7 @@ class CallNode:
     subscript: bool = False
     type_var: Optional[Var] = None  # `$cls:Type(...)` binds the callee as written
     callee_args: Optional[Args] = None  # target `factory($cls)(args)`: the callee is itself a call
+    optional: bool = False  # `?node`: see `Node`
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class OpNode:
     op: str
     operands: tuple[Atom, ...]
     outputs: tuple[Var, ...]
+    optional: bool = False  # `?node`: see `Node`
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ class Wildcard:
 
 
 Node = Union[CallNode, OpNode, Wildcard]
+# An optional forward source node (`?$s * $scale -> $t`) may be absent from the code: its output variable then binds
+# what its first operand (first positional argument) binds, so the chain continues through it, and the target's
+# keyword arguments whose variables stay unbound are left out of the call.
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,9 @@ class Rule:
     forward: Optional[RuleItem] = None
     guards: list[str] = field(default_factory=list)
     sequential: Optional[str] = None  # drop-in replacement for an nn.Sequential whose elements match
+    # `fallback original`: where paths that read the match's intermediates are told apart by simple conditions
+    # (`if output_attentions:`), the region runs as written under those conditions and fused otherwise.
+    fallback: Optional[str] = None
     variant: str = ""  # label of this variant (`variant "..."`); "" for a rule written without variants
     alternatives: tuple["Rule", ...] = ()  # the file's further variants, tried after this one (same header)
     header_locations: dict[str, tuple[int, int]] = field(default_factory=dict)  # "code"/"rule" -> (line, col)
@@ -152,7 +164,7 @@ _TOKEN_RE = re.compile(
   | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
   | (?P<string>"[^"\n]*"|'[^'\n]*')
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_*][A-Za-z0-9_]*)*|\*\.[A-Za-z_][A-Za-z0-9_]*|\*\.\*)
-  | (?P<punct>[()\[\],;:=|+\-@/*])
+  | (?P<punct>[()\[\],;:=|+\-@/*?])
     """,
     re.VERBOSE,
 )
@@ -191,7 +203,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 # ---------------------------------------------------------------------------------------------- parser
 
 CODE_PATTERN = re.compile(r"[A-Z]+[0-9]+")  # ADP005; user rules may use a prefix of their own
-_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential")
+_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback")
 _VARIANT = "variant"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
@@ -287,6 +299,10 @@ class _Parser:
         for key in ("rule", "code"):
             if key not in header:
                 raise RuleSyntaxError(self.path, 1, 1, f"missing header line '{key} ...'")
+        if header.get("fallback", "original") != "original":
+            raise RuleSyntaxError(
+                self.path, *where["fallback"], f"'fallback' takes the value 'original', found {header['fallback']!r}"
+            )
         if not CODE_PATTERN.fullmatch(header["code"]):
             raise RuleSyntaxError(
                 self.path, *where["code"], f"a rule code is capital letters then digits (ADP005, MY100), found {header['code']!r}"
@@ -311,6 +327,7 @@ class _Parser:
                 forward=group.get("forward"),
                 guards=guards,
                 sequential=header.get("sequential"),
+                fallback=header.get("fallback"),
                 variant=label,
                 header_locations=where,
             )
@@ -342,6 +359,19 @@ class _Parser:
         if tok.text == "*" and tok.kind == "punct":
             self.i += 1
             return Wildcard()
+        if tok.text == "?" and tok.kind == "punct":
+            self.i += 1
+            node = self.parse_node()
+            if isinstance(node, Wildcard) or node.optional or not (
+                node.operands if isinstance(node, OpNode) else node.args.positional
+            ):
+                raise RuleSyntaxError(
+                    self.path, tok.line, tok.col, "'?' marks a node with a first operand or positional argument"
+                )
+            first = node.operands[0] if isinstance(node, OpNode) else node.args.positional[0]
+            if not isinstance(first, Var) or len(node.outputs) != 1:
+                raise RuleSyntaxError(self.path, tok.line, tok.col, "an optional node passes a $variable through to one output")
+            return dataclasses.replace(node, optional=True)
         if tok.text == "-" and tok.kind == "punct":  # unary minus
             self.i += 1
             operand = self.parse_atom()
@@ -512,6 +542,21 @@ def _check_rule(rule: Rule) -> None:
     for var in _var_atoms(forward.target[0]):
         if var.name not in bound:
             raise fail(forward, f"target variable ${var.name} is not bound by the source pattern", var)
+    if any(getattr(n, "optional", False) for n in [*forward.target, *(rule.init.source if rule.init else ())]):
+        raise fail(forward, "'?' (optional) marks forward source nodes only")
+    # Variables bound only by optional nodes (other than their pass-through outputs) may stay unbound: the target
+    # may name them as keyword arguments only, which are then left out.
+    always = set(init_outputs) - _optional_only_layers(forward)
+    for node in forward.source:
+        if isinstance(node, (CallNode, OpNode)) and not node.optional:
+            always.update(_vars_of(node))
+        elif isinstance(node, (CallNode, OpNode)):
+            always.update(v.name for v in node.outputs)
+    target = forward.target[0]
+    assert isinstance(target, CallNode)
+    for atom in target.args.positional:
+        if isinstance(atom, Var) and atom.name not in always:
+            raise fail(forward, f"target variable ${atom.name} may be unbound (optional node): pass it by keyword", atom)
 
 
 def _var_atoms(node: Node) -> list[Var]:
@@ -531,6 +576,12 @@ def _var_atoms(node: Node) -> list[Var]:
         out += [a for a in node.operands if isinstance(a, Var)]
     out += node.outputs if isinstance(node, (CallNode, OpNode)) else ()
     return out
+
+
+def _optional_only_layers(forward: RuleItem) -> set[str]:
+    """Layer variables called by optional nodes only."""
+    calls = [n for n in forward.source if isinstance(n, CallNode) and n.layer is not None]
+    return {n.layer.name for n in calls if all(m.optional for m in calls if m.layer == n.layer)}  # type: ignore[union-attr]
 
 
 def _vars_of(node: Node) -> set[str]:

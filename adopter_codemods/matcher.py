@@ -13,14 +13,17 @@ Matches that fail a check are dropped, not reported: precision first.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
+from . import cstwalk
 from . import guards as guard_registry
 from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
@@ -80,6 +83,12 @@ class Match:
     prefix_lines: list[cst.BaseStatement] = field(default_factory=list)
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
     names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
+    skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
+    # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
+    # `if <fallback_test>: <region as written> else: <region fused>`), and the `if`s in it the fused copy drops
+    region: list[cst.BaseStatement] = field(default_factory=list)
+    region_ifs: list[cst.If] = field(default_factory=list)
+    fallback_test: Optional[cst.BaseExpression] = None
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -147,6 +156,12 @@ def _node_arguments(node: DLNode, params: Optional[tuple[str, ...]]) -> dict[str
     return named
 
 
+@functools.lru_cache(maxsize=None)
+def _default_expr(source: str) -> cst.BaseExpression:
+    """A parameter's default as an expression (what a target receives for an argument the call left out)."""
+    return cst.parse_expression(source)
+
+
 def _match_call_args(
     pattern: CallNode, node: DLNode, qualname: Optional[str], env: dict[str, Binding]
 ) -> Optional[dict[str, Binding]]:
@@ -164,7 +179,7 @@ def _match_call_args(
             default = default_source(qualname, name) if qualname else None
             if default is None:
                 return None
-            value = Value("const", default, 0, cst.Name("None"), ())
+            value = Value("const", default, 0, _default_expr(default), ())
         result = _bind(env, atom, value)
         if result is None:
             return None
@@ -248,19 +263,55 @@ def _init_pattern_for(rule: Rule, var: str) -> Optional[CallNode]:
 
 def _subsequences(
     patterns: tuple[Node, ...], path: Path, rule: Rule
-) -> Iterator[tuple[list[DLNode], dict[str, Binding]]]:
+) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
+    """Matches of the pattern sequence on one path: one node per pattern, None for an absent optional node."""
     nodes = path.nodes
+    readers: dict[int, list[int]] = {}  # value id -> indices of the nodes reading it (as a variable argument)
+    for i, node in enumerate(nodes):
+        for value in (*node.args, *(v for _, v in node.kwargs)):
+            if value.kind == "var":
+                readers.setdefault(value.vid, []).append(i)
 
-    def search(pi: int, start: int, env: dict[str, Binding], chosen: list[DLNode]) -> Iterator[tuple[list[DLNode], dict[str, Binding]]]:
+    def candidates(pattern: Node, env: dict[str, Binding], start: int) -> Iterable[int]:
+        # A pattern operand already bound to a variable's value only matches a node reading that value id.
+        if isinstance(pattern, (CallNode, OpNode)):
+            atoms = pattern.operands if isinstance(pattern, OpNode) else (
+                *pattern.args.positional, *(a for _, a in pattern.args.keywords)
+            )
+            for atom in atoms:
+                bound = env.get(atom.name) if isinstance(atom, Var) else None
+                if isinstance(bound, Value) and bound.kind == "var":
+                    return [i for i in readers.get(bound.vid, ()) if i >= start]
+        return range(start, len(nodes))
+
+    def search(
+        pi: int, start: int, env: dict[str, Binding], chosen: list[Optional[DLNode]]
+    ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
         if pi == len(patterns):
             yield chosen, env
             return
-        for ni in range(start, len(nodes)):
-            result = _match_node(patterns[pi], nodes[ni], env, rule)
+        pattern = patterns[pi]
+        for ni in candidates(pattern, env, start):
+            result = _match_node(pattern, nodes[ni], env, rule)
             if result is not None:
                 yield from search(pi + 1, ni + 1, result, chosen + [nodes[ni]])
+        if isinstance(pattern, (CallNode, OpNode)) and pattern.optional:
+            skipped = _pass_through(pattern, env)
+            if skipped is not None:
+                yield from search(pi + 1, start, skipped, chosen + [None])
 
     yield from search(0, 0, {}, [])
+
+
+def _pass_through(pattern: Union[CallNode, OpNode], env: dict[str, Binding]) -> Optional[dict[str, Binding]]:
+    """An absent optional node: its output binds what its first operand binds (None if that is unbound or the
+    output is already bound to something else)."""
+    first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
+    assert isinstance(first, Var)
+    value = env.get(first.name)
+    if not isinstance(value, Value):
+        return None
+    return _bind(env, pattern.outputs[0], value)
 
 
 # ------------------------------------------------------------------------------------------ init
@@ -330,6 +381,12 @@ def _match_init_node(
     return env
 
 
+def _called_by_optional_only(rule: Rule, var: str) -> bool:
+    assert rule.forward is not None
+    calls = [p for p in rule.forward.source if isinstance(p, CallNode) and p.layer is not None and p.layer.name == var]
+    return bool(calls) and all(p.optional for p in calls)
+
+
 def _init_text(arg: InitArg) -> str:
     return cst.Module([]).code_for_node(arg.expr) if arg.expr is not None else (arg.default or "")
 
@@ -344,6 +401,8 @@ def _match_init(match: Match) -> bool:
         assert isinstance(pattern, CallNode)
         var = pattern.outputs[0].name
         ref = env.get(var)
+        if ref is None and not edits and _called_by_optional_only(rule, var):
+            continue  # only an absent optional node calls this layer: nothing to constrain
         if not isinstance(ref, LayerRef) or not ref.bindings:
             return False
         container = ref.bindings[0].container
@@ -377,7 +436,7 @@ def _target_inputs(match: Match) -> list[Value]:
     target = match.rule.forward.target[0]
     assert isinstance(target, CallNode)
     atoms = list(target.args.positional) + [a for _, a in target.args.keywords]
-    values = [match.env[a.name] for a in atoms if isinstance(a, Var)]
+    values = [match.env.get(a.name) for a in atoms if isinstance(a, Var)]  # unbound: an absent optional node's
     return [v for v in values if isinstance(v, Value)]
 
 
@@ -386,8 +445,8 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     assert match.rule.forward is not None and match.rule.forward.target is not None
     target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
     inter, outs = set(), set()
-    for pattern in match.rule.forward.source:
-        if isinstance(pattern, Wildcard):
+    for i, pattern in enumerate(match.rule.forward.source):
+        if isinstance(pattern, Wildcard) or i in match.skipped:
             continue
         for var in pattern.outputs:
             bound = match.env.get(var.name)
@@ -607,8 +666,13 @@ def _check_paths(match: Match) -> bool:
     return True
 
 
-def _used_outside(path: Path, vids: set[int], keys: set, start: int, stop: int) -> bool:
+def _used_outside(
+    path: Path, vids: set[int], keys: set, start: int, stop: int, ignore: frozenset[int] = frozenset()
+) -> bool:
+    """Whether an event outside the matched nodes reads one of `vids` (events of the statements in `ignore` aside)."""
     for event in path.events[start:stop]:
+        if id(event.site.small) in ignore:
+            continue
         if isinstance(event, DLNode):
             if (id(event.expr), event.layer) in keys:
                 continue
@@ -621,7 +685,9 @@ def _used_outside(path: Path, vids: set[int], keys: set, start: int, stop: int) 
     return False
 
 
-def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int]) -> bool:
+def _check_complete_path(
+    match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int], ignore: frozenset[int] = frozenset()
+) -> bool:
     by_key = {(id(n.expr), n.layer): n for n in occ}
     anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
     first = min(n.index for n in occ)
@@ -630,8 +696,8 @@ def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set,
     inter_rep, outs_rep = _output_vids(match)
     inter = {rep_to_path.get(v, v) for v in inter_rep}
     outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
-    # (i) intermediates are used by matched nodes only
-    if _used_outside(path, inter, keys, 0, len(path.events)):
+    # (i) intermediates are used by matched nodes only (and by what disappears with them)
+    if _used_outside(path, inter, keys | _absorbed(path, occ, deleted), 0, len(path.events), ignore):
         return False
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
     if outs and _used_outside(path, outs, keys, first, anchor.index):
@@ -669,6 +735,19 @@ def _check_complete_path(match: Match, path: Path, occ: list[DLNode], keys: set,
         if state.get(name, path_vid) != path_vid:
             return False
     return not _moved_reads_touched(path, anchor, keys, deleted)
+
+
+def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int, Optional[str]]]:
+    """Keys of the unmatched nodes nested in a matched node of a deleted statement (``torch.finfo(s.dtype)`` in
+    ``s.masked_fill(m, torch.finfo(s.dtype).min)``): they vanish with it, so their reads are no uses. What the target
+    still reads of them is checked as a target input (iii)."""
+    inside = {id(n.expr) for n in occ if id(n.site.small) in deleted}
+    out: set[tuple[int, Optional[str]]] = set()
+    for node in reversed(path.nodes):  # a nested node comes before the node holding it
+        if node.parent is not None and id(node.parent) in inside and id(node.site.small) in deleted:
+            inside.add(id(node.expr))
+            out.add((id(node.expr), node.layer))
+    return out
 
 
 def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int]) -> bool:
@@ -801,8 +880,8 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     found: list[Match] = []
     for path in cls.forward_paths:
         for nodes, env in _subsequences(rule.forward.source, path, rule):
-            real = [n for n, p in zip(nodes, rule.forward.source) if not isinstance(p, Wildcard)]
-            match = Match(rule, cls, path, real, env)
+            real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
+            match = Match(rule, cls, path, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
             if key & taken:
                 continue
@@ -819,11 +898,15 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
                     found.append(match)
                 continue
             plan = _plan(match)
-            if plan is None or not _outputs_assigned(match):
+            if plan is None and rule.fallback:
+                if not _plan_absorbing(match, nodes):
+                    continue
+            elif plan is None or not _outputs_assigned(match):
                 continue
-            match.plan = plan
-            if not _check_paths(match):
-                continue
+            else:
+                match.plan = plan
+                if not _check_paths(match) and not (rule.fallback and plan == "block" and _plan_fallback(match)):
+                    continue
             if not all(guard_registry.get(name)(match) for name in rule.guards):
                 continue
             taken |= key
@@ -842,7 +925,7 @@ def _may_match(rule: Rule, cls: ClassStructure) -> bool:
             return False
     types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
     for pattern in rule.forward.source:
-        if not isinstance(pattern, CallNode):
+        if not isinstance(pattern, CallNode) or pattern.optional:
             continue
         if pattern.layer is not None:
             init = _init_pattern_for(rule, pattern.layer.name)
@@ -917,3 +1000,257 @@ def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
         if attr in match.cls.foreign_attributes:
             return False  # maybe reached from outside the class (`self.embeddings.dropout(x)`)
     return True
+
+
+# ------------------------------------------------------------------------------------------ plan "fallback"
+#
+# Rules with `fallback original` (ADP010): where intermediates of the match are read outside it, but only under
+# simple conditions (`if head_mask is not None: probs = probs * head_mask` inside the region, `(ctx, probs) if
+# output_attentions else (ctx,)` after it), the region runs as written when any of those conditions holds and
+# fused otherwise:
+#
+#     if head_mask is not None or output_attentions:
+#         <the region as written>
+#     else:
+#         <the region with the block plan's edits, its `if`s left out>
+#
+# Sound because: the region is a run of statements of the function body whose `if`s (no else) have simple tests
+# (names, `is None`, `not`, `and`/`or`: no calls) over names that nothing from the region on assigns, so each test
+# has the same value at the top of the region as where it stood; every read after the region of a name the region
+# assigns (other than the anchor statement's) sits in the true arm of such a test; and the usual path checks hold on
+# every path on which all those tests are false, which is exactly where the fused copy runs.
+
+
+def _plan_fallback(match: Match, twin: Optional[Match] = None, absorbed: tuple[cst.If, ...] = ()) -> bool:
+    """`twin`/`absorbed`: see `_plan_absorbing`."""
+    anchor = match.anchor
+    assert anchor is not None
+    if anchor.site.inline_stack or match.cls.node is None:
+        return False
+    body = anchor.site.owner
+    function = next((fn for fn in _suite(match.cls.node.body) if isinstance(fn, cst.FunctionDef) and fn.body is body), None)
+    if function is None:
+        return False  # the region must be a run of a method body: what follows it is then the rest of the method
+    block = list(anchor.site.block)
+    lines = {id(n.site.line) for n in (twin or match).nodes}
+    indices = [i for i, line in enumerate(block) if id(line) in lines]
+    if len(indices) != len(lines):
+        return False
+    first, last = indices[0], indices[-1]
+    region, after = block[first : last + 1], block[last + 1 :]
+    if not all(any(i is line for line in region) for i in absorbed):
+        return False
+    deleted = {id(s) for s in match.deleted}
+    region_ifs: list[cst.If] = []
+    assigned: set[str] = set()
+    for line in region:
+        if id(line) in lines:
+            assert isinstance(line, cst.SimpleStatementLine)
+            for small in line.body:
+                if id(small) in deleted:
+                    assigned.update(_written(small))
+        elif isinstance(line, cst.If):
+            if line.orelse is not None or not simple_condition(line.test):
+                return False
+            if not any(line is i for i in absorbed):
+                region_ifs.append(line)
+            assigned.update(_written(line.body))
+    if not region_ifs and not assigned:
+        return False
+    anchor_names = _written(anchor.site.small)
+    hidden = assigned - anchor_names  # names the fused copy no longer assigns
+    scopes = (cst.Lambda, cst.FunctionDef, cst.ClassDef)
+    if any(isinstance(n, scopes) and _names_in_node(n) & hidden for n in cstwalk.walk(function.body)):
+        return False  # a nested function may read them whenever it is called
+    tests: list[cst.BaseExpression] = [i.test for i in region_ifs]
+    guarded_statements: set[int] = set()  # statements after the region whose reads of `hidden` are all guarded
+    for stmt in after:
+        reads = _guarded_reads(stmt, hidden)
+        if reads is None:
+            return False
+        if reads:
+            tests.extend(t for t in reads if not any(t.deep_equals(u) for u in tests))
+            guarded_statements.update(_statement_ids(stmt))
+    if not tests and not absorbed:
+        return False
+    written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
+    if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in(t)):
+        return False
+    skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
+    for stmt in after:
+        for sub in cstwalk.walk(stmt):
+            if isinstance(sub, cst.If) and any(sub.test.deep_equals(t) for t in tests):
+                skip |= _statement_ids(sub.body)
+    if not _check_fused_paths(match, frozenset(skip), frozenset(guarded_statements), twin):
+        return False
+    match.plan = "fallback"
+    match.region = region
+    match.region_ifs = [*region_ifs, *absorbed]
+    match.fallback_test = _disjunction(tests) if tests else None
+    return True
+
+
+def _check_fused_paths(
+    match: Match, original_only: frozenset[int], guarded: frozenset[int], twin: Optional[Match] = None
+) -> bool:
+    """The usual checks on the paths where every fallback test is false (no event in the statements only those
+    tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
+    `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
+    fused = 0
+    for path in match.cls.forward_paths:
+        if any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
+            continue
+        candidate = match
+        keys = {(id(n.expr), n.layer) for n in match.nodes}
+        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
+        if twin is not None and {(id(n.expr), n.layer) for n in occ} != keys:
+            candidate = twin
+            keys = {(id(n.expr), n.layer) for n in twin.nodes}
+            occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
+        if not occ:
+            continue
+        if {(id(n.expr), n.layer) for n in occ} != keys:
+            return False
+        deleted = {id(s) for s in candidate.deleted}
+        if not _check_complete_path(candidate, path, occ, keys, deleted, guarded):
+            return False
+        fused += 1
+    return fused > 0
+
+
+def _suite(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    return suite.body if isinstance(suite, cst.IndentedBlock) else []  # type: ignore[return-value]
+
+
+def _written(node: cst.CSTNode) -> set[str]:
+    return {n for n in _written_names(node) if not n.startswith("self.")}
+
+
+def _statement_ids(node: cst.CSTNode) -> set[int]:
+    return {id(n) for n in cstwalk.walk(node) if isinstance(n, (cst.BaseStatement, cst.BaseSmallStatement))}
+
+
+def _names_in(expr: cst.BaseExpression) -> set[str]:
+    return {n.value for n in cstwalk.walk(expr) if isinstance(n, cst.Name)}
+
+
+def _guarded_reads(stmt: cst.CSTNode, names: set[str]) -> Optional[list[cst.BaseExpression]]:
+    """The simple tests guarding every read of `names` in `stmt` (true arm of an `if`/conditional expression);
+    None when some read is not guarded that way (or sits in a nested scope, which may run later)."""
+    tests: list[cst.BaseExpression] = []
+
+    def visit(node: cst.CSTNode, guard: Optional[cst.BaseExpression]) -> bool:
+        if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+            return not (_names_in_node(node) & names)
+        if isinstance(node, cst.If):
+            return (
+                visit(node.test, guard)
+                and visit(node.body, node.test if simple_condition(node.test) else guard)
+                and (node.orelse is None or visit(node.orelse, guard))
+            )
+        if isinstance(node, cst.IfExp):
+            return (
+                visit(node.test, guard)
+                and visit(node.body, node.test if simple_condition(node.test) else guard)
+                and visit(node.orelse, guard)
+            )
+        if isinstance(node, cst.Attribute):
+            return visit(node.value, guard)
+        if isinstance(node, cst.Arg):
+            return visit(node.value, guard)
+        if isinstance(node, cst.Name) and node.value in names:
+            if guard is None:
+                return False
+            tests.append(guard)
+            return True
+        return all(visit(child, guard) for child in cstwalk.children(node))
+
+    return tests if visit(stmt, None) else None
+
+
+def _names_in_node(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}
+
+
+def _disjunction(tests: list[cst.BaseExpression]) -> cst.BaseExpression:
+    parts = [
+        t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        if isinstance(t, cst.BooleanOperation) and not t.lpar
+        else t
+        for t in tests
+    ]
+    out = parts[0]
+    for part in parts[1:]:
+        out = cst.BooleanOperation(out, cst.Or(), part)
+    return out
+
+
+# Absorbed `if`s: `if X is not None: s = s + X` inside the region is an optional node of the pattern that runs
+# exactly when X is not None; the target passes X as the node's keyword either way (None is what an absent optional
+# node leaves out), so the `if` is dropped from the fused copy instead of becoming a fallback condition.
+
+
+def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
+    """A match whose only nodes outside the anchor's block are optional nodes absorbed as above: checked with its
+    twin (the match without them) on the paths that skip them, then planned as a fallback region."""
+    rule = match.rule
+    assert rule.forward is not None
+    anchor = max(match.nodes, key=lambda n: n.index)
+    absorbed_ifs: list[cst.If] = []
+    absorbed_nodes: set[int] = set()
+    twin_env = dict(match.env)
+    twin_skipped = set(match.skipped)
+    for i, node in enumerate(aligned):
+        if node is None or node.site.block is anchor.site.block:
+            continue
+        pattern = rule.forward.source[i]
+        if_stmt = _absorbing_if(node, anchor)
+        if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or if_stmt is None:
+            return False
+        first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
+        atoms = pattern.operands if isinstance(pattern, OpNode) else pattern.args.positional
+        others = [a for a in atoms if isinstance(a, Var) and a != first]
+        tested = if_stmt.test.left.value  # type: ignore[attr-defined]
+        if not others or any(_bound_name(match.env.get(a.name)) != tested for a in others):
+            return False
+        absorbed_ifs.append(if_stmt)
+        absorbed_nodes.add(id(node))
+        twin_skipped.add(i)
+        for a in others:
+            twin_env.pop(a.name, None)
+        assert isinstance(first, Var)
+        twin_env[pattern.outputs[0].name] = twin_env[first.name]
+    if not absorbed_ifs:
+        return False
+    twin = Match(rule, match.cls, match.path, [n for n in match.nodes if id(n) not in absorbed_nodes], twin_env)
+    twin.skipped = frozenset(twin_skipped)
+    if _plan(twin) != "block" or not _outputs_assigned(twin):
+        return False
+    twin.plan = "block"
+    match.anchor, match.deleted = twin.anchor, twin.deleted
+    match.names = _names_at_anchor(match)
+    return _plan_fallback(match, twin, tuple(absorbed_ifs))
+
+
+def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:
+    """The ``if X is not None:`` of the anchor's block whose whole body is `node`'s statement ``name = node``."""
+    if not node.whole_statement or node.site.inline_stack != anchor.site.inline_stack or not _deletable(node.site.small):
+        return None
+    for stmt in anchor.site.block:
+        if not isinstance(stmt, cst.If) or stmt.body is not node.site.owner or stmt.orelse is not None:
+            continue
+        test = stmt.test
+        if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1):
+            return None
+        comp = test.comparisons[0]
+        if not (isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"):
+            return None
+        body = _suite(stmt.body)
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or list(body[0].body) != [node.site.small]:
+            return None
+        return stmt
+    return None
+
+
+def _bound_name(bound: Optional[Binding]) -> Optional[str]:
+    return bound.text if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%") else None

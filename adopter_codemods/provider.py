@@ -41,6 +41,11 @@ _BINARY_OPS: dict[type, str] = {
     cst.Divide: "/",
     cst.MatrixMultiply: "@",
 }
+# Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
+# follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
+# these: every other method call stays an opaque expression, and a compound statement holding only method calls is
+# still folded (they do not count in `_has_dsl_call`), so the number of paths does not change.
+TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
 _MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
 _TRANSPARENT_DECORATORS = (
@@ -208,6 +213,10 @@ class _ClassWalker:
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
         # inlining in generation code multiplies paths: seconds per method).
         self.on_its_own = False
+        # Walk `if`s with a simple test holding tensor ops as separate paths (`_guards_ops`); a function whose paths
+        # then exceed the limit is walked again without, as before that split existed.
+        self.split_guarded_ifs = True
+        self.guarded_ifs_split = False  # whether the current walk split any
         # Paths revisit the same statements and nested expressions many times: memoise their name scans.
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
@@ -294,7 +303,7 @@ class _ClassWalker:
     def forward_paths(self) -> list[Path]:
         # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
         forward = self.info.methods.get("forward")
-        return self.function_paths(forward) if forward is not None else []
+        return self.paths_within_limit(forward) if forward is not None else []
 
     def other_paths(self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]) -> list[Path]:
         """Paths through each function walked on its own, helpers not inlined (class methods other than forward,
@@ -306,7 +315,7 @@ class _ClassWalker:
             if fn.name.value in self.inlined or not self.standalone(fn):
                 continue
             try:
-                paths.extend(self.function_paths(fn))
+                paths.extend(self.paths_within_limit(fn))
             except TooManyPaths:
                 skipped.append((fn, f"more than {MAX_OTHER_PATHS} control-flow paths in {fn.name.value}"))
             except RecursionError:
@@ -322,6 +331,21 @@ class _ClassWalker:
             if name not in _TRANSPARENT_DECORATORS and self.table.resolve(expr) not in _TRANSPARENT_DECORATORS:
                 return False
         return not fn.asynchronous
+
+    def paths_within_limit(self, fn: cst.FunctionDef) -> list[Path]:
+        """`function_paths`, retried without splitting `_guards_ops` ifs when that exceeds the path limit."""
+        self.guarded_ifs_split = False
+        try:
+            return self.function_paths(fn)
+        except TooManyPaths:
+            if not self.guarded_ifs_split:
+                raise
+            self.split_guarded_ifs = False
+            try:
+                return self.function_paths(fn)
+            finally:
+                self.split_guarded_ifs = True
+        self.guarded_ifs_split = False  # whether the current walk split any
 
     def function_paths(self, fn: cst.FunctionDef) -> list[Path]:
         """Every control-flow path through one function, ``self`` helpers inlined."""
@@ -422,7 +446,11 @@ class _ClassWalker:
 
     def is_interesting(self, node: cst.CSTNode) -> bool:
         """Whether a compound statement holds a layer/function/helper call worth separate paths."""
-        return _has_dsl_call(self, node)
+        if _has_dsl_call(self, node):
+            return True
+        split = self.split_guarded_ifs and _guards_ops(node)
+        self.guarded_ifs_split = self.guarded_ifs_split or split
+        return split
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []
@@ -746,11 +774,14 @@ class _ClassWalker:
             qualname = self.table.resolve(call.func)
             if qualname is not None:
                 qualname = canonical_torch_name(qualname)
+        positional = [a.value for a in call.args if a.keyword is None]
+        method = _tensor_method(call) if kind == "func" and qualname is None else None
+        if method is not None:
+            qualname, positional = "torch.Tensor." + method, [call.func.value, *positional]  # type: ignore[attr-defined]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
         if kind == "layer" and len(bindings) == 1 and bindings[0].elements:
             return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
-        positional = [a.value for a in call.args if a.keyword is None]
         keyword = [a for a in call.args if a.keyword is not None]
         out = []
         for q, vals in self.walk_values(positional + [a.value for a in keyword], small, line, ctx, p, call):
@@ -873,6 +904,52 @@ def _inlinable(method: cst.FunctionDef) -> bool:
         and not method.decorators
         and not method.asynchronous
     )
+
+
+def _tensor_method(call: cst.Call) -> Optional[str]:
+    """``name`` for ``<expr>.name(...)`` with ``name`` in TENSOR_METHODS and a receiver other than ``self`` (whose
+    methods are helpers or layers); the caller has checked the callee is no imported name (``torch.transpose``)."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value not in TENSOR_METHODS:  # type: ignore[attr-defined]
+        return None
+    receiver = func.value  # type: ignore[attr-defined]
+    if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
+        return None
+    return func.attr.value  # type: ignore[attr-defined]
+
+
+def simple_condition(test: cst.BaseExpression) -> bool:
+    """Names, `x is None`, `x is not None`, `not`, `and`/`or`: a value no call or attribute can change."""
+    if isinstance(test, cst.Name):
+        return test.value not in ("True", "False", "None")
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return simple_condition(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return simple_condition(test.left) and simple_condition(test.right)
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        none = isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"
+        return none and isinstance(comp.operator, (cst.Is, cst.IsNot))
+    return False
+
+
+def _guards_ops(node: cst.CSTNode) -> bool:
+    """An ``if`` with a simple test (`simple_condition`), no else, that updates a name by a tensor op on it, such as
+    ``if head_mask is not None: probs = probs * head_mask``: walked as separate paths, so a rule can tell the paths
+    that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
+    if type(node) is not cst.If or node.orelse is not None or not simple_condition(node.test):  # type: ignore[attr-defined]
+        return False
+    for line in _suite_body(node.body):  # type: ignore[attr-defined]
+        if type(line) is not cst.SimpleStatementLine:
+            return False
+        for small in line.body:  # type: ignore[attr-defined]
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name:
+                name, value = small.targets[0].target.value, small.value
+                if type(value) is cst.BinaryOperation and type(value.operator) in _BINARY_OPS and any(
+                    type(side) is cst.Name and side.value == name for side in (value.left, value.right)
+                ):
+                    return True
+    return False
 
 
 def _not_a_scope(node: cst.CSTNode) -> bool:
@@ -1001,6 +1078,10 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
             callee = table.resolve(node.func)  # type: ignore[attr-defined]
             if callee is not None:
                 scan.callees.add(canonical_torch_name(callee))
+            else:
+                method = _tensor_method(node)  # type: ignore[arg-type]
+                if method is not None:
+                    scan.callees.add("torch.Tensor." + method)
             stored = _stored_by_call(node)  # type: ignore[arg-type]
             if stored is not None:
                 on_self, name = stored

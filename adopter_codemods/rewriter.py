@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from . import cstwalk
-from .dsl import Atom, CallNode, Const
+from .dsl import Atom, CallNode, Const, Var
 from .matcher import InitArg, LayerRef, Match, RestArgs, layers_to_delete
 from .qualnames import ImportTable
 from .structure import Value
@@ -84,6 +84,7 @@ def build_call(
     args.extend(
         cst.Arg(_atom_expr(a, match), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         for k, a in target.args.keywords
+        if not (isinstance(a, Var) and a.name not in match.env)  # bound only by an absent optional node
     )
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -102,10 +103,12 @@ class EditPlan:
     imports: set[str] = field(default_factory=set)
     init_statements: set[int] = field(default_factory=set)  # id(__init__ line) edited: shared edits are merged
     init_nodes: set[int] = field(default_factory=set)  # ids among `replace`/`delete` that are __init__ edits
+    remove_lines: set[int] = field(default_factory=set)  # id(statement) dropped from its block (fallback region)
+    region: set[int] = field(default_factory=set)  # every statement inside a fallback region: no other edit there
 
     def footprint(self) -> set[int]:
         """Forward-side nodes this plan edits (``__init__`` edits are compared separately)."""
-        return (set(self.replace) | self.delete | set(self.branch_copies)) - self.init_nodes
+        return (set(self.replace) | self.delete | set(self.branch_copies) | self.region) - self.init_nodes
 
 
 def plan_match(match: Match) -> EditPlan:
@@ -131,6 +134,10 @@ def plan_match(match: Match) -> EditPlan:
     assert isinstance(target, CallNode)
     anchor = match.anchor
     call = build_call(target, match, plan.imports, anchor.call)
+    if match.plan == "fallback":
+        _plan_fallback(match, call, plan)
+        _plan_init(match, plan)
+        return plan
     if len(target.outputs) == 1:
         _put(plan, anchor.expr, call)
     else:
@@ -144,6 +151,59 @@ def plan_match(match: Match) -> EditPlan:
         plan.originals[id(match.branch_if)] = match.branch_if
     _plan_init(match, plan)
     return plan
+
+
+def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
+    """``if <test>: <region as written> else: <region fused>`` in place of the region (matcher's plan "fallback")."""
+    assert match.anchor is not None
+    fused_plan = EditPlan(delete={id(s) for s in match.deleted})
+    _put(fused_plan, match.anchor.expr, call)
+    dropped = {id(i) for i in match.region_ifs}
+    apply = _Apply(fused_plan)
+    fused: list[cst.BaseStatement] = []
+    for line in match.region:
+        if id(line) in dropped:  # a placeholder, so its comments move on as a deleted line's do
+            placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=line.leading_lines)
+            apply.emptied[id(placeholder)] = placeholder
+            fused.append(placeholder)
+        else:
+            fused.append(line.visit(apply))  # type: ignore[arg-type]
+    fused_lines, _ = _drop_empty_lines(fused, apply.emptied)  # type: ignore[arg-type]
+    region = [*match.region]
+    head = region[0]
+    if match.fallback_test is None:  # only absorbed ifs: the fused copy is all there is
+        _put(plan, head, cst.FlattenSentinel(fused_lines))
+    else:
+        _put(plan, head, _fallback_if(match.fallback_test, region, fused_lines))
+    for line in region[1:]:
+        plan.remove_lines.add(id(line))
+        plan.originals[id(line)] = line
+    for line in region:
+        plan.region |= {id(n) for n in _statements_in(line)}
+
+
+def _fallback_if(test: cst.BaseExpression, region: list[cst.BaseStatement], fused_lines: list[cst.BaseStatement]) -> cst.If:
+    head = region[0]
+    return cst.If(
+        test=test.deep_clone(),
+        body=cst.IndentedBlock(body=[head.with_changes(leading_lines=[]), *region[1:]]),  # type: ignore[attr-defined]
+        # The comments stay with the code as written, in the first arm.
+        orelse=cst.Else(cst.IndentedBlock(body=[line.with_changes(leading_lines=[]) for line in fused_lines])),  # type: ignore[attr-defined]
+        leading_lines=head.leading_lines,  # type: ignore[attr-defined]
+    )
+
+
+def _statements_in(node: cst.CSTNode) -> list[cst.CSTNode]:
+    out: list[cst.CSTNode] = []
+
+    class Collect(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, (cst.BaseStatement, cst.BaseSmallStatement)):
+                out.append(n)
+            return True
+
+    node.visit(Collect())
+    return out
 
 
 def _plan_init(match: Match, plan: EditPlan) -> None:
@@ -198,6 +258,7 @@ def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
         merged.originals.update(plan.originals)
         merged.delete |= plan.delete
         merged.branch_copies.update(plan.branch_copies)
+        merged.remove_lines |= plan.remove_lines
         merged.imports |= plan.imports
     return merged
 
@@ -218,6 +279,8 @@ class _Apply(cst.CSTTransformer):
         return self.holding is None or id(node) in self.holding
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
+        if id(original_node) in self.plan.remove_lines and self.plan.originals.get(id(original_node)) is original_node:
+            return cst.RemovalSentinel.REMOVE
         replacement = self.plan.replace.get(id(original_node))
         if replacement is not None and self.plan.originals.get(id(original_node)) is original_node:
             return replacement

@@ -144,5 +144,40 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
     return True
 
 
+# ------------------------------------------------------------------------------------------ ADP010 FuseAttentionCore
+
+# `masked_fill` values the kernel reproduces by name (quotes and spaces normalised): -inf, and finfo.min of the scores'
+# own dtype (the kernel takes finfo(scores.dtype).min, so `torch.finfo(<scores>.dtype).min` must name the receiver).
+_MINUS_INF = frozenset({"float('-inf')", "-float('inf')", "-math.inf", "-torch.inf", "-numpy.inf", "-np.inf"})
+
+
+def _normalised(expr: cst.BaseExpression) -> str:
+    return cst.Module([]).code_for_node(expr).replace('"', "'").replace(" ", "")
+
+
+@guard
+def attention_fill_values(match: Match) -> bool:
+    """ADP010: a matched ``scores.masked_fill(m, value)`` fills with exactly what the target's keyword says:
+    ``masked_inf`` -inf, ``masked_min`` ``torch.finfo(scores.dtype).min`` (``scores`` being the filled tensor)."""
+    for fill_var, kind in (("fill_inf", "inf"), ("fill_min", "min")):
+        value = match.env.get(fill_var)
+        if value is None:
+            continue  # that masked_fill is absent
+        assert isinstance(value, Value)
+        text = _normalised(value.expr)
+        if kind == "inf" and text not in _MINUS_INF:
+            return False
+        if kind == "min":
+            filled = next(
+                (n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None
+            )
+            receiver = filled.args[0] if filled is not None else None
+            if receiver is None or receiver.kind != "var" or receiver.text.startswith("%"):
+                return False
+            if text != f"torch.finfo({receiver.text}.dtype).min":
+                return False
+    return True
+
+
 # ADP011/ADP013 judge a class or helper defined elsewhere in the file; importing the module registers their guards.
 from . import structural_guards  # noqa: E402,F401

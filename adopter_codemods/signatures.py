@@ -63,6 +63,15 @@ SIGNATURES: dict[str, tuple[tuple[str, Optional[str]], ...]] = {
     "torch.nn.SiLU": (("inplace", "False"),),
     "torch.nn.functional.softmax": (("input", None), ("dim", "None"), ("_stacklevel", "3"), ("dtype", "None")),
     "torch.nn.functional.gelu": (("input", None), ("approximate", "'none'")),
+    "torch.softmax": (("input", None), ("dim", None), ("dtype", "None")),
+    # ADP004's drop-in, so ADP010 still matches a core whose softmax ADP004 rewrote first (AdoptAll)
+    "adopter_kernels.softmax": (("input", None), ("dim", "None"), ("_stacklevel", "3"), ("dtype", "None")),
+    "torch.Tensor.softmax": (("self", None), ("dim", None), ("dtype", "None")),
+    "torch.Tensor.masked_fill": (("self", None), ("mask", None), ("value", None)),
+    "torch.Tensor.transpose": (("self", None), ("dim0", None), ("dim1", None)),
+    "torch.nn.functional.dropout": (("input", None), ("p", "0.5"), ("training", "True"), ("inplace", "False")),
+    "torch.matmul": (("input", None), ("other", None)),
+    "torch.bmm": (("input", None), ("mat2", None)),
     "torch.nn.functional.relu": (("input", None), ("inplace", "False")),
     "torch.nn.functional.silu": (("input", None), ("inplace", "False")),
 }

@@ -16,6 +16,7 @@ routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton
 | ADP007 | ``conv_bn2d(input, conv, bn)``, ``FusedSequential``        |
 | ADP008 | ``linear_bn1d(input, linear, bn)``, ``FusedSequential``    |
 | ADP009 | ``packed_qkv_linear(input, q, k, v)``                      |
+| ADP010 | ``attention_core(query, key_t, value, *, scale, ...)``     |
 | ADP011 | ``rms_norm_module(cls, cast, weight, eps)``, ``rms_norm``  |
 | ADP012 | ``gated_linear_unit(input, gate, up, activation, **kw)``   |
 | ADP013 | ``rotary_embedding(x, cos, sin)``                          |
@@ -33,6 +34,7 @@ from ._cache import clear_weight_cache
 from ._dispatch import BACKEND_ENV, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
 from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
+from .attention_core import attention_core
 from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
 from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm
 from .gated_mlp import gated_linear_unit
@@ -45,6 +47,7 @@ __all__ = [
     "BACKEND_ENV",
     "FusedDropoutAddLayerNorm",
     "FusedSequential",
+    "attention_core",
     "bert_self_attention_sdpa",
     "classify_activation",
     "clear_weight_cache",

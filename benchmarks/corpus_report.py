@@ -1,4 +1,4 @@
-"""All nine rules over every PyTorch ``modeling_*.py`` of the installed transformers release.
+"""All rules over every PyTorch ``modeling_*.py`` of the installed transformers release.
 
 Prints findings per rule, files that failed and why, the time taken, and checks that every rewritten file still
 parses and is idempotent (a second AdoptAll run changes nothing). A script, not a test:

@@ -198,6 +198,9 @@ SUITE: dict[str, ModelSpec] = {
         ModelSpec("groupvit", "GroupViT-style Linear+BatchNorm1d projections (reference)",
                   "gpu_bench.models.groupvit_linear_bn", _reference_build, _reference_inputs,
                   batch_size={"tiny": 4, "base": 512}, seq_len={"tiny": None, "base": None}),
+        ModelSpec("nanogpt", "nanoGPT-style blocks, hand-written causal attention (reference; ADP010)",
+                  "gpu_bench.models.nanogpt_attention", _reference_build, _reference_inputs,
+                  batch_size={"tiny": 2, "base": 8}, seq_len={"tiny": None, "base": None}),
     )
 }
 

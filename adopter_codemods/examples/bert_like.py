@@ -1,4 +1,4 @@
-"""A small BERT-like model with one instance of each of the nine patterns Adopter rewrites.
+"""A small BERT-like model with one instance of each pattern Adopter rewrites (one site per built-in rule).
 
 Run ``python -m adopter_codemods demo`` to see the diff AdoptAll produces for this file (nothing is written).
 The file is executable with torch and transformers installed: ``make_example()`` builds the model with tiny sizes.
@@ -132,7 +132,7 @@ class ClassifierHead(nn.Module):
     def forward(self, hidden_states):
         pooled = self.dense(hidden_states[:, 0])
         pooled = self.norm(pooled)
-        return self.classifier(torch.tanh(pooled))
+        return F.softmax(self.classifier(torch.tanh(pooled)), dim=-1)
 
 
 class HubAttentions(nn.Module):
@@ -159,11 +159,69 @@ class HubAttentions(nn.Module):
         return self.gpt2(hidden_states)[0]
 
 
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(x, cos, sin):
+    x_embed = (x * cos) + (rotate_half(x) * sin)
+    return x_embed
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaStyleBlock(nn.Module):
+    """RMSNorm, rotary position embedding and a SwiGLU MLP, written as LLaMA-family decoders write them."""
+
+    def __init__(self, config, max_positions=64):
+        super().__init__()
+        self.norm = RMSNorm(config.hidden_size, eps=1e-6)
+        self.mlp = GatedMLP(config)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, config.hidden_size, 2) / config.hidden_size))
+        angles = torch.outer(torch.arange(max_positions), inv_freq)
+        emb = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+    def forward(self, hidden_states):
+        seq = hidden_states.shape[1]
+        cos, sin = self.cos_cached[:seq], self.sin_cached[:seq]
+        normed = apply_rotary_pos_emb(self.norm(hidden_states), cos, sin)
+        return hidden_states + self.mlp(normed)
+
+
 class TinyBert(nn.Module):
     def __init__(self, config, num_layers=2):
         super().__init__()
         self.embeddings = PatchEmbedding(config)
         self.layers = nn.ModuleList([Layer(config) for _ in range(num_layers)])
+        self.llama_block = LlamaStyleBlock(config)
         self.hub = HubAttentions(config)
         self.head = ClassifierHead(config)
 
@@ -171,7 +229,7 @@ class TinyBert(nn.Module):
         hidden_states = self.embeddings(pixels)
         for layer in self.layers:
             hidden_states = layer(hidden_states)
-        return self.head(self.hub(hidden_states))
+        return self.head(self.hub(self.llama_block(hidden_states)))
 
 
 def make_example():

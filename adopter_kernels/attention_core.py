@@ -1,0 +1,199 @@
+"""ADP010: a hand-written attention core as one call, ``F.scaled_dot_product_attention`` where provably the same.
+
+What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exactly what the rewritten code wrote::
+
+    scores = query @ key_t          # key_t: the key as the code transposed it, [..., E, S]; torch.bmm if batched
+    scores = scores * scale                                           # if given
+    scores = scores / divisor                                         # if given
+    scores = scores + mask                                            # if given (additive mask, relative bias, ...)
+    scores = scores.masked_fill(masked_inf, float("-inf"))            # if given
+    scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)  # if given
+    probs = softmax(scores, dim=-1)
+    probs = dropout(probs)          # an nn.Dropout module, or F.dropout(probs, dropout_p, training)
+    return probs @ value            # torch.bmm if batched
+
+The key is passed as the code transposed it, so any transpose the original wrote (``k.transpose(-1, -2)``,
+``k.transpose(1, 2)`` of a 3-D tensor, ...) is reproduced as written; the fast path transposes it back.
+
+Reference path (``ADOPTER_KERNELS_BACKEND=reference``, and every input the fast path does not take): the code
+above, op for op, so it is the original computation (same rounding, same random numbers for dropout).
+
+Fast path (any device): ``F.scaled_dot_product_attention(query, key_t.transpose(-2, -1), value, attn_mask, ...)``,
+only where it computes the same function up to rounding:
+
+- query, key and value of one floating dtype, the same rank (3 or 4) and the same leading (batch/head) dims, no
+  autocast (autocast runs eager's softmax in float32, SDPA in its own way);
+- the scale a Python number (``scale`` or ``1 / divisor``), not a tensor;
+- an additive ``mask`` of the query's dtype whose broadcast with the scores is the scores' shape, whose values
+  are all finite and where every row keeps a key (an entry >= -1e4): HF's padding/causal ``finfo.min`` masks
+  qualify. A row that keeps no key (a fully padded query, a row of ``-inf``) is uniform or NaN in eager, and SDPA
+  gives zeros (``-inf``) or the same output with another gradient (measured on torch 2.13: a row of ``finfo.min``
+  or ``-1e20`` entries in float64): such inputs run the reference path;
+- boolean ``masked_inf``/``masked_min`` (not both) broadcasting to the scores' shape, where every row keeps at
+  least one key (checked on the data): masked keys get probability 0 in both; a fully masked row (NaN or uniform
+  in eager) runs the reference path;
+- dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) or the functional form; SDPA gets
+  ``dropout_p = p if training else 0.0``. In training with ``p > 0`` SDPA draws its own random numbers: the same
+  distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
+  exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA run exactly.
+
+The mask and row checks read the data (a device synchronisation on CUDA).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import _dispatch
+
+__all__ = ["attention_core"]
+
+# An additive-mask entry at or above this keeps its key. Below it the entry swamps the scores (HF masks use
+# finfo.min, old GPT-2 code -1e4): a row without a kept key runs the reference path.
+_KEPT = -1e4
+
+
+def attention_core(
+    query: Tensor,
+    key_t: Tensor,
+    value: Tensor,
+    *,
+    scale: Optional[Union[float, Tensor]] = None,
+    divisor: Optional[Union[float, Tensor]] = None,
+    mask: Optional[Tensor] = None,
+    masked_inf: Optional[Tensor] = None,
+    masked_min: Optional[Tensor] = None,
+    dropout: Optional[nn.Module] = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+    batched: bool = False,
+) -> Tensor:
+    """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``."""
+    args = (query, key_t, value, scale, divisor, mask, masked_inf, masked_min, dropout, dropout_p, training, batched)
+    if _dispatch.current_backend() != "reference":
+        fast = _sdpa(*args)
+        if fast is not None:
+            return fast
+    return _reference(*args)
+
+
+def _reference(
+    query: Tensor,
+    key_t: Tensor,
+    value: Tensor,
+    scale: Optional[Union[float, Tensor]],
+    divisor: Optional[Union[float, Tensor]],
+    mask: Optional[Tensor],
+    masked_inf: Optional[Tensor],
+    masked_min: Optional[Tensor],
+    dropout: Optional[nn.Module],
+    dropout_p: float,
+    training: bool,
+    batched: bool,
+) -> Tensor:
+    matmul = torch.bmm if batched else torch.matmul
+    scores = matmul(query, key_t)
+    if scale is not None:
+        scores = scores * scale
+    if divisor is not None:
+        scores = scores / divisor
+    if mask is not None:
+        scores = scores + mask
+    if masked_inf is not None:
+        scores = scores.masked_fill(masked_inf, float("-inf"))
+    if masked_min is not None:
+        scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)
+    probs = F.softmax(scores, dim=-1)
+    if dropout is not None:
+        probs = dropout(probs)
+    else:
+        probs = F.dropout(probs, p=dropout_p, training=training)
+    return matmul(probs, value)
+
+
+def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union[float, Tensor]]) -> Optional[float]:
+    """The SDPA ``scale`` for a Python-number scale/divisor; None when either is something else (a tensor)."""
+    if scale is not None and divisor is not None:
+        return None
+    factor = scale if scale is not None else divisor
+    if factor is None:
+        return 1.0
+    if isinstance(factor, bool) or not isinstance(factor, Real):
+        return None
+    factor = float(factor)
+    if scale is not None:
+        return factor
+    return 1.0 / factor if factor != 0.0 and math.isfinite(factor) else None
+
+
+def _sdpa(
+    query: Tensor,
+    key_t: Tensor,
+    value: Tensor,
+    scale: Optional[Union[float, Tensor]],
+    divisor: Optional[Union[float, Tensor]],
+    mask: Optional[Tensor],
+    masked_inf: Optional[Tensor],
+    masked_min: Optional[Tensor],
+    dropout: Optional[nn.Module],
+    dropout_p: float,
+    training: bool,
+    batched: bool,
+) -> Optional[Tensor]:
+    """SDPA where it is provably the reference's function (module docstring); None otherwise."""
+    tensors = (query, key_t, value)
+    if not all(isinstance(t, Tensor) for t in tensors) or not query.is_floating_point():
+        return None
+    if any(t.dtype != query.dtype or t.device != query.device for t in tensors):
+        return None
+    if query.dim() not in ((3,) if batched else (3, 4)) or key_t.dim() != query.dim() or value.dim() != query.dim():
+        return None
+    lead = query.shape[:-2]
+    if key_t.shape[:-2] != lead or value.shape[:-2] != lead or key_t.shape[-2] != query.shape[-1]:
+        return None
+    if key_t.shape[-1] != value.shape[-2] or any(_dispatch._autocast_on(t.device.type) for t in tensors):
+        return None
+    sdpa_scale = _python_scale(scale, divisor)
+    if sdpa_scale is None:
+        return None
+    scores_shape = (*lead, query.shape[-2], key_t.shape[-1])
+    attn_mask: Optional[Tensor] = None
+    if sum(m is not None for m in (mask, masked_inf, masked_min)) > 1:
+        return None
+    masked = masked_inf if masked_inf is not None else masked_min
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != query.dtype or mask.device != query.device:
+            return None
+        if mask.dim() > len(scores_shape) or torch.broadcast_shapes(mask.shape, scores_shape) != scores_shape:
+            return None
+        # Every row must keep a key: where the mask swamps a whole row's scores (HF padding rows of finfo.min,
+        # -inf rows), SDPA's output or gradient differs from eager's (uniform/NaN rows; measured).
+        if not bool(torch.isfinite(mask).all()) or not bool((mask.amax(dim=-1) >= _KEPT).all()):
+            return None
+        attn_mask = mask
+    if masked is not None:
+        if not isinstance(masked, Tensor) or masked.dtype != torch.bool or masked.device != query.device:
+            return None
+        if masked.dim() > len(scores_shape) or torch.broadcast_shapes(masked.shape, scores_shape) != scores_shape:
+            return None
+        keep = ~masked
+        if not bool(keep.any(dim=-1).all()):
+            return None  # a fully masked row: NaN (-inf) or uniform (finfo.min) in eager
+        attn_mask = keep
+    if dropout is not None:
+        if not _dispatch.is_plain(dropout, nn.Dropout):
+            return None
+        p = float(dropout.p) if dropout.training else 0.0
+    else:
+        p = float(dropout_p) if training else 0.0
+    if p > 0.0 and not query.is_cuda:
+        return None  # off CUDA SDPA's speed is not worth another random sample: the reference draws the original's
+    return F.scaled_dot_product_attention(
+        query, key_t.transpose(-2, -1), value, attn_mask=attn_mask, dropout_p=p, scale=sdpa_scale
+    )

@@ -1,0 +1,196 @@
+"""ADP010: attention_core == the hand-written attention it replaces, on the SDPA fast path and the reference path
+(float64, CPU); the fast path is taken exactly where the module docstring says."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import adopter_kernels
+from adopter_kernels import attention_core, use_backend
+
+B, H, L, S, E = 2, 3, 5, 6, 8
+
+
+def _qkv(rank: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    lead = (B, H) if rank == 4 else (B * H,)
+    shape = lambda n: (*lead, n, E)  # noqa: E731
+    return tuple(torch.randn(shape(n), generator=g, dtype=torch.float64, requires_grad=True) for n in (L, S, S))  # type: ignore[return-value]
+
+
+def _eager(q, k, v, *, scale=None, divisor=None, mask=None, masked_inf=None, masked_min=None, drop=None):  # type: ignore[no-untyped-def]
+    """The code the rule rewrites, written out by hand."""
+    s = q @ k.transpose(-2, -1)
+    if scale is not None:
+        s = s * scale
+    if divisor is not None:
+        s = s / divisor
+    if mask is not None:
+        s = s + mask
+    if masked_inf is not None:
+        s = s.masked_fill(masked_inf, float("-inf"))
+    if masked_min is not None:
+        s = s.masked_fill(masked_min, torch.finfo(s.dtype).min)
+    p = F.softmax(s, dim=-1)
+    if drop is not None:
+        p = drop(p)
+    return p @ v
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = F.scaled_dot_product_attention
+
+    def counting(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
+    return calls
+
+
+def _check(fn_new: Callable[..., torch.Tensor], fn_old: Callable[..., torch.Tensor], rank: int = 4) -> None:
+    outs, grads = [], []
+    for fn in (fn_old, fn_new):
+        q, k, v = _qkv(rank)
+        out = fn(q, k, v)
+        out.backward(torch.ones_like(out))
+        outs.append(out.detach())
+        grads.append([t.grad for t in (q, k, v)])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-9, atol=1e-9, equal_nan=True)
+    for g_new, g_old in zip(grads[1], grads[0]):
+        torch.testing.assert_close(g_new, g_old, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def _causal_masked() -> torch.Tensor:
+    return torch.ones(L, S, dtype=torch.bool).tril(1).logical_not().view(1, 1, L, S)
+
+
+CASES = {
+    "scale": dict(scale=0.3),
+    "divisor": dict(divisor=math.sqrt(E)),
+    "no scale (q pre-scaled)": dict(),
+    "additive mask": dict(divisor=math.sqrt(E), mask=torch.randn(B, 1, 1, S, dtype=torch.float64)),
+    "hf finfo.min padding mask": dict(
+        scale=0.5,
+        mask=torch.zeros(B, 1, 1, S, dtype=torch.float64).index_fill_(3, torch.tensor([0, 4]), torch.finfo(torch.float64).min),
+    ),
+    "causal masked_fill -inf": dict(scale=0.5, masked_inf=_causal_masked()),
+    "causal masked_fill finfo.min": dict(scale=0.5, masked_min=_causal_masked()),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fast_path_matches_eager(name: str, sdpa_calls: list[int]) -> None:
+    kw = CASES[name]
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, **kw), lambda q, k, v: _eager(q, k, v, **kw))
+    assert sdpa_calls, "expected the SDPA fast path"
+
+
+def test_three_dim_bmm_form(sdpa_calls: list[int]) -> None:
+    _check(
+        lambda q, k, v: attention_core(q, k.transpose(1, 2), v, batched=True),
+        lambda q, k, v: torch.bmm(F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1), v),
+        rank=3,
+    )
+    assert sdpa_calls
+
+
+@pytest.mark.parametrize("kind", ["masked_inf", "masked_min"])
+def test_fully_masked_rows_run_the_reference(kind: str, sdpa_calls: list[int]) -> None:
+    masked = torch.zeros(B, 1, L, S, dtype=torch.bool)
+    masked[0, 0, 2] = True  # eager: NaN row (-inf) or uniform row (finfo.min); SDPA would give zeros
+    _check(
+        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, **{kind: masked}),
+        lambda q, k, v: _eager(q, k, v, scale=0.5, **{kind: masked}),
+    )
+    assert not sdpa_calls
+
+
+def test_bmm_form_keeps_bmm_errors() -> None:
+    q, k, v = _qkv(rank=4)
+    with pytest.raises(RuntimeError):
+        torch.bmm(q, k.transpose(-2, -1))
+    with pytest.raises(RuntimeError):
+        attention_core(q, k.transpose(-2, -1), v, batched=True)
+
+
+@pytest.mark.parametrize("row", [float("-inf"), torch.finfo(torch.float64).min, -1e20])
+def test_additive_mask_without_a_kept_key_runs_the_reference(row: float, sdpa_calls: list[int]) -> None:
+    mask = torch.zeros(B, 1, L, S, dtype=torch.float64)
+    mask[1, 0, 3] = row  # eager: NaN or uniform row; SDPA: zeros, or the same output with another gradient
+    _check(
+        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, mask=mask),
+        lambda q, k, v: _eager(q, k, v, mask=mask),
+    )
+    assert not sdpa_calls
+
+
+def test_tensor_scale_and_broadcasting_mask_run_the_reference(sdpa_calls: list[int]) -> None:
+    scale = torch.tensor(0.25, dtype=torch.float64)
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=scale), lambda q, k, v: _eager(q, k, v, scale=scale))
+    big = torch.zeros(4, B, H, L, S, dtype=torch.float64)  # broadcasting makes the scores bigger: not SDPA's job
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, mask=big), lambda q, k, v: _eager(q, k, v, mask=big))
+    assert not sdpa_calls
+
+
+def test_dropout_module_training() -> None:
+    drop = nn.Dropout(0.0)
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, dropout=drop), lambda q, k, v: _eager(q, k, v, scale=0.5, drop=drop))
+    drop = nn.Dropout(0.4)  # p > 0: the reference backend draws the same numbers as the original
+    with use_backend("reference"):
+        torch.manual_seed(3)
+        new = lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, dropout=drop)  # noqa: E731
+        outs = []
+        for fn in (new, lambda q, k, v: _eager(q, k, v, scale=0.5, drop=drop)):
+            torch.manual_seed(3)
+            outs.append(fn(*_qkv()).detach())
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+
+
+def test_dropout_only_in_training(sdpa_calls: list[int]) -> None:
+    drop = nn.Dropout(0.9).eval()
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, dropout=drop), lambda q, k, v: _eager(q, k, v, drop=drop))
+    _check(
+        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, dropout_p=0.9, training=False),
+        lambda q, k, v: _eager(q, k, v),
+    )
+    assert len(sdpa_calls) == 2
+
+
+def test_training_dropout_off_cuda_draws_the_original_sample(sdpa_calls: list[int]) -> None:
+    drop = nn.Dropout(0.4)
+    outs = []
+    for fn in (
+        lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.5, dropout=drop),
+        lambda q, k, v: _eager(q, k, v, scale=0.5, drop=drop),
+    ):
+        torch.manual_seed(5)
+        outs.append(fn(*_qkv()).detach())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    assert not sdpa_calls
+
+
+def test_dropout_with_hook_runs_the_reference(sdpa_calls: list[int]) -> None:
+    drop = nn.Dropout(0.0)
+    seen: list[int] = []
+    drop.register_forward_hook(lambda *_: seen.append(1))
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, dropout=drop), lambda q, k, v: _eager(q, k, v, drop=drop))
+    assert not sdpa_calls and len(seen) == 2
+
+
+def test_reference_backend_never_calls_sdpa(sdpa_calls: list[int]) -> None:
+    with use_backend("reference"):
+        _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=0.2), lambda q, k, v: _eager(q, k, v, scale=0.2))
+    assert not sdpa_calls
+
+
+def test_exported() -> None:
+    assert adopter_kernels.attention_core is attention_core

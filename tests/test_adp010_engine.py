@@ -1,0 +1,238 @@
+"""The engine extensions ADP010 brought, each on its own: optional `?` pattern nodes, tensor-method DSL nodes,
+simple-test `if`s holding tensor ops walked as separate paths, and the `fallback original` plan; plus ADP010's
+fixtures: every refusal is refused for the reason its name gives, and every positive really runs SDPA."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from adopter_codemods.api import rewrite_source
+from adopter_codemods.dsl import RuleSyntaxError, parse_rule
+from adopter_codemods.engine import find_all, rewrite_module
+from adopter_codemods.provider import build_module_structure
+from conftest import FIXTURES, expected_path
+
+OPTIONAL = parse_rule(
+    """\
+rule AddScaleRelu
+code ADP906
+forward:
+    $a + $b -> $c;
+    ?$c * $s -> $d;
+    torch.relu($d) -> $e
+    =>
+    kernels.add_relu($a, $b, scale=$s) -> $e
+"""
+)
+
+
+def _module(body: str, imports: str = "import torch\nfrom torch import nn\n") -> str:
+    return imports + "\n\nclass M(nn.Module):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+
+
+def _rewrite(source: str, rule=OPTIONAL) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    module = cst.parse_module(source)
+    found = find_all(build_module_structure(module), [rule])
+    return rewrite_module(module, [rule]).module.code, len(found)
+
+
+def test_optional_node_present_binds_its_variables() -> None:
+    code, n = _rewrite(_module("def forward(self, x, y):\n    h = x + y\n    h = h * 0.5\n    return torch.relu(h)\n"))
+    assert n == 1 and "return kernels.add_relu(x, y, scale=0.5)" in code
+
+
+def test_absent_optional_node_passes_through_and_its_keyword_is_left_out() -> None:
+    code, n = _rewrite(_module("def forward(self, x, y):\n    h = x + y\n    return torch.relu(h)\n"))
+    assert n == 1 and "return kernels.add_relu(x, y)" in code
+
+
+def test_optional_node_does_not_skip_a_present_step() -> None:
+    """Skipping is only data flow: a multiply by something else between still breaks the chain."""
+    _, n = _rewrite(_module("def forward(self, x, y):\n    h = x + y\n    h = h - 1.0\n    return torch.relu(h)\n"))
+    assert n == 0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("?* ;\n", "'?' marks a node"),
+        ("?$x * $y -> ($a, $b);\n", "passes a $variable through"),
+    ],
+)
+def test_optional_syntax_errors(text: str, message: str) -> None:
+    rule = f"rule R\ncode ADP907\nforward:\n    {text}    torch.relu($a) -> $e\n    =>\n    k.f($e) -> $e\n"
+    with pytest.raises(RuleSyntaxError, match=message.replace("$", r"\$").replace("(", r"\(")):
+        parse_rule(rule)
+
+
+def test_target_positional_bound_only_by_an_optional_node_is_an_error() -> None:
+    with pytest.raises(RuleSyntaxError, match="pass it by keyword"):
+        parse_rule("rule R\ncode ADP908\nforward:\n    $a + $b -> $c;\n    ?$c * $s -> $d;\n    torch.relu($d) -> $e\n"
+                   "    =>\n    k.f($a, $s) -> $e\n")
+
+
+def test_fallback_header_value() -> None:
+    with pytest.raises(RuleSyntaxError, match="fallback"):
+        parse_rule("rule R\ncode ADP909\nfallback fused\nforward:\n    torch.relu($a) -> $e\n    =>\n    k.f($a) -> $e\n")
+
+
+def test_tensor_methods_are_nodes_with_the_receiver_first() -> None:
+    source = _module(
+        """\
+        def forward(self, s, m, k):
+            t = k.transpose(-2, -1)
+            u = torch.transpose(k, 0, 1)
+            s = s.masked_fill(m, 0.0).softmax(dim=-1)
+            return s.view(2, 3)
+        """
+    )
+    structure = build_module_structure(cst.parse_module(source))
+    (path,) = structure.classes[0].forward_paths
+    nodes = [(n.qualname, [a.text for a in n.args], [k for k, _ in n.kwargs]) for n in path.nodes]
+    assert nodes[:3] == [
+        ("torch.Tensor.transpose", ["k", "-2", "-1"], []),
+        ("torch.transpose", ["k", "0", "1"], []),
+        ("torch.Tensor.masked_fill", ["s", "m", "0.0"], []),
+    ]
+    softmax = path.nodes[3]
+    assert softmax.qualname == "torch.Tensor.softmax" and softmax.args[0].vid == path.nodes[2].out  # chained
+    assert len(path.nodes) == 4  # `.view` is no node
+
+
+def test_only_simple_test_ifs_with_tensor_ops_split_paths() -> None:
+    source = _module(
+        """\
+        def forward(self, s, mask, flag):
+            if mask is not None:
+                s = s + mask
+            if flag:
+                n = 1
+            if self.training:
+                s = s * 2
+            return torch.relu(s)
+        """
+    )
+    (cls,) = build_module_structure(cst.parse_module(source)).classes
+    assert len(cls.forward_paths) == 2  # `if flag:` has no op, `self.training` is no simple test: both folded
+
+
+ADP010 = FIXTURES / "ADP010_fuse_attention_core"
+
+# Each refusal, and the edit that turns it into code the rule accepts: the refusal is for that reason only.
+REFUSALS = {
+    "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),
+    "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
+    "neg_fill_min_of_other_tensor.py": ("ref.dtype", "scores.dtype"),
+    "neg_fill_unknown_value.py": ("-10000.0", "float('-inf')"),
+    "neg_mixed_matmul_spellings.py": ("torch.bmm", "torch.matmul"),
+    "neg_probs_returned.py": ("return context, probs", "return context"),
+    "neg_probs_stored.py": ("        self.attention_map = probs\n", ""),
+    "neg_probs_times_head_mask.py": ("        probs = probs * head_mask\n", ""),
+    "neg_region_if_with_else.py": ("        else:\n            probs = probs * 2.0\n", ""),
+    "neg_scores_reused.py": (", scores\n", "\n"),
+    "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
+    "neg_softmax_upcast.py": (", dtype=torch.float32).to(q.dtype)", ")"),
+}
+
+
+def test_every_refusal_is_listed() -> None:
+    assert sorted(p.name for p in ADP010.glob("neg_*.py")) == sorted(REFUSALS)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_refusal_is_for_its_reason(name: str) -> None:
+    source = (ADP010 / name).read_text(encoding="utf-8")
+    old, new = REFUSALS[name]
+    assert old in source
+    assert not rewrite_source(source, ["ADP010"]).findings
+    assert len(rewrite_source(source.replace(old, new), ["ADP010"]).findings) == 1
+
+
+POSITIVE = sorted(p for p in ADP010.glob("*.py") if not p.name.startswith("neg_") and not p.name.endswith(".expected.py"))
+SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback arm or the reference path runs
+    "bert_mask_under_if.py": 1,  # calls: a fully padded row (reference path), no mask, head mask (as written)
+    "bmm_functional_dropout.py": 1,
+    "mask_under_if_only.py": 2,
+    "nanogpt_block.py": 1,
+    "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path
+    "relative_position_bias.py": 1,
+    "timm_attention.py": 1,
+    "vit_self_attention.py": 1,  # the second call passes a head mask and asks for the probabilities
+}
+
+
+def test_every_positive_is_listed() -> None:
+    assert sorted(p.name for p in POSITIVE) == sorted(SDPA_CALLS)
+
+
+@pytest.mark.parametrize("case", POSITIVE, ids=lambda p: p.name)
+def test_rewritten_fixture_runs_sdpa(case: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from adopter_codemods.equivalence import load_source_as_module
+
+    calls: list[int] = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    module = load_source_as_module(expected_path(case).read_text(encoding="utf-8"), f"adp010_sdpa_{case.stem}")
+    torch.manual_seed(0)
+    model, args, *kwargs = module.make_example()
+    with torch.no_grad():
+        model.eval()(*args, **(kwargs[0] if kwargs else {}))
+    assert len(calls) == SDPA_CALLS[case.name]
+
+
+def test_training_with_dropout_is_the_same_sample_on_the_reference_backend() -> None:
+    torch = pytest.importorskip("torch")
+    import adopter_kernels
+    from adopter_codemods.equivalence import compare_models, load_source_as_module
+
+    case = ADP010 / "nanogpt_block.py"
+    source = case.read_text(encoding="utf-8").replace("dropout = 0.0", "dropout = 0.3")
+    rewritten = rewrite_source(source, ["ADP010"]).code
+    assert "attention_core" in rewritten
+    models = []
+    for text, name in ((source, "orig"), (rewritten, "new")):
+        torch.manual_seed(0)
+        models.append(load_source_as_module(text, f"adp010_dropout_{name}").make_example())
+    (original, args), (new, _) = models
+    with adopter_kernels.use_backend("reference"):
+        report = compare_models(original, new, args, rtol=1e-9, atol=1e-9)
+    report.raise_if_failed()
+    assert "train" in report.modes
+
+
+def test_adopt_all_fuses_the_core_after_fast_softmax() -> None:
+    source = (ADP010 / "nanogpt_block.py").read_text(encoding="utf-8")
+    code = rewrite_source(source, None).code
+    assert "adopter_kernels.attention_core(" in code and "softmax" not in code.split("def forward")[1]
+
+
+def test_a_mask_if_is_absorbed_only_for_the_name_it_tests() -> None:
+    """`if attention_mask is not None: s = s + bias` adds something else than what it tests: not absorbed; the
+    test becomes a fallback condition instead."""
+    source = (ADP010 / "bert_mask_under_if.py").read_text(encoding="utf-8")
+    source = source.replace("attention_scores = attention_scores + attention_mask", "attention_scores = attention_scores + head_mask")
+    code = rewrite_source(source, ["ADP010"]).code
+    assert "if attention_mask is not None or head_mask is not None or output_attentions:" in code
+    assert ", mask=head_mask" not in code
+
+
+def test_a_function_too_branchy_for_the_split_is_walked_as_before() -> None:
+    """Nine simple-test `if`s with ops would make 512 paths: the walk falls back to folding them (one path),
+    so classes analysed before the split existed are still analysed."""
+    ifs = "".join(f"if m{i} is not None:\n    x = x + m{i}\n" for i in range(9))
+    params = ", ".join(f"m{i}" for i in range(9))
+    source = _module(f"def forward(self, x, {params}):\n" + textwrap.indent(ifs + "return torch.relu(x)\n", "    "))
+    (cls,) = build_module_structure(cst.parse_module(source)).classes
+    assert not cls.truncated and len(cls.forward_paths) == 1
+
+
+def test_fallback_refused_when_a_closure_reads_the_probabilities() -> None:
+    source = (ADP010 / "vit_self_attention.py").read_text(encoding="utf-8")
+    closure = "        def probs_now():\n            return attention_probs\n\n        mixed_query_layer ="
+    source = source.replace("        mixed_query_layer =", closure, 1)
+    assert not rewrite_source(source, ["ADP010"]).findings

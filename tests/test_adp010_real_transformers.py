@@ -1,0 +1,176 @@
+"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of six families (ViT, BLIP, SegFormer,
+LeViT, RemBERT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
+tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
+training with dropout 0); the fused cores must really run SDPA, and the fallback arm must still serve
+``output_attentions``."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from adopter_codemods.api import rewrite_source  # noqa: E402
+from adopter_codemods.equivalence import compare_models, load_source_as_module  # noqa: E402
+
+if transformers.__version__ != "4.34.1":
+    pytest.skip("written against transformers 4.34.1", allow_module_level=True)
+
+
+@dataclass(frozen=True)
+class Case:
+    model_dir: str
+    classes: tuple[str, ...]  # classes holding a finding, in file order
+    build: Callable[[Any], Any]
+    inputs: Callable[[], dict[str, Any]]
+    sdpa_calls: int  # per forward without output_attentions
+
+
+def _image(size: int, channels: int = 3) -> Callable[[], dict[str, Any]]:
+    return lambda: {"pixel_values": torch.randn(2, channels, size, size)}
+
+
+CASES = [
+    Case(
+        "vit",
+        ("ViTSelfAttention",),
+        lambda m: m.ViTModel(
+            m.ViTConfig(
+                hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32, image_size=8,
+                patch_size=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            )
+        ),
+        _image(8),
+        2,
+    ),
+    Case(
+        "blip",
+        ("BlipAttention",),
+        lambda m: m.BlipVisionModel(
+            m.BlipVisionConfig(
+                hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=8,
+                patch_size=4, attention_dropout=0.0,
+            )
+        ),
+        _image(8),
+        2,
+    ),
+    Case(
+        "segformer",
+        ("SegformerEfficientSelfAttention",),
+        lambda m: m.SegformerModel(
+            m.SegformerConfig(
+                num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3],
+                strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+            )
+        ),
+        _image(32),
+        2,
+    ),
+    Case(
+        "levit",
+        ("LevitAttention", "LevitAttentionSubsample"),
+        lambda m: m.LevitModel(
+            m.LevitConfig(
+                image_size=32, hidden_sizes=[16, 24, 32], num_attention_heads=[1, 2, 2], depths=[1, 1, 1],
+                key_dim=[8, 8, 8], patch_size=16, kernel_size=3, stride=2, padding=1, drop_path_rate=0.0,
+            )
+        ),
+        _image(32),
+        5,  # three blocks' attentions and two subsampling attentions
+    ),
+    Case(
+        "rembert",
+        ("RemBertSelfAttention",),
+        lambda m: m.RemBertModel(
+            m.RemBertConfig(
+                vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, input_embedding_size=8,
+                output_embedding_size=8, intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            ),
+            add_pooling_layer=False,
+        ),
+        lambda: {"input_ids": torch.randint(0, 50, (2, 6)), "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])},
+        2,  # the padding mask is passed to the fused call
+    ),
+    Case(
+        "mobilevit",
+        ("MobileViTSelfAttention",),
+        lambda m: m.MobileViTModel(
+            m.MobileViTConfig(
+                image_size=32, hidden_sizes=[16, 16, 16], neck_hidden_sizes=[8, 8, 16, 16, 16, 24, 32],
+                num_attention_heads=2, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0,
+            )
+        ),
+        _image(32),
+        -1,  # counted from the model: one per transformer layer
+    ),
+]
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return calls
+
+
+def _load(case: Case) -> tuple[Any, Any, list[Any]]:
+    package = f"transformers.models.{case.model_dir}"
+    original = importlib.import_module(f"{package}.modeling_{case.model_dir}")
+    source = Path(original.__file__ or "").read_text(encoding="utf-8")
+    result = rewrite_source(source, ["ADP010"], path=f"modeling_{case.model_dir}.py")
+    ast.parse(result.code)
+    rewritten = load_source_as_module(result.code, f"{package}.modeling_{case.model_dir}_adp010", package=package)
+    return original, rewritten, result.findings
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.model_dir for c in CASES])
+def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]) -> None:
+    original, rewritten, findings = _load(case)
+    assert [f.cls for f in findings] == list(case.classes)
+    torch.manual_seed(0)
+    original_model = case.build(original).double()
+    torch.manual_seed(0)
+    rewritten_model = case.build(rewritten).double()
+    torch.manual_seed(1)
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in case.inputs().items()}
+    report = compare_models(original_model, rewritten_model, kwargs=inputs)
+    report.raise_if_failed()
+    expected = case.sdpa_calls
+    if expected < 0:
+        expected = sum(type(m).__name__ == "MobileViTSelfAttention" for m in rewritten_model.modules())
+    assert expected > 0 and len(sdpa_calls) == expected * len(report.modes)  # only the rewritten model calls SDPA
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert")], ids=lambda c: c.model_dir)
+def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: list[int]) -> None:
+    """The fallback arm: with output_attentions the probabilities are the original's, and SDPA is not called."""
+    original, rewritten, _ = _load(case)
+    models = []
+    for module in (original, rewritten):
+        torch.manual_seed(0)
+        models.append(case.build(module).double().eval())
+    models[1].load_state_dict(models[0].state_dict(), strict=True)
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in case.inputs().items()}
+    with torch.no_grad():
+        outs = [m(**inputs, output_attentions=True) for m in models]
+    assert not sdpa_calls
+    assert len(outs[0].attentions) == len(outs[1].attentions) > 0
+    for a, b in zip(outs[0].attentions, outs[1].attentions):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(outs[0].last_hidden_state, outs[1].last_hidden_state, rtol=0, atol=0)
