@@ -3,7 +3,8 @@
 Each op keeps the exact semantics of the code it replaces on its pure-PyTorch reference path (CPU,
 and the oracle in tests) and has a fast path on CUDA (own Triton kernels, or PyTorch's SDPA for
 attention). The package depends only on torch: triton is imported lazily, the first time a call is
-routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton``).
+routed to it. ``backends()`` shows, per kernel, the backends available, why not, and what ``auto`` selects;
+``ADOPTER_KERNELS_BACKEND`` overrides it, globally or per kernel (see ``_dispatch``).
 
 | rule   | what rewritten code calls                                  |
 |--------|------------------------------------------------------------|
@@ -19,7 +20,7 @@ routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton
 """
 
 from ._cache import clear_weight_cache
-from ._dispatch import BACKEND_ENV, current_backend, triton_available, use_backend
+from ._dispatch import BACKEND_ENV, backends, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
 
 # --- begin ADP001-003 attention block (adopter_kernels/attention.py, maintained separately) ---
@@ -35,6 +36,7 @@ __all__ = [
     "BACKEND_ENV",
     "FusedDropoutAddLayerNorm",
     "FusedSequential",
+    "backends",
     "bert_self_attention_sdpa",
     "classify_activation",
     "clear_weight_cache",

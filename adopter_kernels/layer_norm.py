@@ -26,12 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import use_triton
+from ._dispatch import TRITON, register_kernel, select
 
 __all__ = ["FusedDropoutAddLayerNorm", "dropout_add_layer_norm"]
 
 _ShapeLike = Union[int, Sequence[int], torch.Size]
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+register_kernel("dropout_add_layer_norm", TRITON, doc="ADP005 layer_norm(dropout(x) + residual); one Triton kernel")
 
 
 def _triton_eligible(
@@ -71,7 +73,7 @@ def dropout_add_layer_norm(
     """``F.layer_norm(F.dropout(input, p, training) + residual, normalized_shape, weight, bias, eps)``."""
     shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
     tensors = [t for t in (input, residual, weight, bias) if t is not None]
-    if use_triton(*tensors) and _triton_eligible(input, residual, shape, weight, bias):
+    if select("dropout_add_layer_norm", *tensors) == "triton" and _triton_eligible(input, residual, shape, weight, bias):
         if not 0.0 <= p <= 1.0:  # same check and message as F.dropout
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         from .triton_kernels.layer_norm import dropout_add_layer_norm as fused
