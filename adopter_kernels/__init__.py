@@ -19,6 +19,8 @@ routed to it. ``backends()`` shows, per kernel, the backends available, why not,
 | ADP009 | ``packed_qkv_linear(input, q, k, v)``                      |
 """
 
+import torch as _torch
+
 from ._cache import clear_weight_cache
 from ._dispatch import BACKEND_ENV, backends, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
@@ -31,6 +33,12 @@ from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
 from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm
 from .qkv import packed_qkv_linear
 from .softmax import softmax
+
+# torch.fx leaf functions: symbolic tracing records one call of the kernel (modules passed as get_attr nodes, so
+# train/eval is read when the traced graph runs) instead of tracing into its dispatch, which inspects values.
+# (linear_bias_activation decides itself, in activation.py: a function activation cannot be a graph argument.)
+for _name in ("softmax", "dropout_add_layer_norm", "conv_bn2d", "linear_bn1d", "packed_qkv_linear"):
+    _torch.fx.wrap(_name)
 
 __all__ = [
     "BACKEND_ENV",

@@ -50,6 +50,7 @@ __all__ = [
     "triton_available",
     "use_triton",
     "is_plain",
+    "fx_tracing",
 ]
 
 BACKEND_ENV = "ADOPTER_KERNELS_BACKEND"
@@ -212,7 +213,7 @@ def call_info(*tensors: Optional[torch.Tensor], training: Optional[bool] = None)
 
 _fx = torch.fx._symbolic_trace  # no public spelling of the check yet
 #: True inside ``torch.fx.symbolic_trace`` only (torch >= 2.6; older torch has the broader is_fx_tracing).
-_fx_tracing: Callable[[], bool] = getattr(_fx, "is_fx_symbolic_tracing", None) or _fx.is_fx_tracing
+fx_tracing: Callable[[], bool] = getattr(_fx, "is_fx_symbolic_tracing", None) or _fx.is_fx_tracing
 
 # Decisions per (kernel, spec, device, dtype, grad, autocast): the dispatch runs on every kernel call and must
 # cost next to nothing where it ends up running the original computation.
@@ -226,7 +227,7 @@ def clear_decisions() -> None:
 
 def select(kernel: str, *tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> str:
     """Name of the backend that runs ``kernel`` for a call on ``tensors`` (see the module docstring)."""
-    if _fx_tracing():
+    if fx_tracing():
         # torch.fx records the original computation of kernels it traces into (the attention subclasses); the
         # functional kernels are fx leaf functions and never get here while tracing.
         return "reference"

@@ -117,6 +117,11 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Linear, bn: nn.BatchNorm1d) -> t
     return bn(linear(input))
 
 
+# FusedSequential calls these through this module's globals: fx leaves here too (see adopter_kernels/__init__.py).
+torch.fx.wrap("conv_bn2d")
+torch.fx.wrap("linear_bn1d")
+
+
 class FusedSequential(nn.Sequential):
     """``nn.Sequential`` that runs Conv2d→BatchNorm2d and Linear→BatchNorm1d pairs fused (see module doc)."""
 

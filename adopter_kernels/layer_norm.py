@@ -91,6 +91,17 @@ def dropout_add_layer_norm(
     return F.layer_norm(F.dropout(input, p, training) + residual, shape, weight, bias, eps)
 
 
+def _fused_forward(module: "FusedDropoutAddLayerNorm", input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    return dropout_add_layer_norm(
+        input, residual, module.normalized_shape, module.weight, module.bias, module.eps, module.dropout,
+        module.training,
+    )
+
+
+# An fx leaf taking the module: a traced graph reads ``module.training`` when it runs, as nn.Dropout would.
+torch.fx.wrap("_fused_forward")
+
+
 class FusedDropoutAddLayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` whose forward is ``layer_norm(dropout(input) + residual)``.
 
@@ -118,9 +129,7 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
         if residual is None:
             # The attribute's other uses (`self.LayerNorm(x)`, elsewhere in the class or the model) stay LayerNorm.
             return super().forward(input)
-        return dropout_add_layer_norm(
-            input, residual, self.normalized_shape, self.weight, self.bias, self.eps, self.dropout, self.training
-        )
+        return _fused_forward(self, input, residual)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, dropout={self.dropout}"
