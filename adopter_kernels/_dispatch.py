@@ -231,19 +231,26 @@ def select(kernel: str, *tensors: Optional[torch.Tensor], training: Optional[boo
         # torch.fx records the original computation of kernels it traces into (the attention subclasses); the
         # functional kernels are fx leaf functions and never get here while tracing.
         return "reference"
-    spec = _spec()
     first = tensors[0]
     assert first is not None, "the first tensor decides device and dtype"
     device = _device_type(first)
     grad = training if training is not None else (
         torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     )
-    autocast = _autocast_on(device)
-    key = (kernel, spec, device, first.dtype, grad, autocast)
+    return _decision(kernel, _spec(), device, first.dtype, grad, _autocast_on(device))
+
+
+def _decision(kernel: str, spec: str, device: str, dtype: torch.dtype, grad: bool, autocast: bool) -> str:
+    key = (kernel, spec, device, dtype, grad, autocast)
     decision = _DECISIONS.get(key)
     if decision is None:
-        decision = _DECISIONS[key] = _decide(_KERNELS[kernel], spec, Call(device, first.dtype, grad, autocast))
+        decision = _DECISIONS[key] = _decide(_KERNELS[kernel], spec, Call(device, dtype, grad, autocast))
     return decision
+
+
+# Under torch.compile the decision is taken once, while compiling (its arguments are constants there), and the
+# compiled graph contains only the chosen computation: no graph break for the imports/caches behind it.
+_decision = torch.compiler.assume_constant_result(_decision)
 
 
 def _decide(entry: _Kernel, spec: str, call: Call) -> str:
