@@ -249,8 +249,10 @@ def _decision(kernel: str, spec: str, device: str, dtype: torch.dtype, grad: boo
 
 
 # Under torch.compile the decision is taken once, while compiling (its arguments are constants there), and the
-# compiled graph contains only the chosen computation: no graph break for the imports/caches behind it.
-_decision = torch.compiler.assume_constant_result(_decision)
+# compiled graph contains only the chosen computation: no graph break for the imports/caches behind it. This is
+# what ``torch.compiler.assume_constant_result`` sets; calling that would import torch._dynamo (and triton with
+# it) whenever adopter_kernels is imported.
+_decision._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _decide(entry: _Kernel, spec: str, call: Call) -> str:
@@ -292,7 +294,8 @@ def _select_for(kernel: _Kernel, call: Call) -> str:
     for backend in kernel.backends:
         if backend.name == "reference":
             break
-        if backend.available() is None and backend.supports(call) and backend.faster(call):
+        # Cheap predicates first: on CPU, triton and xformers are never imported.
+        if backend.faster(call) and backend.supports(call) and backend.available() is None:
             return backend.name
     return "reference"
 
