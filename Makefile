@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test bench-scan
+.PHONY: install demo test bench-scan bench-kernels bench-gpu
 
 install:
 	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,triton]'
@@ -17,3 +17,10 @@ test: install
 
 bench-scan: install
 	$(PYTHON) benchmarks/bench_scan.py
+
+bench-kernels: install
+	$(PYTHON) benchmarks/bench_kernels.py
+
+# On a CUDA machine, with a CUDA torch already installed (no `install`: constraints.txt pins the CPU wheel).
+bench-gpu:
+	PYTHON=$(PYTHON) sh gpu_bench/run_gpu.sh

@@ -230,8 +230,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--modes", default="infer,train")
     parser.add_argument("--repeats", type=int, default=15, help="timed samples per side (default 15)")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--force", default=CPU_FAST,
-                        help="ADOPTER_KERNELS_BACKEND spec the kernel side runs with (default: %(default)s)")
+    parser.add_argument("--force", default=None,
+                        help=f"ADOPTER_KERNELS_BACKEND spec the kernel side runs with (default on CPU: {CPU_FAST}; "
+                        "elsewhere: auto)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: on a shared machine a descheduled second thread "
                         "stalls every parallel op for a scheduler slice)")
@@ -239,6 +240,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
+    if args.force is None:
+        args.force = CPU_FAST if device.type == "cpu" else "auto"
     modes = args.modes.split(",")
     load = os.getloadavg()
     print(f"# bench_kernels: torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
@@ -277,6 +280,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"{kernel:24} {dtype_name:9} {shape:5} {mode:5} {backend:9} {_fmt_time(med_o):>12} "
                           f"{(hi_o - lo_o) / med_o:6.1%} {_fmt_time(med_f):>12} {(hi_f - lo_f) / med_f:6.1%} "
                           f"{med_o / med_f:7.2f}  {verdict}", flush=True)
+    probe = torch.zeros(4, device=device)
+    overhead = min(time_pair(lambda: None, lambda: _dispatch.select("softmax", probe), device, 3, 9, args.min_time)[1])
+    print(f"# dispatch decision (select) per kernel call: {overhead * 1e6:.2f} us (best of 9 samples)")
     load = os.getloadavg()
     print(f"# load average at end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
