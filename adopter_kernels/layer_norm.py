@@ -127,8 +127,14 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
 
     def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:  # type: ignore[override]
         if residual is None:
-            # The attribute's other uses (`self.LayerNorm(x)`, elsewhere in the class or the model) stay LayerNorm.
-            return super().forward(input)
+            # The attribute's other uses (`self.LayerNorm(x)`, elsewhere in the class or the model) stay LayerNorm:
+            # this is nn.LayerNorm.forward, spelled out because TorchScript cannot call super().
+            return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+        if torch.jit.is_scripting():  # a scripted model runs the reference computation
+            return F.layer_norm(
+                F.dropout(input, self.dropout, self.training) + residual,
+                self.normalized_shape, self.weight, self.bias, self.eps,
+            )
         return _fused_forward(self, input, residual)
 
     def extra_repr(self) -> str:

@@ -252,6 +252,28 @@ def test_torchscript_trace_of_rewritten_model(name: str) -> None:
         torch.testing.assert_close(scripted(*args), original(*args), **TOL)
 
 
+def test_torchscript_script_of_softmax_and_dropout_ln_rewrites() -> None:
+    """ADP004 and ADP005 targets are scriptable (the scripted model runs the reference computation); the other
+    kernels take modules or callables as arguments, which TorchScript functions cannot."""
+    result = rewrite_source(VIT_SOURCE, ["ADP004", "ADP005"], path="vit.py")
+    assert {f.code for f in result.findings} == {"ADP004", "ADP005"}
+    original = load_source_as_module(VIT_SOURCE, "script_vit_original")
+    rewritten = load_source_as_module(result.code, "script_vit_rewritten")
+    torch.manual_seed(0)
+    model_o = original.Encoder().double()
+    model_r = rewritten.Encoder().double()
+    model_r.load_state_dict(model_o.state_dict(), strict=True)
+    scripted = torch.jit.script(model_r)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    for mode in (False, True):
+        model_o.train(mode)
+        scripted.train(mode)
+        torch.manual_seed(4)
+        expected = model_o(x)
+        torch.manual_seed(4)
+        torch.testing.assert_close(scripted(x), expected, **TOL)
+
+
 def test_traced_graph_reads_training_mode_at_run_time() -> None:
     """A leaf call receives the module, so a graph traced in eval still applies dropout after ``.train()``."""
     _, rewritten, args = _pair("vit")
