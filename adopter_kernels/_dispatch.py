@@ -7,9 +7,11 @@ Each kernel module registers its backends here with ``register_kernel``, in orde
 * ``available()``: whether it can run at all in this process (``None``, or why not: "triton is not installed");
 * ``supports(call)``: whether it computes the same result for this call (dtype, device, autocast, mode). A forced
   backend that does not support a call still falls back to the reference path, so forcing never changes results;
-* ``faster(call)``: where ``auto`` picks it, because it was *measured* faster than the original there
-  (benchmarks/bench_kernels.py; figures in docs/KERNEL_PERFORMANCE.md). Where it was measured slower, or never
-  measured, ``auto`` runs the original computation: a rewrite must not make a model slower.
+* ``faster(call)``: where ``auto`` picks it. On CPU that is where it was *measured* faster than the original
+  (benchmarks/bench_kernels.py; figures in docs/KERNEL_PERFORMANCE.md); where it measured slower or no faster,
+  ``auto`` runs the original computation: a rewrite must not make a model slower. On CUDA the fast backends are
+  picked as designed until GPU figures exist (``sh gpu_bench/run_gpu.sh``), except xformers, which is timed
+  against SDPA on the first call of each kind (``attention_backends``).
 
 ``ADOPTER_KERNELS_BACKEND`` (read on every call, so changing it at run time takes effect) is a comma-separated
 list: a bare name sets every kernel that has a backend of that name (``auto``, ``reference``, ``triton``, ...),
