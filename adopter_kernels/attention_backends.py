@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import time
+import types
 from typing import Callable, Dict, Hashable, Optional, Tuple
 
 import torch
@@ -31,7 +32,7 @@ __all__ = ["ATTENTION_KERNELS", "attention_core", "xformers_ops"]
 ATTENTION_KERNELS = ("bert_self_attention", "t5_attention", "gpt2_attention")
 
 
-def xformers_ops():  # type: ignore[no-untyped-def]
+def xformers_ops() -> Optional[types.ModuleType]:
     """``xformers.ops``, or None when it cannot be imported (imported lazily: it initialises CUDA)."""
     try:
         return importlib.import_module("xformers.ops")

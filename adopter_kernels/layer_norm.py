@@ -73,7 +73,8 @@ def dropout_add_layer_norm(
     """``F.layer_norm(F.dropout(input, p, training) + residual, normalized_shape, weight, bias, eps)``."""
     shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
     tensors = [t for t in (input, residual, weight, bias) if t is not None]
-    if select("dropout_add_layer_norm", *tensors) == "triton" and _triton_eligible(input, residual, shape, weight, bias):
+    fast = select("dropout_add_layer_norm", *tensors) == "triton"
+    if fast and _triton_eligible(input, residual, shape, weight, bias):
         if not 0.0 <= p <= 1.0:  # same check and message as F.dropout
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         from .triton_kernels.layer_norm import dropout_add_layer_norm as fused
