@@ -212,6 +212,18 @@ def time_pair(original: Fn, fused: Fn, device: torch.device, warmup: int, repeat
     return times
 
 
+def _select_cost(device: torch.device, calls: int = 20000) -> float:
+    """Seconds one ``select`` takes (the decision every kernel call makes before computing)."""
+    probe = torch.zeros(4, device=device)
+    samples = []
+    for _ in range(9):
+        start = time.perf_counter()
+        for _ in range(calls):
+            _dispatch.select("softmax", probe)
+        samples.append((time.perf_counter() - start) / calls)
+    return statistics.median(samples)
+
+
 def _quartiles(times: Sequence[float]) -> Tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (times[0],) * 3
     return q1, statistics.median(times), q3
@@ -281,9 +293,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"{kernel:24} {dtype_name:9} {shape:5} {mode:5} {backend:9} {_fmt_time(med_o):>12} "
                           f"{(hi_o - lo_o) / med_o:6.1%} {_fmt_time(med_f):>12} {(hi_f - lo_f) / med_f:6.1%} "
                           f"{med_o / med_f:7.2f}  {verdict}", flush=True)
-    probe = torch.zeros(4, device=device)
-    overhead = min(time_pair(lambda: None, lambda: _dispatch.select("softmax", probe), device, 3, 9, args.min_time)[1])
-    print(f"# dispatch decision (select) per kernel call: {overhead * 1e6:.2f} us (best of 9 samples)")
+    print(f"# dispatch decision (select) per kernel call: {_select_cost(device) * 1e6:.2f} us (median of 9 samples)")
     load = os.getloadavg()
     print(f"# load average at end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
