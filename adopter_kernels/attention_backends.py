@@ -73,11 +73,19 @@ SDPA = Backend(
     "attention; elsewhere (CPU bfloat16 training, other dtypes/devices) the original forward runs",
     faster=_sdpa_faster,
 )
-# T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU: the original runs there.
+def _sdpa_t5_faster(call: Call) -> bool:
+    # T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU in float32 and in
+    # bfloat16 training; faster in bfloat16 inference (docs/KERNEL_PERFORMANCE.md).
+    if call.device == "cuda":
+        return True
+    return call.device == "cpu" and call.dtype == torch.bfloat16 and not call.grad
+
+
 SDPA_T5 = Backend(
     "sdpa",
-    "CUDA. CPU: measured no faster than T5's eager attention (float32), so the original forward runs",
-    faster=lambda call: call.device == "cuda",
+    "CUDA; CPU bfloat16 inference, where it measured faster than T5's eager attention. CPU float32 and bfloat16 "
+    "training: measured no faster, so the original forward runs",
+    faster=_sdpa_t5_faster,
 )
 register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")
 register_kernel("t5_attention", XFORMERS, SDPA_T5, doc="ADP002 attention core of the SDPA subclass")
