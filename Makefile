@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test bench-scan newest-transformers
+.PHONY: install demo test bench-scan bench-kernels bench-gpu newest-transformers
 
 # Both distributions of this repository, editable: the runtime kernels (kernels/, adopter-kernels) and the
 # codemods with the test and benchmark tools; `.[triton]` pulls adopter-kernels[triton], satisfied by the first.
@@ -30,3 +30,10 @@ $(NEWEST_DIR)/transformers:
 
 bench-scan: install
 	$(PYTHON) benchmarks/bench_scan.py
+
+bench-kernels: install
+	$(PYTHON) benchmarks/bench_kernels.py
+
+# On a CUDA machine, with a CUDA torch already installed (no `install`: constraints.txt pins the CPU wheel).
+bench-gpu:
+	PYTHON=$(PYTHON) sh gpu_bench/run_gpu.sh

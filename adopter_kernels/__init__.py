@@ -3,7 +3,8 @@
 Each op keeps the exact semantics of the code it replaces on its pure-PyTorch reference path (CPU,
 and the oracle in tests) and has a fast path on CUDA (own Triton kernels, or PyTorch's SDPA for
 attention). The package depends only on torch: triton is imported lazily, the first time a call is
-routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton``).
+routed to it. ``backends()`` shows, per kernel, the backends available, why not, and what ``auto`` selects;
+``ADOPTER_KERNELS_BACKEND`` overrides it, globally or per kernel (see ``_dispatch``).
 
 | rule   | what rewritten code calls                                  |
 |--------|------------------------------------------------------------|
@@ -23,7 +24,7 @@ routed to it (see ``_dispatch``: ``ADOPTER_KERNELS_BACKEND=auto|reference|triton
 """
 
 try:
-    import torch  # noqa: F401  (every module below needs it)
+    import torch as _torch  # every module below needs it
 except ImportError as exc:  # rewritten model code deployed without PyTorch: say what to install
     raise ImportError(
         "adopter_kernels needs PyTorch (torch >= 2.1), which is not installed: `pip install torch` (for a CUDA "
@@ -31,7 +32,7 @@ except ImportError as exc:  # rewritten model code deployed without PyTorch: say
     ) from exc
 
 from ._cache import clear_weight_cache
-from ._dispatch import BACKEND_ENV, current_backend, triton_available, use_backend
+from ._dispatch import BACKEND_ENV, backends, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
 from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
 from .attention_core import attention_core
@@ -43,11 +44,18 @@ from .rms_norm import rms_norm, rms_norm_module
 from .rotary import rotary_embedding
 from .softmax import softmax
 
+# torch.fx leaf functions: symbolic tracing records one call of the kernel (modules passed as get_attr nodes, so
+# train/eval is read when the traced graph runs) instead of tracing into its dispatch, which inspects values.
+# (linear_bias_activation decides itself, in activation.py: a function activation cannot be a graph argument.)
+for _name in ("softmax", "dropout_add_layer_norm", "conv_bn2d", "linear_bn1d", "packed_qkv_linear"):
+    _torch.fx.wrap(_name)
+
 __all__ = [
     "BACKEND_ENV",
     "FusedDropoutAddLayerNorm",
     "FusedSequential",
     "attention_core",
+    "backends",
     "bert_self_attention_sdpa",
     "classify_activation",
     "clear_weight_cache",

@@ -57,7 +57,9 @@ def cached(
     Callers must only use this when ``needs_grad(tensors)`` is False (derived weights are computed
     under ``no_grad`` and would otherwise cut the autograd graph).
     """
-    key = _key(tensors, extra)
+    # Compiled code: the compiler sees the folding/packing as ops on the weights; a Python-side cache of tensor
+    # identities would be a graph break (and stale across recompiles).
+    key = None if torch.compiler.is_compiling() else _key(tensors, extra)
     if key is None:
         with torch.no_grad():
             return compute()

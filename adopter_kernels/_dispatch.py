@@ -1,17 +1,28 @@
-"""Backend selection for adopter_kernels: decide per call whether a Triton fast path may run.
+"""Backend selection for adopter_kernels: which implementation of a kernel runs for a given call.
 
-Every op has a pure-PyTorch *reference* path (exact semantics of the code the codemods replaced; the
-oracle in tests) and, for some inputs, a Triton *fast* path. The choice is made here so that every op
-follows the same rule:
+Every kernel has a pure-PyTorch *reference* backend: exactly the computation the codemods replaced (the oracle in
+tests). Some kernels have faster backends (own Triton kernels, SDPA, folded weights, a packed GEMM, xformers).
+Each kernel module registers its backends here with ``register_kernel``, in order of preference; a backend says
 
-* ``ADOPTER_KERNELS_BACKEND=auto`` (default): Triton when every tensor is on CUDA and ``triton`` imports.
-* ``ADOPTER_KERNELS_BACKEND=reference``: always the PyTorch path.
-* ``ADOPTER_KERNELS_BACKEND=triton``: Triton whatever the device (CPU tensors need ``TRITON_INTERPRET=1``;
-  this is how the kernels are unit-tested without a GPU). Raises if triton is not importable.
+* ``available()``: whether it can run at all in this process (``None``, or why not: "triton is not installed");
+* ``supports(call)``: whether it computes the same result for this call (dtype, device, autocast, mode). A forced
+  backend that does not support a call still falls back to the reference path, so forcing never changes results;
+* ``faster(call)``: where ``auto`` picks it. On CPU that is where it was *measured* faster than the original
+  (benchmarks/bench_kernels.py; figures in docs/KERNEL_PERFORMANCE.md); where it measured slower or no faster,
+  ``auto`` runs the original computation: a rewrite must not make a model slower. On CUDA the fast backends are
+  picked as designed until GPU figures exist (``sh gpu_bench/run_gpu.sh``), except xformers, which is timed
+  against SDPA on the first call of each kind (``attention_backends``).
 
-``use_backend(name)`` overrides the environment variable inside a ``with`` block (tests, benchmarks).
-Each op still checks its own eligibility (dtype, layout, dim) and uses the reference path otherwise.
-The variable is read on every call (a dict lookup) so that changing it at run time takes effect.
+``ADOPTER_KERNELS_BACKEND`` (read on every call, so changing it at run time takes effect) is a comma-separated
+list: a bare name sets every kernel that has a backend of that name (``auto``, ``reference``, ``triton``, ...),
+``kernel=name`` sets one kernel and wins over a bare name, e.g. ``ADOPTER_KERNELS_BACKEND=reference`` or
+``ADOPTER_KERNELS_BACKEND=auto,packed_qkv_linear=reference,bert_self_attention=xformers``. A kernel that lacks a
+forced bare name keeps ``auto``. Forcing an unavailable backend raises. ``triton`` forced on CPU tensors needs
+``TRITON_INTERPRET=1`` (how the Triton kernels are unit-tested without a GPU). ``use_backend(spec)`` overrides
+the variable inside a ``with`` block (tests, benchmarks). ``backends()`` reports all of it.
+
+Adding a kernel: define its backends (reuse ``REFERENCE``/``TRITON``), call ``register_kernel`` at import time of
+its module, and branch on ``select(name, *tensors)`` in the op.
 """
 
 from __future__ import annotations
@@ -20,7 +31,8 @@ import contextlib
 import functools
 import importlib
 import os
-from typing import Iterator, Optional, Type
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import torch
 from torch import nn
@@ -28,41 +40,145 @@ from torch import nn
 __all__ = [
     "BACKEND_ENV",
     "BACKENDS",
+    "Backend",
+    "Call",
+    "REFERENCE",
+    "TRITON",
+    "backends",
     "current_backend",
+    "register_kernel",
+    "select",
     "use_backend",
     "triton_available",
     "use_triton",
     "is_plain",
+    "fx_tracing",
 ]
 
 BACKEND_ENV = "ADOPTER_KERNELS_BACKEND"
+#: Names every kernel understands; kernels add their own (``sdpa``, ``xformers``, ``packed``, ``folded``).
 BACKENDS = ("auto", "reference", "triton")
 
+
+@dataclass(frozen=True)
+class Call:
+    """What backend selection may look at: cheap facts of the call, no tensor data."""
+
+    device: str  # "cpu", "cuda", ... (the device of the first tensor)
+    dtype: Optional[torch.dtype]  # of the first floating-point tensor
+    grad: bool  # autograd records this call (a training step): grad mode on and some tensor requires grad
+    autocast: bool  # autocast is on for the device
+
+
+def _always(call: Call) -> bool:
+    return True
+
+
+def _never(call: Call) -> bool:
+    return False
+
+
+def _ready() -> Optional[str]:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation of a kernel; see the module docstring for the three predicates."""
+
+    name: str
+    #: Where ``auto`` picks it and the measurement behind that (shown by ``backends()``).
+    where: str
+    available: Callable[[], Optional[str]] = _ready
+    supports: Callable[[Call], bool] = _always
+    faster: Callable[[Call], bool] = _never
+
+
+@dataclass
+class _Kernel:
+    name: str
+    backends: Tuple[Backend, ...]
+    doc: str = ""
+    names: Tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.names = tuple(b.name for b in self.backends)
+
+
+REFERENCE = Backend("reference", "the original computation; auto's choice wherever no other backend is faster")
+
+_KERNELS: Dict[str, _Kernel] = {}
 _override: Optional[str] = None
 
 
-def _check(name: str) -> str:
-    if name not in BACKENDS:
-        raise ValueError(f"{BACKEND_ENV} must be one of {BACKENDS}, got {name!r}")
-    return name
+def register_kernel(name: str, *backends: Backend, doc: str = "") -> None:
+    """Declare a kernel's backends in order of preference; ``REFERENCE`` is appended when missing."""
+    if not any(b.name == "reference" for b in backends):
+        backends = (*backends, REFERENCE)
+    _KERNELS[name] = _Kernel(name, tuple(backends), doc)
+    clear_decisions()
+
+
+def _known_names() -> Tuple[str, ...]:
+    names = dict.fromkeys(BACKENDS)
+    for kernel in _KERNELS.values():
+        names.update(dict.fromkeys(kernel.names))
+    return tuple(names)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(spec: str) -> Tuple[str, Tuple[Tuple[str, str], ...]]:
+    """``"auto,softmax=reference"`` -> ``("auto", (("softmax", "reference"),))``; raises ValueError on bad names."""
+    default, per_kernel = "auto", []
+    for item in (part.strip().lower() for part in spec.split(",")):
+        if not item:
+            continue
+        kernel, eq, name = item.partition("=")
+        if eq:
+            kernel, name = kernel.strip(), name.strip()
+            if kernel not in _KERNELS:
+                raise ValueError(f"{BACKEND_ENV}: unknown kernel {kernel!r}; kernels: {', '.join(sorted(_KERNELS))}")
+            if name != "auto" and name not in _KERNELS[kernel].names:
+                raise ValueError(f"{BACKEND_ENV}: {kernel} has no backend {name!r}; "
+                                 f"it has {', '.join(('auto', *_KERNELS[kernel].names))}")
+            per_kernel.append((kernel, name))
+        elif item in _known_names():
+            default = item
+        else:
+            raise ValueError(f"{BACKEND_ENV} must be one of {_known_names()} or kernel=backend items, got {item!r}")
+    return default, tuple(per_kernel)
+
+
+def _spec() -> str:
+    return _override if _override is not None else os.environ.get(BACKEND_ENV, "")
 
 
 def current_backend() -> str:
-    """The backend in force: the ``use_backend`` override, else the environment variable, else ``auto``."""
-    if _override is not None:
-        return _override
-    return _check(os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto")
+    """The bare backend name in force (``use_backend`` override, else the environment variable, else ``auto``)."""
+    return _parse(_spec())[0]
+
+
+def forced(kernel: str, spec: Optional[str] = None) -> str:
+    """The backend requested for ``kernel`` (``auto`` unless the variable or ``use_backend`` names one)."""
+    default, per_kernel = _parse(_spec() if spec is None else spec)
+    for name, backend in reversed(per_kernel):
+        if name == kernel:
+            return backend
+    return default if default in _KERNELS[kernel].names else "auto"
 
 
 @contextlib.contextmanager
-def use_backend(name: str) -> Iterator[None]:
-    """Force ``name`` (``auto``/``reference``/``triton``) for the duration of the ``with`` block."""
+def use_backend(spec: str) -> Iterator[None]:
+    """Use ``spec`` (same syntax as ``ADOPTER_KERNELS_BACKEND``) for the duration of the ``with`` block."""
     global _override
-    previous, _override = _override, _check(name)
+    _parse(spec)  # validate before entering
+    previous, _override = _override, spec
+    clear_decisions()
     try:
         yield
     finally:
         _override = previous
+        clear_decisions()
 
 
 @functools.cache
@@ -82,12 +198,138 @@ def _autocast_on(device_type: str) -> bool:
         return device_type == "cuda" and torch.is_autocast_enabled()
 
 
-def use_triton(*tensors: torch.Tensor) -> bool:
-    """Whether the Triton path should run for these tensors under the backend in force.
+def _device_type(tensor: torch.Tensor) -> str:
+    # ``is_cuda``/``is_cpu`` are plain flags; ``tensor.device`` builds a device object (a measurable cost per call).
+    return "cuda" if tensor.is_cuda else "cpu" if tensor.is_cpu else tensor.device.type
 
-    Autocast falls back to the reference path: autocast decides per op which dtype torch computes in
-    (softmax and layer_norm run in float32), and the reference path reproduces that exactly.
+
+def call_info(*tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> Call:
+    """The ``Call`` for these tensors (the first one gives device and dtype); ``training`` overrides the grad test."""
+    first = next(t for t in tensors if t is not None)
+    device = _device_type(first)
+    grad = training if training is not None else (
+        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    )
+    return Call(device, first.dtype, grad, _autocast_on(device))
+
+
+_fx = torch.fx._symbolic_trace  # no public spelling of the check yet
+#: True inside ``torch.fx.symbolic_trace`` only (torch >= 2.6; older torch has the broader is_fx_tracing).
+fx_tracing: Callable[[], bool] = getattr(_fx, "is_fx_symbolic_tracing", None) or _fx.is_fx_tracing
+
+# Decisions per (kernel, spec, device, dtype, grad, autocast): the dispatch runs on every kernel call and must
+# cost next to nothing where it ends up running the original computation.
+_DECISIONS: Dict[Tuple[object, ...], str] = {}
+
+
+def clear_decisions() -> None:
+    """Forget cached decisions (done by ``use_backend`` and ``register_kernel``; tests that patch availability)."""
+    _DECISIONS.clear()
+
+
+def select(kernel: str, *tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> str:
+    """Name of the backend that runs ``kernel`` for a call on ``tensors`` (see the module docstring)."""
+    if fx_tracing():
+        # torch.fx records the original computation of kernels it traces into (the attention subclasses); the
+        # functional kernels are fx leaf functions and never get here while tracing.
+        return "reference"
+    first = tensors[0]
+    assert first is not None, "the first tensor decides device and dtype"
+    device = _device_type(first)
+    grad = training if training is not None else (
+        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    )
+    return _decision(kernel, _spec(), device, first.dtype, grad, _autocast_on(device))
+
+
+def _decision(kernel: str, spec: str, device: str, dtype: torch.dtype, grad: bool, autocast: bool) -> str:
+    key = (kernel, spec, device, dtype, grad, autocast)
+    decision = _DECISIONS.get(key)
+    if decision is None:
+        decision = _DECISIONS[key] = _decide(_KERNELS[kernel], spec, Call(device, dtype, grad, autocast))
+    return decision
+
+
+# Under torch.compile the decision is taken once, while compiling (its arguments are constants there), and the
+# compiled graph contains only the chosen computation: no graph break for the imports/caches behind it. This is
+# what ``torch.compiler.assume_constant_result`` sets; calling that would import torch._dynamo (and triton with
+# it) whenever adopter_kernels is imported.
+_decision._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _decide(entry: _Kernel, spec: str, call: Call) -> str:
+    wanted = forced(entry.name, spec)
+    if wanted != "auto":
+        backend = entry.backends[entry.names.index(wanted)]
+        reason = backend.available()
+        if reason is not None:
+            raise RuntimeError(f"{BACKEND_ENV} forces {entry.name}={wanted}, but {reason}")
+        return wanted if backend.supports(call) else "reference"
+    return _select_for(entry, call)
+
+
+def backends() -> Dict[str, Dict[str, object]]:
+    """Per kernel: each backend (available or why not, where auto picks it), what is forced, and what a plain
+    float32 / bfloat16 training and inference call picks on CPU and on CUDA right now."""
+    report: Dict[str, Dict[str, object]] = {}
+    for name, kernel in sorted(_KERNELS.items()):
+        try:
+            wanted = forced(name)
+        except ValueError as exc:  # a bad environment variable: show it instead of failing the report
+            wanted = f"invalid: {exc}"
+        rows: List[Dict[str, object]] = []
+        for backend in kernel.backends:
+            reason = backend.available()
+            rows.append({"name": backend.name, "available": reason is None, "why_not": reason,
+                         "auto_picks_it": backend.where})
+        selected: Dict[str, str] = {}
+        for device in ("cpu", "cuda"):
+            for dtype in (torch.float32, torch.bfloat16):
+                for grad in (False, True):
+                    call = Call(device, dtype, grad, False)
+                    selected[f"{device} {str(dtype)[6:]} {'train' if grad else 'infer'}"] = _select_for(kernel, call)
+        report[name] = {"doc": kernel.doc, "forced": wanted, "backends": rows, "auto_selects": selected}
+    return report
+
+
+def _select_for(kernel: _Kernel, call: Call) -> str:
+    for backend in kernel.backends:
+        if backend.name == "reference":
+            break
+        # Cheap predicates first: on CPU, triton and xformers are never imported.
+        if backend.faster(call) and backend.supports(call) and backend.available() is None:
+            return backend.name
+    return "reference"
+
+
+def _triton_reason() -> Optional[str]:
+    return None if triton_available() else "triton is not installed (pip install triton; Linux only)"
+
+
+def _triton_supports(call: Call) -> bool:
+    # Autocast decides per op which dtype torch computes in (softmax and layer_norm run in float32); the
+    # reference path reproduces that exactly, the Triton kernels would compute in the input dtype.
+    return not call.autocast
+
+
+TRITON = Backend(
+    "triton",
+    "CUDA tensors (the kernels' figures on a GPU are still to be measured; on CPU Triton can only interpret)",
+    available=_triton_reason,
+    supports=_triton_supports,
+    faster=lambda call: call.device == "cuda",
+)
+
+
+def use_triton(*tensors: torch.Tensor, kernel: Optional[str] = None) -> bool:
+    """Whether the Triton path should run for these tensors (``select(kernel, ...) == "triton"``).
+
+    Without ``kernel``: the bare backend in force decides (``reference``: never; ``triton``: always, raising when
+    triton is missing; ``auto``: CUDA tensors with triton installed); never under autocast.
     """
+    if kernel is not None:
+        return select(kernel, *tensors) == "triton"
+    call = call_info(*tensors)
     backend = current_backend()
     if backend == "reference":
         return False
@@ -96,7 +338,7 @@ def use_triton(*tensors: torch.Tensor) -> bool:
             raise RuntimeError(f"{BACKEND_ENV}=triton but triton cannot be imported")
     elif not (triton_available() and all(t.is_cuda for t in tensors)):
         return False
-    return not any(_autocast_on(t.device.type) for t in tensors)
+    return _triton_supports(call)
 
 
 def is_plain(module: nn.Module, cls: Type[nn.Module]) -> bool:

@@ -31,12 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import is_plain, use_triton
+from ._dispatch import TRITON, fx_tracing, is_plain, register_kernel, select
 
 __all__ = ["linear_bias_activation", "classify_activation"]
 
 Activation = Union[nn.Module, Callable[..., torch.Tensor]]
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+register_kernel("linear_bias_activation", TRITON, doc="ADP006 act(linear(x)); bias add fused into the activation")
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -122,7 +124,16 @@ def linear_bias_activation(
     input: torch.Tensor, linear: nn.Linear, activation: Activation, **activation_kwargs: Any
 ) -> torch.Tensor:
     """``activation(linear(input), **activation_kwargs)``, bias add fused into the activation on CUDA."""
-    if is_plain(linear, nn.Linear) and use_triton(input, linear.weight):
+    if not isinstance(activation, nn.Module) and fx_tracing():
+        # An fx graph cannot hold a function as an argument: trace the original ops (as the original code would).
+        return activation(linear(input), **activation_kwargs)
+    return _linear_bias_activation(input, linear, activation, **activation_kwargs)
+
+
+def _linear_bias_activation(
+    input: torch.Tensor, linear: nn.Linear, activation: Activation, **activation_kwargs: Any
+) -> torch.Tensor:
+    if is_plain(linear, nn.Linear) and select("linear_bias_activation", input, linear.weight) == "triton":
         kind = classify_activation(activation, **activation_kwargs)
         weight, bias = linear.weight, linear.bias
         if (
@@ -136,3 +147,7 @@ def linear_bias_activation(
 
             return bias_activation(F.linear(input, weight), bias, kind)
     return activation(linear(input), **activation_kwargs)
+
+
+# An fx leaf (module activations only, see linear_bias_activation): tracing records one call, not the dispatch.
+torch.fx.wrap("_linear_bias_activation")

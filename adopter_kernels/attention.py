@@ -48,8 +48,10 @@ import warnings
 from typing import Any, Optional, Set, Tuple, TypeVar, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ._dispatch import select
+from .attention_backends import attention_core
 
 __all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa"]
 
@@ -159,8 +161,10 @@ class _BertSelfAttentionSDPA(nn.Module):
         past_key_value: Optional[KeyValue] = None,
         output_attentions: Optional[bool] = False,
     ) -> Tuple[Any, ...]:
+        backend = select("bert_self_attention", hidden_states, training=torch.is_grad_enabled())
         if (
-            output_attentions
+            backend == "reference"
+            or output_attentions
             or head_mask is not None
             or not _has_attributes(self, _BERT_ATTRIBUTES)
             or self.position_embedding_type in ("relative_key", "relative_key_query")
@@ -184,12 +188,15 @@ class _BertSelfAttentionSDPA(nn.Module):
             if past_key_value is not None:
                 key = torch.cat([past_key_value[0], key], dim=2)
                 value = torch.cat([past_key_value[1], value], dim=2)
-        context = F.scaled_dot_product_attention(
+        context = attention_core(
+            "bert_self_attention",
+            backend,
             query,
             key,
             value,
-            attn_mask=_additive_mask(attention_mask, query.dtype),
+            _additive_mask(attention_mask, query.dtype),
             dropout_p=self.dropout.p if self.training else 0.0,
+            is_causal=False,
             scale=1.0 / math.sqrt(self.attention_head_size),
         )
         outputs: Tuple[Any, ...] = (_merge_heads(context),)
@@ -261,8 +268,10 @@ class _T5AttentionSDPA(nn.Module):
         use_cache: bool = False,
         output_attentions: bool = False,
     ) -> Tuple[Any, ...]:
+        backend = select("t5_attention", hidden_states, training=torch.is_grad_enabled())
         if (
-            output_attentions
+            backend == "reference"
+            or output_attentions
             or layer_head_mask is not None
             or not _has_attributes(self, _T5_ATTRIBUTES)
             or self.pruned_heads  # the original selects bias heads with a pruning mask; not worth mirroring
@@ -301,12 +310,15 @@ class _T5AttentionSDPA(nn.Module):
 
         # T5 does not scale scores (scale=1.0); the bias (+ mask) is one additive mask, so its gradient
         # reaches relative_attention_bias through SDPA.
-        context = F.scaled_dot_product_attention(
+        context = attention_core(
+            "t5_attention",
+            backend,
             query,
             key,
             value,
-            attn_mask=_additive_mask(position_bias, query.dtype),
+            _additive_mask(position_bias, query.dtype),
             dropout_p=self.dropout if self.training else 0.0,
+            is_causal=False,
             scale=1.0,
         )
         present = (key, value) if (self.is_decoder and use_cache) else None
@@ -362,8 +374,10 @@ class _GPT2AttentionSDPA(nn.Module):
         use_cache: Optional[bool] = False,
         output_attentions: Optional[bool] = False,
     ) -> Tuple[Any, ...]:
+        backend = select("gpt2_attention", hidden_states, training=torch.is_grad_enabled())
         if (
-            output_attentions
+            backend == "reference"
+            or output_attentions
             or head_mask is not None
             or not _has_attributes(self, _GPT2_ATTRIBUTES)
             or self.reorder_and_upcast_attn  # float32 scores under disabled autocast: keep the original
@@ -398,11 +412,13 @@ class _GPT2AttentionSDPA(nn.Module):
         else:
             causal = self.bias[:, :, key_length - query_length : key_length, :key_length]
             mask = _merge_causal_mask(causal, attention_mask, query.dtype)
-        context = F.scaled_dot_product_attention(
+        context = attention_core(
+            "gpt2_attention",
+            backend,
             query,
             key,
             value,
-            attn_mask=mask,
+            mask,
             dropout_p=self.attn_dropout.p if self.training else 0.0,
             is_causal=is_causal,
             scale=scale,

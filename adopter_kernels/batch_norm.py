@@ -31,9 +31,20 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
-from ._dispatch import is_plain
+from ._dispatch import Backend, is_plain, register_kernel, select
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
+
+# Folding is only attempted for eval-mode BN with running statistics (checked in the ops). On CPU it measured no
+# faster than conv/linear + BN (benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md): the original runs there.
+FOLDED = Backend(
+    "folded",
+    "CUDA, eval-mode BN with running stats (one conv/linear instead of two ops; not yet measured on a GPU). "
+    "CPU: measured no faster (float32 and bfloat16), so the original runs",
+    faster=lambda call: call.device == "cuda",
+)
+register_kernel("conv_bn2d", FOLDED, doc="ADP007 bn(conv(x)); BN folded into the conv weights in eval")
+register_kernel("linear_bn1d", FOLDED, doc="ADP008 bn(linear(x)); BN folded into the linear weights in eval")
 
 
 def fold_bn(
@@ -84,6 +95,7 @@ def conv_bn2d(input: torch.Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch
         and _foldable(bn, nn.BatchNorm2d)
         and is_plain(conv, nn.Conv2d)
         and conv.out_channels == bn.num_features
+        and select("conv_bn2d", input, conv.weight) == "folded"
     ):
         weight, bias = _folded(conv, bn)
         # _conv_forward is what Conv2d.forward calls: it handles every padding_mode, groups, dilation.
@@ -98,10 +110,16 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Linear, bn: nn.BatchNorm1d) -> t
         and _foldable(bn, nn.BatchNorm1d)
         and is_plain(linear, nn.Linear)
         and linear.out_features == bn.num_features
+        and select("linear_bn1d", input, linear.weight) == "folded"
     ):
         weight, bias = _folded(linear, bn)
         return F.linear(input, weight, bias)
     return bn(linear(input))
+
+
+# FusedSequential calls these through this module's globals: fx leaves here too (see adopter_kernels/__init__.py).
+torch.fx.wrap("conv_bn2d")
+torch.fx.wrap("linear_bn1d")
 
 
 class FusedSequential(nn.Sequential):

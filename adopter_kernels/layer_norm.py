@@ -26,12 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import use_triton
+from ._dispatch import TRITON, register_kernel, select
 
 __all__ = ["FusedDropoutAddLayerNorm", "dropout_add_layer_norm"]
 
 _ShapeLike = Union[int, Sequence[int], torch.Size]
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+register_kernel("dropout_add_layer_norm", TRITON, doc="ADP005 layer_norm(dropout(x) + residual); one Triton kernel")
 
 
 def _triton_eligible(
@@ -71,7 +73,8 @@ def dropout_add_layer_norm(
     """``F.layer_norm(F.dropout(input, p, training) + residual, normalized_shape, weight, bias, eps)``."""
     shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
     tensors = [t for t in (input, residual, weight, bias) if t is not None]
-    if use_triton(*tensors) and _triton_eligible(input, residual, shape, weight, bias):
+    fast = select("dropout_add_layer_norm", *tensors) == "triton"
+    if fast and _triton_eligible(input, residual, shape, weight, bias):
         if not 0.0 <= p <= 1.0:  # same check and message as F.dropout
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         from .triton_kernels.layer_norm import dropout_add_layer_norm as fused
@@ -87,6 +90,17 @@ def dropout_add_layer_norm(
         )
         return out.view(input.shape)
     return F.layer_norm(F.dropout(input, p, training) + residual, shape, weight, bias, eps)
+
+
+def _fused_forward(module: "FusedDropoutAddLayerNorm", input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    return dropout_add_layer_norm(
+        input, residual, module.normalized_shape, module.weight, module.bias, module.eps, module.dropout,
+        module.training,
+    )
+
+
+# An fx leaf taking the module: a traced graph reads ``module.training`` when it runs, as nn.Dropout would.
+torch.fx.wrap("_fused_forward")
 
 
 class FusedDropoutAddLayerNorm(nn.LayerNorm):
@@ -114,11 +128,15 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
 
     def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:  # type: ignore[override]
         if residual is None:
-            # The attribute's other uses (`self.LayerNorm(x)`, elsewhere in the class or the model) stay LayerNorm.
-            return super().forward(input)
-        return dropout_add_layer_norm(
-            input, residual, self.normalized_shape, self.weight, self.bias, self.eps, self.dropout, self.training
-        )
+            # The attribute's other uses (`self.LayerNorm(x)`, elsewhere in the class or the model) stay LayerNorm:
+            # this is nn.LayerNorm.forward, spelled out because TorchScript cannot call super().
+            return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+        if torch.jit.is_scripting():  # a scripted model runs the reference computation
+            return F.layer_norm(
+                F.dropout(input, self.dropout, self.training) + residual,
+                self.normalized_shape, self.weight, self.bias, self.eps,
+            )
+        return _fused_forward(self, input, residual)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, dropout={self.dropout}"

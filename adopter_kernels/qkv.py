@@ -24,9 +24,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._cache import cached, needs_grad
-from ._dispatch import is_plain
+from ._dispatch import Backend, is_plain, register_kernel, select
 
 __all__ = ["packed_qkv_linear"]
+
+# On CPU one [3d, d] GEMM measured no faster than three [d, d] GEMMs at BERT-base size and slower at small sizes
+# (benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md): the three Linears run there.
+PACKED = Backend(
+    "packed",
+    "CUDA (one GEMM instead of three launches; not yet measured on a GPU). CPU: measured no faster at BERT-base "
+    "size and slower at small sizes, so the three Linears run",
+    faster=lambda call: call.device == "cuda",
+)
+register_kernel("packed_qkv_linear", PACKED, doc="ADP009 (q(x), k(x), v(x)) as one GEMM over the packed weights")
 
 
 def _pack(q: nn.Linear, k: nn.Linear, v: nn.Linear) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -50,7 +60,8 @@ def packed_qkv_linear(
     layers = (q, k, v)
     params = [t for m in layers for t in (m.weight, m.bias) if t is not None]
     if not (
-        all(is_plain(m, nn.Linear) for m in layers)
+        select("packed_qkv_linear", input, q.weight) == "packed"
+        and all(is_plain(m, nn.Linear) for m in layers)
         and all(t.dtype == q.weight.dtype and t.device == q.weight.device for t in params)
     ):
         return q(input), k(input), v(input)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -151,12 +152,16 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
 
     _log(f"gpu_bench: {len(config.models)} model(s), size {config.size}, {config.dtype} on {config.device}, "
          f"compile {'on' if config.compile else 'off'}, output {out}")
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     models = run_suite(config, rewrite, _log)
     rtol, atol = config.tolerances
     payload = {
         "schema": SCHEMA_VERSION,
         "command": shlex.join(["python", "-m", "gpu_bench", *argv]),
-        "environment": environment(config.device),
+        "environment": {
+            **environment(config.device),
+            "load_average": [load_start, os.getloadavg()[0]] if load_start is not None else None,
+        },
         "settings": {
             "size": config.size, "device": str(config.device), "dtype": config.dtype,
             "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,

@@ -94,6 +94,9 @@ def add_ratios(models: Sequence[dict[str, Any]]) -> None:
                 if not ours or not theirs:
                     continue
                 variant["speedup"][mode] = ours["samples_per_s"] / theirs["samples_per_s"]
+                # A difference counts as measured when the interquartile ranges of the times do not overlap.
+                distinct = ours["q3_s"] < theirs["q1_s"] or ours["q1_s"] > theirs["q3_s"]
+                variant.setdefault("beyond_noise", {})[mode] = distinct
                 if ours["peak_mem_bytes"] and theirs["peak_mem_bytes"]:
                     variant["memory_ratio"][mode] = ours["peak_mem_bytes"] / theirs["peak_mem_bytes"]
 
@@ -134,7 +137,10 @@ def markdown(payload: dict[str, Any]) -> str:
         f"{settings['warmup']} warm-up calls; spread = interquartile range / median. Speedup and memory ratio are "
         f"relative to eager vanilla in the same run. Memory: {settings.get('memory_method') or '-'}. "
         f"Equivalence: outputs, input and parameter gradients and buffers in eval and train mode "
-        f"(dropout off), rtol={settings['rtol']:g}, atol={settings['atol']:g}; the cell shows the max abs diff.",
+        f"(dropout off), rtol={settings['rtol']:g}, atol={settings['atol']:g}; the cell shows the max abs diff. "
+        f"`~` after a speedup: the interquartile ranges of variant and vanilla overlap (within noise)."
+        + (f" 1-minute load average at start {env['load_average'][0]:.2f}, at end {env['load_average'][1]:.2f} "
+           f"(per measurement in results.json)." if env.get("load_average") else ""),
         "",
         "| model | variant | equivalence | train samples/s | spread | speedup | peak MiB | mem ratio "
         "| infer samples/s | spread | speedup | peak MiB | mem ratio |",
@@ -160,7 +166,7 @@ def markdown(payload: dict[str, Any]) -> str:
                 cells += [
                     f"{figures['samples_per_s']:,.1f}",
                     f"{figures['iqr_rel']:.1%}",
-                    _fmt(variant["speedup"].get(mode), ".2f") + "x",
+                    _fmt(variant["speedup"].get(mode), ".2f") + "x" + _noise_mark(variant, mode),
                     _mib(figures["peak_mem_bytes"]),
                     _fmt(variant["memory_ratio"].get(mode), ".2f"),
                 ]
@@ -173,6 +179,12 @@ def markdown(payload: dict[str, Any]) -> str:
     if notes:
         lines += ["", "## Notes and problems", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _noise_mark(variant: dict[str, Any], mode: str) -> str:
+    if variant["name"] == "vanilla" or variant.get("beyond_noise", {}).get(mode, True):
+        return ""
+    return " ~"
 
 
 def _variant_label(variant: dict[str, Any]) -> str:

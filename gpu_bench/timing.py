@@ -10,6 +10,7 @@ only shows growth beyond the process's earlier peak.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -34,6 +35,9 @@ class Timing:
     #: RSS at the start of the measurement. ``None`` when it cannot be measured.
     peak_mem_bytes: int | None
     memory_method: str
+    #: 1-minute load average before and after the measurement (``os.getloadavg``; None where unsupported): on a
+    #: shared machine it says how busy the CPUs were while this figure was taken.
+    load: tuple[float, float] | None = None
 
     @property
     def median_s(self) -> float:
@@ -59,6 +63,7 @@ class Timing:
             "first_call_s": self.first_call_s,
             "peak_mem_bytes": self.peak_mem_bytes,
             "memory_method": self.memory_method,
+            "load_1min_before_after": list(self.load) if self.load else None,
             "times_s": self.times_s,
         }
 
@@ -129,6 +134,7 @@ def measure(
     if warmup < 1 or repeats < 1:
         raise ValueError("warmup and repeats must be at least 1 (the first call compiles and allocates)")
     cuda = device.type == "cuda"
+    load_before = _load()
     with PeakMemory(device) as memory:
         start = time.perf_counter()
         fn()
@@ -154,4 +160,13 @@ def measure(
                 start = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - start)
-    return Timing(times, batch_size, first_call_s, memory.peak_bytes, memory.method)
+    load_after = _load()
+    load = (load_before, load_after) if load_before is not None and load_after is not None else None
+    return Timing(times, batch_size, first_call_s, memory.peak_bytes, memory.method, load)
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return None

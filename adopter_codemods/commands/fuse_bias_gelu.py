@@ -41,6 +41,10 @@ input (``F.relu(h, True)``: it would bind another parameter of the fused call) o
 activations (``nn.Tanh``, ``QuickGELUActivation``: no fused kernel, nothing to gain), for Linear -> Dropout ->
 activation, for layers inside ``nn.Sequential``, and for GPT-2's ``Conv1D``. The rule's variants are the same
 fusion in three source forms; a site is reported once.
+
+**Performance**: measured (docs/KERNEL_PERFORMANCE.md). The fused bias+activation Triton kernel runs on CUDA only
+(not yet measured on a GPU). On CPU ``linear_bias_activation`` computes ``act(linear(x))``, the original
+computation: 0.94-1.00x at BERT-base size (768 -> 3072), a few microseconds of dispatch per call on tiny inputs.
 """
 
 from .. import codemod

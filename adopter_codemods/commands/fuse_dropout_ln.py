@@ -23,6 +23,10 @@ reference path; called with one argument it is a plain LayerNorm, so other uses 
 **Limitations**: refused when the dropout output or the sum is used anywhere else, when the dropout layer is used
 elsewhere (its ``__init__`` statement is removed), when ``inplace=True``, when the layers are bound more than once
 in ``__init__``, or when the statements sit in different functions.
+
+**Performance**: measured (docs/KERNEL_PERFORMANCE.md). The fused Triton kernel runs on CUDA only (not yet measured on
+a GPU). On CPU the module computes ``layer_norm(dropout(x) + r)`` with torch's ops, the original computation:
+0.79-1.11x at BERT-base size (within noise), a few microseconds of dispatch per call (0.73-0.95x on tiny inputs).
 """
 
 from .. import codemod

@@ -22,6 +22,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Attention  # noqa: E402
 from transformers.models.roberta.modeling_roberta import RobertaSelfAttention  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
 
+import adopter_kernels as ak  # noqa: E402
 from adopter_kernels.attention import (  # noqa: E402
     bert_self_attention_sdpa,
     gpt2_attention_sdpa,
@@ -40,7 +41,11 @@ KEEP_5 = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 0, 0, 0, 0]]
 
 @pytest.fixture
 def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """Record the keyword arguments of every F.scaled_dot_product_attention call."""
+    """Record the keyword arguments of every F.scaled_dot_product_attention call.
+
+    The SDPA backend is forced: these float64 checks are about its exactness, while ``auto`` picks it only where
+    it measured faster (not for float64 on CPU)."""
+    monkeypatch.setenv(ak.BACKEND_ENV, "bert_self_attention=sdpa,t5_attention=sdpa,gpt2_attention=sdpa")
     calls: Calls = []
     real = torch.nn.functional.scaled_dot_product_attention
 

@@ -15,6 +15,12 @@ import adopter_kernels as ak
 from adopter_kernels import batch_norm as bn_module
 
 
+@pytest.fixture(autouse=True)
+def _force_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check that folding is exact; ``auto`` uses it only where it measured faster (not on CPU)."""
+    monkeypatch.setenv(ak.BACKEND_ENV, "conv_bn2d=folded,linear_bn1d=folded")
+
+
 def _randomise_bn(bn: nn.modules.batchnorm._BatchNorm) -> None:
     with torch.no_grad():
         if bn.weight is not None:

@@ -13,6 +13,12 @@ import adopter_kernels as ak
 from adopter_kernels import qkv as qkv_module
 
 
+@pytest.fixture(autouse=True)
+def _force_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check that the packed GEMM is exact; ``auto`` uses it only where it measured faster (not on CPU)."""
+    monkeypatch.setenv(ak.BACKEND_ENV, "packed_qkv_linear=packed")
+
+
 def _layers(
     dtype: torch.dtype, biases: Tuple[bool, ...] = (True, True, True), outs: Tuple[int, ...] = (8, 8, 8)
 ) -> List[nn.Linear]:

@@ -1,0 +1,168 @@
+"""Attention cores of the ADP001-ADP003 subclasses: SDPA, xformers' memory-efficient attention, or the original.
+
+Three kernels are registered with ``_dispatch`` (``bert_self_attention``, ``t5_attention``, ``gpt2_attention``),
+each with the backends
+
+* ``xformers``: ``xformers.ops.memory_efficient_attention`` (CUDA, when xformers is installed). ``auto`` uses it
+  only where it is *measured* faster than SDPA: the first call with a given shape, dtype and mode times both on
+  that call's inputs (``_Tuner``) and the winner is kept for later calls of that kind. Forced
+  (``ADOPTER_KERNELS_BACKEND=bert_self_attention=xformers``) it runs without timing.
+* ``sdpa``: ``F.scaled_dot_product_attention`` (what the subclasses always used).
+* ``reference``: the original class's eager ``forward`` (``super().forward``).
+
+``attention_core`` computes ``softmax(q @ k^T * scale + mask) @ v`` (with dropout) on ``[B, H, S, D]`` tensors with
+the chosen backend; both fast backends take the same additive float mask, so the result is the same function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import types
+from typing import Callable, Dict, Hashable, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._dispatch import Backend, Call, forced, register_kernel
+
+__all__ = ["ATTENTION_KERNELS", "attention_core", "xformers_ops"]
+
+ATTENTION_KERNELS = ("bert_self_attention", "t5_attention", "gpt2_attention")
+
+
+def xformers_ops() -> Optional[types.ModuleType]:
+    """``xformers.ops``, or None when it cannot be imported (imported lazily: it initialises CUDA)."""
+    try:
+        return importlib.import_module("xformers.ops")
+    except Exception:  # ImportError, or a build that does not match this torch
+        return None
+
+
+def _xformers_reason() -> Optional[str]:
+    if not torch.cuda.is_available():
+        return "no CUDA device (xformers' attention is CUDA-only)"
+    if xformers_ops() is None:
+        return "xformers is not installed (pip install xformers)"
+    return None
+
+
+def _sdpa_faster(call: Call) -> bool:
+    # CPU figures from benchmarks/bench_kernels.py (docs/KERNEL_PERFORMANCE.md): SDPA beat the eager attention in
+    # float32 (inference and training) and in bfloat16 inference; bfloat16 training was not faster. CUDA: SDPA's
+    # flash / memory-efficient kernels (the design's choice; to be measured on a GPU).
+    if call.device == "cuda":
+        return True
+    if call.device == "cpu":
+        return call.dtype == torch.float32 or (call.dtype == torch.bfloat16 and not call.grad)
+    return False
+
+
+XFORMERS = Backend(
+    "xformers",
+    "CUDA with xformers installed, for the shapes/dtype/mode where timing both on the first such call found it "
+    "faster than SDPA",
+    available=_xformers_reason,
+    supports=lambda call: call.device == "cuda",
+    faster=lambda call: call.device == "cuda",  # a candidate only: _Tuner measures it against SDPA per shape
+)
+SDPA = Backend(
+    "sdpa",
+    "CUDA; CPU float32 (inference and training) and bfloat16 inference, where it measured faster than the eager "
+    "attention; elsewhere (CPU bfloat16 training, other dtypes/devices) the original forward runs",
+    faster=_sdpa_faster,
+)
+def _sdpa_t5_faster(call: Call) -> bool:
+    # T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU in float32 and in
+    # bfloat16 training; faster in bfloat16 inference (docs/KERNEL_PERFORMANCE.md).
+    if call.device == "cuda":
+        return True
+    return call.device == "cpu" and call.dtype == torch.bfloat16 and not call.grad
+
+
+SDPA_T5 = Backend(
+    "sdpa",
+    "CUDA; CPU bfloat16 inference, where it measured faster than T5's eager attention. CPU float32 and bfloat16 "
+    "training: measured no faster, so the original forward runs",
+    faster=_sdpa_t5_faster,
+)
+register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")
+register_kernel("t5_attention", XFORMERS, SDPA_T5, doc="ADP002 attention core of the SDPA subclass")
+register_kernel("gpt2_attention", XFORMERS, SDPA, doc="ADP003 attention core of the SDPA subclass")
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], p: float, causal: bool, scale: float) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, scale=scale)
+
+
+def _xformers(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], p: float, causal: bool, scale: float) -> Tensor:
+    ops = xformers_ops()
+    assert ops is not None  # only selected when available
+    bias: object = None
+    if causal:
+        bias = ops.LowerTriangularMask()
+    elif mask is not None:
+        # xformers wants a [B, H, Sq, Sk] bias; expand() keeps HF's broadcast [B, 1, 1, Sk] masks as strides.
+        bias = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    # xformers works on [B, S, H, D].
+    out = ops.memory_efficient_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias, p=p, scale=scale
+    )
+    return out.transpose(1, 2)
+
+
+Core = Callable[[Tensor, Tensor, Tensor, Optional[Tensor], float, bool, float], Tensor]
+_CORES: Dict[str, Core] = {"sdpa": _sdpa, "xformers": _xformers}
+
+
+class _Tuner:
+    """Remembers, per kind of call, which of xformers and SDPA was faster when both were timed on it."""
+
+    def __init__(self, repeats: int = 3, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.repeats = repeats
+        self.clock = clock
+        self.winners: Dict[Hashable, str] = {}
+
+    @staticmethod
+    def key(q: Tensor, k: Tensor, mask: Optional[Tensor], p: float, causal: bool) -> Hashable:
+        mask_shape = None if mask is None else tuple(mask.shape)
+        return (q.device, q.dtype, tuple(q.shape), tuple(k.shape), mask_shape, p > 0, causal, torch.is_grad_enabled())
+
+    def _time(self, core: Core, args: Tuple[Tensor, Tensor, Tensor, Optional[Tensor], float, bool, float]) -> float:
+        sync = torch.cuda.synchronize if args[0].is_cuda else (lambda: None)
+        best = float("inf")
+        for _ in range(self.repeats + 1):  # the first call warms up (kernel selection, allocations)
+            q, k, v = (t.detach().requires_grad_(t.requires_grad) for t in args[:3])
+            sync()
+            start = self.clock()
+            out = core(q, k, v, *args[3:])
+            if out.requires_grad:
+                out.sum().backward()
+            sync()
+            best = min(best, self.clock() - start)
+        return best
+
+    def choose(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], p: float, causal: bool,
+               scale: float) -> str:
+        key = self.key(q, k, mask, p, causal)
+        if key not in self.winners:
+            args = (q, k, v, mask, p, causal, scale)
+            # With dropout the timing runs draw random numbers: keep the caller's RNG stream unchanged.
+            with torch.random.fork_rng(devices=[q.device] if q.is_cuda else []):
+                times = {name: self._time(_CORES[name], args) for name in ("sdpa", "xformers")}
+            self.winners[key] = min(times, key=lambda name: times[name])
+        return self.winners[key]
+
+
+TUNER = _Tuner()
+
+
+def attention_core(kernel: str, backend: str, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
+                   dropout_p: float, is_causal: bool, scale: float) -> Tensor:
+    """Attention on ``[B, H, S, D]`` with ``backend`` (``sdpa`` or ``xformers``, as ``select`` chose for ``kernel``)."""
+    if backend == "xformers" and forced(kernel) == "auto" and not torch.compiler.is_compiling():
+        backend = TUNER.choose(query, key, value, mask, dropout_p, is_causal, scale)
+    elif backend == "xformers" and torch.compiler.is_compiling():
+        backend = "sdpa"  # the compiler knows SDPA (and its own fused kernels); xformers would be a graph break
+    return _CORES[backend](query, key, value, mask, dropout_p, is_causal, scale)

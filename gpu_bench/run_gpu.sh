@@ -1,0 +1,35 @@
+#!/bin/sh
+# Issue 14, item 1, in one command on a CUDA machine (from the repository root):
+#
+#     sh gpu_bench/run_gpu.sh            # or: make bench-gpu
+#
+# Needs a CUDA build of torch plus `pip install -e '.[bench,triton]'` (keep your CUDA torch: do not install with
+# constraints.txt, which pins the CPU wheel). Writes everything under gpu_bench/results/<gpu>-<date>/:
+#   kernel-tests.txt     the kernel tests, Triton kernels on the GPU (tests/kernels, incl. test_kernel_triton.py)
+#   bench_kernels.txt    every kernel against the original computation (auto backends, then xformers forced)
+#   base-fp32/, base-bf16/   python -m gpu_bench base-size suite with the torch.compile anchors
+#   commands.txt         the exact commands, environment and load
+# Then copy the tables of base-*/results.md into README.md and commit the folder.
+set -eu
+PYTHON=${PYTHON:-python}
+gpu=$($PYTHON -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; \
+print(torch.cuda.get_device_name(0).replace('NVIDIA ', '').replace(' ', '-').lower())")
+out=${OUT:-gpu_bench/results/${gpu}-$(date -u +%Y-%m-%d)}
+mkdir -p "$out"
+run() {
+    echo "\$ $*" >> "$out/commands.txt"
+    "$@"
+}
+{ echo "# $(date -u) $(uname -a)"; $PYTHON -c "import torch; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, torch.cuda.get_device_name(0))"; echo "load: $(cat /proc/loadavg 2>/dev/null || true)"; } \
+    > "$out/commands.txt"
+run $PYTHON -m pytest tests/kernels -q -rs 2>&1 | tee "$out/kernel-tests.txt"
+run $PYTHON benchmarks/bench_kernels.py --device cuda 2>&1 | tee "$out/bench_kernels.txt"
+if $PYTHON -c "import xformers.ops" 2>/dev/null; then
+    run $PYTHON benchmarks/bench_kernels.py --device cuda --kernels bert_self_attention,t5_attention,gpt2_attention \
+        --force bert_self_attention=xformers,t5_attention=xformers,gpt2_attention=xformers \
+        2>&1 | tee "$out/bench_kernels_xformers.txt"
+fi
+run $PYTHON -m gpu_bench --size base --device cuda --dtype fp32 --out "$out/base-fp32"
+run $PYTHON -m gpu_bench --size base --device cuda --dtype bf16 --out "$out/base-bf16"
+echo "results in $out"

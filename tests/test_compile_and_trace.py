@@ -1,0 +1,295 @@
+"""Rewritten models under torch.fx, torch.compile (dynamo) and TorchScript tracing, against their originals.
+
+Models are rewritten by the repository's own API (``rewrite_source``) from source text: a ResNet-style CNN
+(conv+BN as attributes and in ``nn.Sequential``: ADP007), a ViT/MaxViT-style encoder (softmax, dropout+add+LN,
+Linear+GELU, q/k/v: ADP004/5/6/9) and, for dynamo, tiny Hugging Face BERT and GPT-2 (ADP001/3/4/5/6). Each check
+runs with ``auto`` (what this CPU picks) and with the fast backends forced (what CUDA picks: folded BN, packed
+QKV, SDPA), and compares in float64 with tolerance 1e-9.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Tuple
+
+import pytest
+import torch
+from torch import fx, nn
+
+import adopter_kernels as ak
+from adopter_codemods.api import rewrite_source
+from adopter_codemods.equivalence import compare_models, iter_leaves, load_source_as_module
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = {"rtol": 1e-9, "atol": 1e-9}
+#: What CUDA's ``auto`` picks (on CPU these are forced; Triton cannot run here).
+FAST = "conv_bn2d=folded,linear_bn1d=folded,packed_qkv_linear=packed,bert_self_attention=sdpa,gpt2_attention=sdpa"
+BACKENDS = ["auto", FAST]
+
+VIT_SOURCE = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q = self.q(x)
+        k = self.k(x)
+        v = self.v(x)
+        q = q.reshape(b, n, self.heads, d // self.heads).transpose(1, 2)
+        k = k.reshape(b, n, self.heads, d // self.heads).transpose(1, 2)
+        v = v.reshape(b, n, self.heads, d // self.heads).transpose(1, 2)
+        probs = F.softmax(q @ k.transpose(-2, -1) * (d // self.heads) ** -0.5, dim=-1)
+        return self.proj((probs @ v).transpose(1, 2).reshape(b, n, d))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, p):
+        super().__init__()
+        self.attn = Attention(dim, heads)
+        self.drop1 = nn.Dropout(p)
+        self.norm1 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(4 * dim, dim)
+        self.drop2 = nn.Dropout(p)
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        a = self.attn(x)
+        a = self.drop1(a)
+        x = self.norm1(a + x)
+        h = self.fc1(x)
+        h = self.act(h)
+        h = self.fc2(h)
+        h = self.drop2(h)
+        x = self.norm2(h + x)
+        return x
+
+
+class Encoder(nn.Module):
+    def __init__(self, dim=16, heads=4, depth=2, p=0.1):
+        super().__init__()
+        self.embed = nn.Linear(8, dim)
+        self.blocks = nn.Sequential(*[Block(dim, heads, p) for _ in range(depth)])
+        self.pool = nn.Identity()
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        return self.head(self.pool(self.blocks(self.embed(x))).mean(dim=1))
+'''
+
+
+def _resnet_source() -> str:
+    return (ROOT / "gpu_bench" / "models" / "resnet_cnn.py").read_text()
+
+
+# name -> (source, build, inputs, rule codes the rewrite must contain, fx node targets for feature extraction)
+MODELS: Dict[str, Tuple[Any, ...]] = {
+    "resnet": (_resnet_source, lambda m: m.build_model("tiny"), lambda: (torch.randn(2, 3, 16, 16),),
+               {"ADP007"}, ["stem.3", "pool"]),
+    "vit": (lambda: VIT_SOURCE, lambda m: m.Encoder(), lambda: (torch.randn(2, 5, 8),),
+            {"ADP004", "ADP005", "ADP006", "ADP009"}, ["pool", "head"]),
+}
+
+
+def _pair(name: str) -> Tuple[nn.Module, nn.Module, Tuple[torch.Tensor, ...]]:
+    """(original, rewritten) float64 models with the same weights, and float64 inputs."""
+    source, build, inputs, codes, _ = MODELS[name]
+    text = source()
+    result = rewrite_source(text, None, path=f"{name}.py")
+    assert {f.code for f in result.findings} >= codes
+    original = load_source_as_module(text, f"trace_{name}_original")
+    rewritten = load_source_as_module(result.code, f"trace_{name}_rewritten")
+    torch.manual_seed(0)
+    model_o = build(original).double()
+    model_r = build(rewritten).double()
+    model_r.load_state_dict(model_o.state_dict(), strict=True)
+    torch.manual_seed(1)
+    args = tuple(t.double() for t in inputs())
+    return model_o, model_r, args
+
+
+def _kernel_calls(graph: fx.Graph) -> List[str]:
+    return [n.target.__name__ for n in graph.nodes
+            if n.op == "call_function" and getattr(n.target, "__module__", "").startswith("adopter_kernels")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["auto", "fast"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_fx_symbolic_trace_of_rewritten_model_is_equivalent(name: str, backend: str) -> None:
+    original, rewritten, args = _pair(name)
+    with ak.use_backend(backend):
+        traced_o = fx.symbolic_trace(original)
+        traced_r = fx.symbolic_trace(rewritten.train())  # traced in train mode, then run in both modes
+        assert _kernel_calls(traced_r.graph), "the kernels should be leaf calls in the graph"
+        assert not _kernel_calls(traced_o.graph)
+        report = compare_models(traced_o, traced_r, args, **TOL)
+        assert report.ok, report.mismatches[:5]
+        report = compare_models(original, traced_r, args, **TOL)  # the traced rewrite equals the eager original
+        assert report.ok, report.mismatches[:5]
+
+
+def _feature_extractor(model: nn.Module, targets: List[str]) -> fx.GraphModule:
+    """What torchvision's ``create_feature_extractor`` does, reduced to fx: trace, return the outputs of the
+    ``call_module`` nodes of the given submodules, drop the rest of the graph."""
+    traced = fx.symbolic_trace(model)
+    nodes = {n.target: n for n in traced.graph.nodes if n.op == "call_module" and n.target in targets}
+    assert set(nodes) == set(targets), sorted(nodes)
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    with traced.graph.inserting_before(output):
+        traced.graph.output({t: nodes[t] for t in targets})
+    traced.graph.erase_node(output)
+    traced.graph.eliminate_dead_code()
+    traced.recompile()
+    return traced
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["auto", "fast"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_fx_feature_extraction_of_rewritten_model(name: str, backend: str) -> None:
+    original, rewritten, args = _pair(name)
+    targets = MODELS[name][4]
+    with ak.use_backend(backend):
+        features_o = _feature_extractor(original, targets)
+        features_r = _feature_extractor(rewritten, targets)
+        for mode in (False, True):
+            features_o.train(mode)
+            features_r.train(mode)
+            torch.manual_seed(2)
+            out_o = features_o(*args)
+            torch.manual_seed(2)
+            out_r = features_r(*args)
+            for target in targets:
+                torch.testing.assert_close(out_r[target], out_o[target], **TOL)
+
+
+def _graph_breaks(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[int, List[str]]:
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(*args, **kwargs)
+    return explanation.graph_break_count, [str(b.reason).split("\n")[0] for b in explanation.break_reasons]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["auto", "fast"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_dynamo_adds_no_graph_break_and_compiled_rewrite_is_equivalent(name: str, backend: str) -> None:
+    original, rewritten, args = _pair(name)
+    with ak.use_backend(backend):
+        for mode in (False, True):
+            original.train(mode)
+            rewritten.train(mode)
+            breaks_o, _ = _graph_breaks(original, args, {})
+            breaks_r, reasons = _graph_breaks(rewritten, args, {})
+            assert breaks_r <= breaks_o, reasons
+            if not mode:  # inference: the cached-weight paths (folded BN, packed QKV) under the compiler
+                with torch.no_grad():
+                    assert _graph_breaks(rewritten, args, {})[0] <= _graph_breaks(original, args, {})[0]
+        torch._dynamo.reset()
+        compiled = copy.deepcopy(rewritten)
+        compiled.compile(backend="eager", fullgraph=True)  # in place: same state-dict keys
+        report = compare_models(original, compiled, args, **TOL)
+        assert report.ok, report.mismatches[:5]
+    torch._dynamo.reset()
+
+
+def _hf_pair(name: str) -> Iterator[Tuple[nn.Module, nn.Module, Tuple[Any, ...], Dict[str, Any]]]:
+    pytest.importorskip("transformers")
+    from gpu_bench.suite import SUITE
+
+    spec = SUITE[name]
+    source = spec.source_path().read_text()
+    result = rewrite_source(source, None, path=str(spec.source_path()))
+    original = load_source_as_module(source, f"{spec.module}__trace_o", package=spec.package)
+    rewritten = load_source_as_module(result.code, f"{spec.module}__trace_r", package=spec.package)
+    torch.manual_seed(0)
+    model_o = spec.build(original, "tiny", False).double().eval()
+    model_r = spec.build(rewritten, "tiny", False).double().eval()
+    model_r.load_state_dict(model_o.state_dict(), strict=True)
+    torch.manual_seed(1)
+    args, kwargs = spec.inputs(original, "tiny", 2, 16)
+    yield model_o, model_r, args, kwargs
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_dynamo_hugging_face_models_gain_no_graph_break(name: str) -> None:
+    for original, rewritten, args, kwargs in _hf_pair(name):
+        breaks_o, _ = _graph_breaks(original, args, kwargs)
+        for backend in BACKENDS:
+            with ak.use_backend(backend):
+                breaks_r, reasons = _graph_breaks(rewritten, args, kwargs)
+                assert breaks_r <= breaks_o, (backend, reasons)
+                torch._dynamo.reset()
+                compiled = torch.compile(rewritten, backend="eager")
+                torch.manual_seed(0)  # dropout is off in these configs; seeded all the same
+                out_o, out_r = original(*args, **kwargs), compiled(*args, **kwargs)
+                for (path, a), (_, b) in zip(iter_leaves(out_o), iter_leaves(out_r)):
+                    if isinstance(a, torch.Tensor):
+                        torch.testing.assert_close(b, a, **TOL, msg=path)
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torchscript_trace_of_rewritten_model(name: str) -> None:
+    """``torch.jit.trace`` records the ops that ran: it works for every rule. ``torch.jit.script`` does not
+    (kernels take modules and callables as arguments; docs/COMPILE_AND_TRACE.md)."""
+    original, rewritten, args = _pair(name)
+    for model in (original, rewritten):
+        model.eval()
+    with torch.no_grad():
+        scripted = torch.jit.trace(rewritten, args, check_trace=False)
+        torch.testing.assert_close(scripted(*args), original(*args), **TOL)
+
+
+def test_torchscript_script_of_softmax_and_dropout_ln_rewrites() -> None:
+    """ADP004 and ADP005 targets are scriptable (the scripted model runs the reference computation); the other
+    kernels take modules or callables as arguments, which TorchScript functions cannot."""
+    result = rewrite_source(VIT_SOURCE, ["ADP004", "ADP005"], path="vit.py")
+    assert {f.code for f in result.findings} == {"ADP004", "ADP005"}
+    original = load_source_as_module(VIT_SOURCE, "script_vit_original")
+    rewritten = load_source_as_module(result.code, "script_vit_rewritten")
+    torch.manual_seed(0)
+    model_o = original.Encoder().double()
+    model_r = rewritten.Encoder().double()
+    model_r.load_state_dict(model_o.state_dict(), strict=True)
+    scripted = torch.jit.script(model_r)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    for mode in (False, True):
+        model_o.train(mode)
+        scripted.train(mode)
+        torch.manual_seed(4)
+        expected = model_o(x)
+        torch.manual_seed(4)
+        torch.testing.assert_close(scripted(x), expected, **TOL)
+
+
+def test_traced_graph_reads_training_mode_at_run_time() -> None:
+    """A leaf call receives the module, so a graph traced in eval still applies dropout after ``.train()``."""
+    _, rewritten, args = _pair("vit")
+    traced = fx.symbolic_trace(rewritten.eval())
+    traced.train()
+    rewritten.train()
+    torch.manual_seed(3)
+    expected = rewritten(*args)
+    torch.manual_seed(3)
+    torch.testing.assert_close(traced(*args), expected, **TOL)
+    traced.eval()
+    with pytest.raises(AssertionError):
+        torch.manual_seed(3)
+        torch.testing.assert_close(traced(*args), expected, **TOL)
+
+
+def test_module_namespace_is_unchanged() -> None:
+    """fx.wrap patches names only while tracing: the public kernels are the plain functions otherwise."""
+    assert isinstance(ak.softmax, types.FunctionType) and ak.softmax.__module__ == "adopter_kernels.softmax"
