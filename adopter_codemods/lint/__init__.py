@@ -21,7 +21,8 @@ computed by :func:`~adopter_codemods.positions.statement_positions`), Fixit adds
 (a full extra visit, for ``# lint-ignore`` look-ups above the reported node: every report here is on the ``Module``,
 for which Fixit only reads the module header, and the engine judges suppression comments itself), and LibCST 1.9
 resolves a non-batchable provider such as :class:`~adopter_codemods.provider.ModelStructureProvider` together with
-an empty batched visit of the whole module: each of the three cost about half a parse per file.
+an empty batched visit of the whole module: each of the three cost about half a parse per file. Positions use the
+bytes Fixit parsed (as ``scan`` does), and under ``fixit lint`` the collector is paused during Fixit's walk.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ _COLLECT_VIOLATIONS = LintRunner.collect_violations.__code__
 _FILES: dict[int, _FileState] = {}
 # Under `fixit lint` the collector is paused from the first Adopter rule's visit of a module to the last one's
 # leave: Fixit's walk in between builds a new node per node, and each full collection traverses the parsed module
-# (a quarter of the run). Only there: that command exits when done, should a rule's exception skip the resume.
+# (docs/PERFORMANCE.md). Only there: that command exits when done, should a rule's exception skip the resume.
 _COLLECTOR = CollectorHold()
 
 

@@ -30,7 +30,8 @@ def lint_without_diff() -> bool:
 
 def _parent_ran_fixit_cli() -> bool:
     """The spawning process ran Fixit's command line: the ``fixit`` script (re-run here as ``__mp_main__``, it holds
-    ``main``) or ``python -m fixit`` (``sys.argv[0]`` is ``fixit/__main__.py``, which multiprocessing does not re-run)."""
+    ``main``) or ``python -m fixit`` (``sys.argv[0]`` is ``fixit/__main__.py``, which multiprocessing does not
+    re-run)."""
     if getattr(sys.modules.get("__mp_main__"), "main", None) is cli.main:
         return True
     fixit_main = os.path.join(os.path.dirname(fixit.__file__ or ""), "__main__.py")
