@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -29,3 +29,25 @@ def collector_paused(fn: F) -> F:
             gc.enable()
 
     return wrapper  # type: ignore[return-value]
+
+
+class CollectorHold:
+    """The collector paused across calls rather than around one: from a Fixit rule's visit of a module to its leave,
+    so that Fixit's own walk of the tree in between is paused too. ``begin(key)`` pauses it unless someone else
+    already has; ``end(key)`` resumes it if that `key` paused it. A key whose ``end`` never came (an exception in
+    between) hands the pause over to the next ``begin``, so it lasts at most until the next module is done."""
+
+    def __init__(self) -> None:
+        self._key: Optional[int] = None
+
+    def begin(self, key: int) -> None:
+        if self._key is not None:
+            self._key = key
+        elif gc.isenabled():
+            gc.disable()
+            self._key = key
+
+    def end(self, key: int) -> None:
+        if self._key == key:
+            self._key = None
+            gc.enable()

@@ -4,6 +4,8 @@ combined autofix, ``# lint-ignore``, and ``fixit lint`` / ``fixit fix`` as subpr
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import os
 import re
 import shutil
@@ -12,8 +14,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+import click
+import fixit
 import pytest
 from fixit import LintRule
+from fixit import cli as fixit_cli
 from fixit.config import walk_module
 from fixit.engine import LintRunner
 from fixit.ftypes import Config, LintViolation
@@ -21,6 +26,8 @@ from fixit.testing import generate_lint_rule_test_cases
 
 import adopter_codemods.lint as lint
 from adopter_codemods.api import rewrite_source, scan_source
+from adopter_codemods.gc_pause import CollectorHold
+from adopter_codemods.lint.mode import lint_without_diff
 from adopter_codemods.rules import builtin_rules
 from conftest import FIXTURES, ROOT, expected_path, fixture_cases, is_negative, rule_code
 
@@ -92,6 +99,78 @@ def test_one_fix_run_applies_every_enabled_rule() -> None:
     assert runner.apply_replacements(violations).code == rewrite_source(source, [rule.code]).code
 
 
+def test_lint_without_diff_builds_no_fix() -> None:
+    source = EXAMPLE.read_text(encoding="utf-8")
+    with fixit_cli.lint.make_context("lint", ["model.py"]):  # as inside `fixit lint model.py`
+        assert lint_without_diff()
+        _, violations = lint_source(source)
+        assert gc.isenabled()  # paused for Fixit's walk of the module only
+    assert len(violations) == len(scan_source(source)) > 0
+    assert not any(v.autofixable for v in violations)
+    assert all(v.message.endswith(" (fixable: fixit fix)") for v in violations)
+    assert not lint._FILES
+
+
+@pytest.mark.parametrize(
+    ("command", "args"), [(fixit_cli.lint, ["--diff", "m.py"]), (fixit_cli.lint, ["-d"]), (fixit_cli.fix, ["-a"])]
+)
+def test_other_fixit_commands_keep_the_fix(command: click.Command, args: list[str]) -> None:
+    with command.make_context(command.name, args):
+        assert not lint_without_diff()
+        _, violations = lint_source(EXAMPLE.read_text(encoding="utf-8"))
+    assert sum(v.autofixable for v in violations) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["lint", "src"], True),
+        (["--rules", "x", "-o", "vscode", "lint"], True),
+        (["lint", "--diff", "src"], False),
+        (["lint", "-d"], False),
+        (["fix", "--automatic", "src"], False),
+        (["upgrade", "src"], False),
+        (["lsp"], False),
+        ([], False),
+        (["--version"], False),
+    ],
+)
+def test_a_worker_reads_the_parent_command_line(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], expected: bool
+) -> None:
+    # a spawned worker: no click context, multiprocessing's parent process, the parent's sys.argv
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    monkeypatch.setattr(sys, "argv", [str(Path(fixit.__file__).with_name("__main__.py")), *argv])
+    assert lint_without_diff() is expected
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "other_tool.py"), *argv])  # not Fixit's command line: no telling
+    assert not lint_without_diff()
+
+
+def test_no_telling_keeps_the_fix() -> None:
+    assert not lint_without_diff()  # the API and the VALID/INVALID harness: no click context, no parent process
+    with click.Context(click.Command("lint", params=[click.Option(["--diff"], is_flag=True)])) as ctx:
+        ctx.params["diff"] = False
+        assert not lint_without_diff()  # some other tool's `lint`
+
+
+def test_collector_hold_resumes_once_and_hands_over() -> None:
+    hold = CollectorHold()
+    hold.begin(1)
+    try:
+        assert not gc.isenabled()
+        hold.begin(2)  # module 1 never ended (an exception in Fixit's walk): module 2 takes the pause over
+        hold.end(1)
+        assert not gc.isenabled()
+        hold.end(2)
+        assert gc.isenabled()
+        gc.disable()  # paused by someone else: neither resumed nor taken
+        hold.begin(3)
+        hold.end(3)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def _line_of(source: str, text: str) -> int:
     return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
 
@@ -143,7 +222,7 @@ def test_fixit_cli_lint_fix_lint(tmp_path: Path) -> None:
             [sys.executable, "-m", "fixit", *args], cwd=tmp_path, env=env, capture_output=True, text=True
         )
 
-    linted = fixit("lint", "src")
+    linted = fixit("lint", "src")  # two files: Fixit's spawned workers lint them
     assert linted.returncode == 1, linted.stderr
     reported = sorted(
         (m.group(1), int(m.group(2)), int(m.group(3)) + 1, m.group(4))
@@ -153,6 +232,20 @@ def test_fixit_cli_lint_fix_lint(tmp_path: Path) -> None:
         (name, f.line, f.col, f.code) for name, text in originals.items() for f in scan_source(text, path=name)
     )
     assert reported == expected and expected
+    # `fixit lint` without --diff builds no fix: every finding says it is fixable, none carries an autofix
+    assert linted.stdout.count("(fixable: fixit fix)") == len(expected)
+    assert "(has autofix)" not in linted.stdout and "auto-fix" not in linted.stderr
+    one = fixit("lint", "src/example_model.py")  # one file: linted in Fixit's own process
+    assert one.stdout.count("(fixable: fixit fix)") == len(scan_source(originals["example_model.py"])) > 0
+    assert "(has autofix)" not in one.stdout
+    script = Path(sys.executable).with_name("fixit")  # the console script: its workers re-run it as __mp_main__
+    if script.exists():
+        by_script = subprocess.run([str(script), "lint", "src"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert by_script.stdout.count("(fixable: fixit fix)") == len(expected), by_script.stderr
+    diffed = fixit("lint", "--diff", "src")  # the diff needs the fix: built, one per file
+    assert diffed.stdout.count("(has autofix)") == len(originals) and "(fixable" not in diffed.stdout
+    assert "+import adopter_kernels" in diffed.stdout
+    assert all((src / name).read_text(encoding="utf-8") == text for name, text in originals.items())
     fixed = fixit("fix", "--automatic", "src")
     assert fixed.returncode == 0, fixed.stderr
     for name, text in originals.items():

@@ -8,8 +8,10 @@ their first matched statement.
 Autofix: a rewrite edits ``__init__`` and ``forward`` together and adds ``import adopter_kernels``, so the fix
 replaces the whole ``Module``: the file rewritten by all Adopter rules enabled for it (computed once). Fixit
 applies one replacement per node and run, and renders a diff of the whole module for every finding carrying one,
-so the fix rides on the first finding of the file only (the others say "see the fix of line N"): ``fixit fix
---automatic`` applies every Adopter rewrite of a file in one run, and interactive ``fixit fix`` asks once per file.
+so the fix rides on the first finding of the file only (the others say "(autofix: the fix of line N)"): ``fixit
+fix --automatic`` applies every Adopter rewrite of a file in one run, and interactive ``fixit fix`` asks once per
+file. Under ``fixit lint`` without ``--diff``, which would only print "(has autofix)" for it, no fix is built: the
+fixable findings say "(fixable: fixit fix)" instead (:func:`~adopter_codemods.lint.mode.lint_without_diff`).
 A site silenced with ``# lint-ignore: <RuleName>`` (or ``# noqa: <CODE>``) on or above its reported statement is
 neither reported nor rewritten by the fix: the engine leaves it out (:mod:`adopter_codemods.suppression`).
 
@@ -19,25 +21,31 @@ computed by :func:`~adopter_codemods.positions.statement_positions`), Fixit adds
 (a full extra visit, for ``# lint-ignore`` look-ups above the reported node: every report here is on the ``Module``,
 for which Fixit only reads the module header, and the engine judges suppression comments itself), and LibCST 1.9
 resolves a non-batchable provider such as :class:`~adopter_codemods.provider.ModelStructureProvider` together with
-an empty batched visit of the whole module: each of the three cost about half a parse per file.
+an empty batched visit of the whole module: each of the three cost about half a parse per file. Positions use the
+bytes Fixit parsed (as ``scan`` does), and under ``fixit lint`` the collector is paused during Fixit's walk.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import ClassVar, Optional, Union
 
 import libcst as cst
 from fixit import Invalid, LintRule, Valid
+from fixit.engine import LintRunner
 from libcst.metadata import CodePosition, CodeRange
 
 from ..dsl import Rule
 from ..engine import Finding, find_all, findings_for, rewrite_module
+from ..gc_pause import CollectorHold
 from ..provider import build_module_structure
 from ..report import rule_doc
 from ..rules import builtin_rules
 from ..structure import ModuleStructure
+from .mode import lint_without_diff
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"  # source checkouts only
 
@@ -48,6 +56,7 @@ class _FileState:
 
     module: cst.Module
     structure: ModuleStructure
+    lint_only: bool  # `fixit lint` without `--diff`: the fix would go unused, so it is not built
     linters: list[LintRule] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
     pending: int = 0
@@ -62,17 +71,45 @@ class _FileState:
         if self.findings is not None:
             return
         matches = find_all(self.structure, self.rules)
-        found = findings_for(self.module, matches, "")  # one positions pass for all
+        found = findings_for(self.module, matches, "", source=_parsed_source(self.module))  # one positions pass for all
         self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
         fixable = [f for f in found if f.fixable]
-        if fixable:
+        if fixable and not self.lint_only:
             outcome = rewrite_module(self.module, self.rules, self.structure, matches)
             if outcome.rounds:
                 self.fix, self.fix_at = outcome.module, fixable[0]
 
+    def suffix(self, finding: Finding) -> str:
+        """What a finding's message says of the fix; the one carrying it gets Fixit's "(has autofix)"."""
+        if not finding.fixable or finding is self.fix_at:
+            return ""
+        if self.lint_only:
+            return " (fixable: fixit fix)"
+        return f" (autofix: the fix of line {self.fix_at.line})" if self.fix_at else ""
+
+
+def _parsed_source(module: cst.Module) -> Optional[bytes]:
+    """The bytes Fixit parsed `module` from, which place the reported statements faster (as in ``scan``): Fixit
+    hands a rule the tree only, so take them from its ``LintRunner`` up the stack, if it holds this very module."""
+    frame: Optional[FrameType] = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _COLLECT_VIOLATIONS:
+            runner = frame.f_locals.get("self")
+            if isinstance(runner, LintRunner) and runner.module is module and isinstance(runner.source, bytes):
+                return runner.source
+            return None
+        frame = frame.f_back
+    return None
+
+
+_COLLECT_VIOLATIONS = LintRunner.collect_violations.__code__
 
 # Keyed by id(module); the state holds the module, so the id stays valid until the entry is removed.
 _FILES: dict[int, _FileState] = {}
+# Under `fixit lint` the collector is paused from the first Adopter rule's visit of a module to the last one's
+# leave: Fixit's walk in between builds a new node per node, and each full collection traverses the parsed module
+# (docs/PERFORMANCE.md). Only there: that command exits when done, should a rule's exception skip the resume.
+_COLLECTOR = CollectorHold()
 
 
 def _cases(rule: Rule) -> tuple[list[Union[str, Valid]], list[Union[str, Invalid]]]:
@@ -109,7 +146,10 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
         def visit_Module(self, node: cst.Module) -> None:
             state = _FILES.get(id(node))
             if state is None:
-                state = _FILES[id(node)] = _FileState(node, build_module_structure(node))
+                lint_only = lint_without_diff()
+                if lint_only:
+                    _COLLECTOR.begin(id(node))
+                state = _FILES[id(node)] = _FileState(node, build_module_structure(node), lint_only)
             state.linters.append(self)
             state.rules.append(self.RULE)
             state.pending += 1
@@ -120,19 +160,17 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 state.resolve()
                 assert state.findings is not None
                 for f in state.findings[state.linters.index(self)]:
-                    carrier = state.fix_at
-                    with_fix = state.fix is not None and f is carrier
-                    shared = f" (autofix: the fix of line {carrier.line})" if f.fixable and carrier and not with_fix else ""
                     self.report(
                         original_node,
-                        f"{f.code} {f.message}{shared}",
+                        f"{f.code} {f.message}{state.suffix(f)}",
                         position=CodeRange(CodePosition(f.line, f.col - 1), CodePosition(f.end_line, f.end_col - 1)),
-                        replacement=state.fix if with_fix else None,
+                        replacement=state.fix if f is state.fix_at else None,
                     )
             finally:
                 state.pending -= 1
                 if state.pending == 0:
                     del _FILES[id(original_node)]
+                    _COLLECTOR.end(id(original_node))
 
     AdopterRule.METADATA_DEPENDENCIES = ()  # undo Fixit's __init_subclass__, which adds ParentNodeProvider
     AdopterRule.__name__ = AdopterRule.__qualname__ = rule.name
