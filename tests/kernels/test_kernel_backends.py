@@ -163,9 +163,9 @@ def test_xformers_core_equals_sdpa(fake_xformers: types.ModuleType, causal: bool
     q, k, v = _qkv()
     mask = None if causal else torch.randn(2, 1, 1, 5, dtype=torch.float64)
     args = (q, k, v, mask, 0.0, causal, 0.3)
-    want = attention_backends.attention_core("bert_self_attention", "sdpa", *args)
+    want = attention_backends.fast_attention("bert_self_attention", "sdpa", *args)
     with ak.use_backend("bert_self_attention=xformers"):
-        got = attention_backends.attention_core("bert_self_attention", "xformers", *args)
+        got = attention_backends.fast_attention("bert_self_attention", "xformers", *args)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
 
 
