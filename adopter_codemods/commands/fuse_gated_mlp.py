@@ -38,7 +38,8 @@ then left as it is (both rewrites are exact; ADP012 alone gives the bigger fusio
 
 **Performance**: measured (docs/KERNEL_PERFORMANCE.md, run D). The packed GEMM and fused ``act(g) * u`` kernel run on
 CUDA only (not yet measured on a GPU). On CPU ``gated_linear_unit`` computes ``act(gate(x)) * up(x)`` itself: within
-noise at base size (0.98-1.06x) plus a few microseconds of dispatch per call (small inputs: 0.84-0.94x).
+noise at base size (0.98-1.06x) plus a few microseconds of dispatch per call (small inputs: 0.84-0.94x, 0.93x
+`slower` in bfloat16 inference).
 """
 
 from .. import codemod

@@ -49,7 +49,8 @@ importable by name, so ``torch.save(model)`` of a whole model cannot pickle it (
 
 **Performance**: measured (docs/KERNEL_PERFORMANCE.md, run D). The Triton row kernel runs on CUDA only (not yet
 measured on a GPU). On CPU ``rms_norm`` computes the original expression itself: within noise at base size
-(0.85-1.02x) plus a few microseconds of dispatch per call, visible only on small inputs (0.92x bfloat16 inference).
+(0.85-1.02x) plus a few microseconds of dispatch per call, visible on small inputs (0.92x `slower` in bfloat16
+inference).
 """
 
 from .. import codemod
