@@ -18,8 +18,9 @@ The key is passed as the code transposed it, so any transpose the original wrote
 Reference path (``ADOPTER_KERNELS_BACKEND=reference``, and every input the fast path does not take): the code
 above, op for op, so it is the original computation (same rounding, same random numbers for dropout).
 
-Fast path (any device): ``F.scaled_dot_product_attention(query, key_t.transpose(-2, -1), value, attn_mask, ...)``,
-only where it computes the same function up to rounding:
+Fast path (CUDA under ``auto``; any device when forced):
+``F.scaled_dot_product_attention(query, key_t.transpose(-2, -1), value, attn_mask, ...)``, only where it
+computes the same function up to rounding:
 
 - query, key and value of one floating dtype, the same rank (3 or 4) and the same leading (batch/head) dims, no
   autocast (autocast runs eager's softmax in float32, SDPA in its own way);
@@ -42,8 +43,9 @@ The mask and row checks read the data (a device synchronisation on CUDA). They n
 op for op the original's graph. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
 graph runs).
 
-Dispatch (``_dispatch``, kernel ``attention_core``): ``sdpa`` where it is picked (CUDA; on CPU where
-benchmarks/bench_kernels.py measured it faster, see ``SDPA_CORE``), else ``reference``.
+Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA only; on CPU it measured
+slower at small sizes (``SDPA_CORE``), so the reference path runs unless ``ADOPTER_KERNELS_BACKEND`` names
+``attention_core=sdpa``.
 """
 
 from __future__ import annotations
@@ -96,7 +98,11 @@ def attention_core(
     """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``."""
     args = (query, key_t, value, scale, divisor, mask, masked_inf, masked_min, dropout, dropout_p, training, batched)
     # While compiling, the data checks of _sdpa would break the graph: the compiler gets the original ops.
-    if not torch.compiler.is_compiling() and all(isinstance(t, Tensor) for t in (query, key_t, value)) and select("attention_core", query, key_t, value) == "sdpa":
+    if (
+        not torch.compiler.is_compiling()
+        and all(isinstance(t, Tensor) for t in (query, key_t, value))
+        and select("attention_core", query, key_t, value) == "sdpa"
+    ):
         fast = _sdpa(*args)
         if fast is not None:
             return fast

@@ -33,7 +33,7 @@ RMS_NORM_CASTS = ("llama", "t5", "gemma")
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 Eps = Union[float, torch.Tensor]
 
-register_kernel("rms_norm", TRITON, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton row kernel, inference")
+register_kernel("rms_norm", TRITON, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton row kernel (inference)")
 
 
 def _llama(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
