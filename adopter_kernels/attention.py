@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from ._dispatch import select
-from .attention_backends import attention_core
+from .attention_backends import fast_attention
 
 __all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa"]
 
@@ -188,7 +188,7 @@ class _BertSelfAttentionSDPA(nn.Module):
             if past_key_value is not None:
                 key = torch.cat([past_key_value[0], key], dim=2)
                 value = torch.cat([past_key_value[1], value], dim=2)
-        context = attention_core(
+        context = fast_attention(
             "bert_self_attention",
             backend,
             query,
@@ -310,7 +310,7 @@ class _T5AttentionSDPA(nn.Module):
 
         # T5 does not scale scores (scale=1.0); the bias (+ mask) is one additive mask, so its gradient
         # reaches relative_attention_bias through SDPA.
-        context = attention_core(
+        context = fast_attention(
             "t5_attention",
             backend,
             query,
@@ -412,7 +412,7 @@ class _GPT2AttentionSDPA(nn.Module):
         else:
             causal = self.bias[:, :, key_length - query_length : key_length, :key_length]
             mask = _merge_causal_mask(causal, attention_mask, query.dtype)
-        context = attention_core(
+        context = fast_attention(
             "gpt2_attention",
             backend,
             query,

@@ -10,7 +10,7 @@ each with the backends
 * ``sdpa``: ``F.scaled_dot_product_attention`` (what the subclasses always used).
 * ``reference``: the original class's eager ``forward`` (``super().forward``).
 
-``attention_core`` computes ``softmax(q @ k^T * scale + mask) @ v`` (with dropout) on ``[B, H, S, D]`` tensors with
+``fast_attention`` computes ``softmax(q @ k^T * scale + mask) @ v`` (with dropout) on ``[B, H, S, D]`` tensors with
 the chosen backend; both fast backends take the same additive float mask, so the result is the same function.
 """
 
@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ._dispatch import Backend, Call, forced, register_kernel
 
-__all__ = ["ATTENTION_KERNELS", "attention_core", "xformers_ops"]
+__all__ = ["ATTENTION_KERNELS", "fast_attention", "xformers_ops"]
 
 ATTENTION_KERNELS = ("bert_self_attention", "t5_attention", "gpt2_attention")
 
@@ -158,7 +158,7 @@ class _Tuner:
 TUNER = _Tuner()
 
 
-def attention_core(kernel: str, backend: str, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
+def fast_attention(kernel: str, backend: str, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
                    dropout_p: float, is_causal: bool, scale: float) -> Tensor:
     """Attention on ``[B, H, S, D]`` with ``backend`` (``sdpa`` or ``xformers``, as ``select`` chose for ``kernel``)."""
     if backend == "xformers" and forced(kernel) == "auto" and not torch.compiler.is_compiling():

@@ -18,8 +18,9 @@ The key is passed as the code transposed it, so any transpose the original wrote
 Reference path (``ADOPTER_KERNELS_BACKEND=reference``, and every input the fast path does not take): the code
 above, op for op, so it is the original computation (same rounding, same random numbers for dropout).
 
-Fast path (any device): ``F.scaled_dot_product_attention(query, key_t.transpose(-2, -1), value, attn_mask, ...)``,
-only where it computes the same function up to rounding:
+Fast path (CUDA under ``auto``; any device when forced):
+``F.scaled_dot_product_attention(query, key_t.transpose(-2, -1), value, attn_mask, ...)``, only where it
+computes the same function up to rounding:
 
 - query, key and value of one floating dtype, the same rank (3 or 4) and the same leading (batch/head) dims, no
   autocast (autocast runs eager's softmax in float32, SDPA in its own way);
@@ -37,7 +38,14 @@ only where it computes the same function up to rounding:
   distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
   exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA run exactly.
 
-The mask and row checks read the data (a device synchronisation on CUDA).
+The mask and row checks read the data (a device synchronisation on CUDA). They never run while
+``torch.compile`` traces (a data-dependent branch would be a graph break): compiled code runs the reference path,
+op for op the original's graph. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
+graph runs).
+
+Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA only; on CPU it measured
+slower at small sizes (``SDPA_CORE``), so the reference path runs unless ``ADOPTER_KERNELS_BACKEND`` names
+``attention_core=sdpa``.
 """
 
 from __future__ import annotations
@@ -51,12 +59,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _dispatch
+from ._dispatch import Backend, register_kernel, select
 
 __all__ = ["attention_core"]
 
 # An additive-mask entry at or above this keeps its key. Below it the entry swamps the scores (HF masks use
 # finfo.min, old GPT-2 code -1e4): a row without a kept key runs the reference path.
 _KEPT = -1e4
+
+
+# CPU (benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md): SDPA plus the mask checks measured 1.4x faster at
+# base size in inference but 0.35x (float32) at small size and 0.46x in bfloat16 training; the decision cannot see
+# the size, so on CPU the original computation runs. CUDA: SDPA's fused kernels (to be measured on a GPU).
+SDPA_CORE = Backend(
+    "sdpa",
+    "CUDA (not yet measured on a GPU). CPU: measured slower at small sizes (0.35x float32 inference) and in bfloat16 "
+    "training (0.46x), faster only at base-size inference (1.4x), so the original computation runs",
+    faster=lambda call: call.device == "cuda",
+)
+register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
 
 def attention_core(
@@ -76,7 +97,12 @@ def attention_core(
 ) -> Tensor:
     """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``."""
     args = (query, key_t, value, scale, divisor, mask, masked_inf, masked_min, dropout, dropout_p, training, batched)
-    if _dispatch.current_backend() != "reference":
+    # While compiling, the data checks of _sdpa would break the graph: the compiler gets the original ops.
+    if (
+        not torch.compiler.is_compiling()
+        and all(isinstance(t, Tensor) for t in (query, key_t, value))
+        and select("attention_core", query, key_t, value) == "sdpa"
+    ):
         fast = _sdpa(*args)
         if fast is not None:
             return fast

@@ -10,6 +10,7 @@ counts as zeros, as in ADP009's ``packed_qkv_linear``), then one kernel computin
 output (forward and backward). It runs only when both layers are plain ``nn.Linear`` of one dtype and device with
 equal ``out_features`` and the activation is recognised exactly by ``classify_activation`` (erf GELU, tanh GELU,
 ReLU, SiLU; never one GELU for the other). The packed weight is cached under ``no_grad`` (see ``_cache``).
+Dispatch: kernel ``gated_linear_unit`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._cache import cached, needs_grad
-from ._dispatch import is_plain, use_triton
+from ._dispatch import TRITON, fx_tracing, is_plain, register_kernel, select
 from .activation import Activation, classify_activation
 
 __all__ = ["gated_linear_unit"]
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+register_kernel("gated_linear_unit", TRITON, doc="ADP012 act(gate(x)) * up(x); packed GEMM + fused act*mul kernel")
 
 
 def _pack(gate: nn.Linear, up: nn.Linear) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -56,7 +59,16 @@ def gated_linear_unit(
     input: torch.Tensor, gate: nn.Linear, up: nn.Linear, activation: Activation, **activation_kwargs: Any
 ) -> torch.Tensor:
     """``activation(gate(input), **activation_kwargs) * up(input)``; one GEMM and a fused kernel on CUDA."""
-    if use_triton(input, gate.weight) and _fusable(input, gate, up):
+    if not isinstance(activation, nn.Module) and fx_tracing():
+        # An fx graph cannot hold a function as an argument: trace the original ops (as the original code would).
+        return activation(gate(input), **activation_kwargs) * up(input)
+    return _gated_linear_unit(input, gate, up, activation, **activation_kwargs)
+
+
+def _gated_linear_unit(
+    input: torch.Tensor, gate: nn.Linear, up: nn.Linear, activation: Activation, **activation_kwargs: Any
+) -> torch.Tensor:
+    if select("gated_linear_unit", input, gate.weight) == "triton" and _fusable(input, gate, up):
         kind = classify_activation(activation, **activation_kwargs)
         if kind is not None:
             from .triton_kernels.gated_activation import gated_activation
@@ -68,3 +80,7 @@ def gated_linear_unit(
                 weight, bias = cached(gate, sources, ("gated_linear_unit", id(up)), lambda: _pack(gate, up))
             return gated_activation(F.linear(input, weight, bias), kind)
     return activation(gate(input), **activation_kwargs) * up(input)
+
+
+# An fx leaf (module activations only, see gated_linear_unit): tracing records one call, not the dispatch.
+torch.fx.wrap("_gated_linear_unit")

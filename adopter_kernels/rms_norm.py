@@ -13,7 +13,7 @@ class whose forward it proved to be exactly the RMSNorm of ``cast``:
 Reference path: exactly those expressions, in that casting order (the oracle in tests). Triton path (CUDA, or
 forced): one row kernel in float32 when no gradient is needed (inference), the input is float16/bfloat16/float32 and
 the weight has the input's dtype (then the three casting orders reduce to the two the kernel implements). Training
-takes the reference path.
+takes the reference path. Dispatch: kernel ``rms_norm`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU).
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ from typing import Any, Callable, Dict, Tuple, Union
 import torch
 from torch import nn
 
-from ._dispatch import use_triton
+from ._dispatch import TRITON, register_kernel, select
 
 __all__ = ["rms_norm", "rms_norm_module", "RMS_NORM_CASTS"]
 
 RMS_NORM_CASTS = ("llama", "t5", "gemma")
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 Eps = Union[float, torch.Tensor]
+
+register_kernel("rms_norm", TRITON, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton row kernel (inference)")
 
 
 def _llama(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
@@ -76,7 +78,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama
         and x.dim() >= 1
         and weight.shape[0] == x.shape[-1]
         and x.numel() > 0
-        and use_triton(x, weight)
+        and select("rms_norm", x, weight) == "triton"
     ):
         from .triton_kernels.rms_norm import rms_norm_forward
 
@@ -111,3 +113,7 @@ def rms_norm_module(cls: type, cast: str, weight: str = "weight", eps: str = "va
     name = "Fused" + cls.__name__
     doc = f"{cls.__name__} with a fused RMSNorm forward ({cast} casting order, ADP011); see {__name__}."
     return type(name, (cls,), {"forward": forward, "__module__": __name__, "__qualname__": name, "__doc__": doc})
+
+
+# An fx leaf where the subclass forward above calls it (adopter_kernels/__init__.py wraps the public name).
+torch.fx.wrap("rms_norm")

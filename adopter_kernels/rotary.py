@@ -14,17 +14,20 @@ broadcast ``cos``/``sin`` (strides of the broadcast, nothing materialised), comp
 (the original rounds after each product and the sum in half precision). It runs for 4-D ``x`` with an even last
 dim, ``cos``/``sin`` broadcasting to ``x``'s shape, all three of one float16/bfloat16/float32 dtype, and ``cos`` and
 ``sin`` not requiring grad (the backward kernel gives ``x``'s gradient only, as HF's cos/sin buffers need).
+Dispatch: kernel ``rotary_embedding`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._dispatch import use_triton
+from ._dispatch import TRITON, register_kernel, select
 
 __all__ = ["rotary_embedding"]
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+register_kernel("rotary_embedding", TRITON, doc="ADP013 (x * cos) + (rotate_half(x) * sin); one Triton kernel")
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -55,7 +58,7 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     """``(x * cos) + (rotate(x) * sin)`` with HF's ``rotate_half`` (GPT-J's ``rotate_every_two`` when
     ``interleaved``), one fused kernel on CUDA."""
     tensors = all(isinstance(t, torch.Tensor) for t in (x, cos, sin))
-    if tensors and use_triton(x, cos, sin) and _fusable(x, cos, sin):
+    if tensors and select("rotary_embedding", x, cos, sin) == "triton" and _fusable(x, cos, sin):
         from .triton_kernels.rotary import rotary
 
         return rotary(x, cos, sin, interleaved)

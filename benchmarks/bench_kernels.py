@@ -174,13 +174,55 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
             with torch.set_grad_enabled(mode == "train"):
                 out.append((mode, o, k, _dispatch.select(kernel, hidden, training=mode == "train")))
         return out
+    if kernel == "attention_core":
+        # nanoGPT/ViT-style core on [B, H, S, D] with an additive padding mask (every row keeps keys), no dropout.
+        q, k_, v = (x(b, heads, s, h // heads) for _ in range(3))
+        mask = torch.zeros(b, 1, 1, s, **kw)
+        mask[-1, ..., s - s // 4:] = torch.finfo(dtype).min
+        scale = (h // heads) ** -0.5
+
+        def eager() -> torch.Tensor:
+            return F.softmax(q @ k_.transpose(-2, -1) * scale + mask, dim=-1) @ v
+
+        rows = both(lambda _: (eager, lambda: ak.attention_core(q, k_.transpose(-2, -1), v, scale=scale, mask=mask)))
+        out = []
+        for mode, o, k in rows:
+            with torch.set_grad_enabled(mode == "train"):
+                out.append((mode, o, k, _dispatch.select("attention_core", q, training=mode == "train")))
+        return out
+    if kernel == "rms_norm":
+        a = x(b, s, h)
+        weight = torch.ones(h, **kw).requires_grad_()
+
+        def llama() -> torch.Tensor:
+            t = a.to(torch.float32)
+            return weight * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)).to(a.dtype)
+
+        rows = both(lambda _: (llama, lambda: ak.rms_norm(a, weight, 1e-6, "llama")))
+        return [(m, o, k, _dispatch.select("rms_norm", a)) for m, o, k in rows]
+    if kernel == "gated_linear_unit":
+        a = x(b, s, h)
+        gate, up = nn.Linear(h, 4 * h, bias=False).to(**kw), nn.Linear(h, 4 * h, bias=False).to(**kw)
+        rows = both(lambda _: (lambda: F.silu(gate(a)) * up(a), lambda: ak.gated_linear_unit(a, gate, up, F.silu)),
+                    (gate, up))
+        return [(m, o, k, _dispatch.select("gated_linear_unit", a)) for m, o, k in rows]
+    if kernel == "rotary_embedding":
+        a = x(b, heads, s, h // heads)
+        cos, sin = x(1, 1, s, h // heads, grad=False), x(1, 1, s, h // heads, grad=False)
+
+        def rotate_half(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat((-t[..., t.shape[-1] // 2:], t[..., : t.shape[-1] // 2]), dim=-1)
+
+        rows = both(lambda _: (lambda: (a * cos) + (rotate_half(a) * sin), lambda: ak.rotary_embedding(a, cos, sin)))
+        return [(m, o, k, _dispatch.select("rotary_embedding", a)) for m, o, k in rows]
     raise KeyError(kernel)
 
 
 CPU_FAST = ("conv_bn2d=folded,linear_bn1d=folded,packed_qkv_linear=packed,bert_self_attention=sdpa,"
-            "t5_attention=sdpa,gpt2_attention=sdpa")
+            "t5_attention=sdpa,gpt2_attention=sdpa,attention_core=sdpa")
 KERNELS = ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
-           "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention")
+           "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention", "attention_core", "rms_norm",
+           "gated_linear_unit", "rotary_embedding")
 
 
 def _sync(device: torch.device) -> None:

@@ -1,7 +1,8 @@
 """ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of six families (ViT, BLIP, SegFormer,
 LeViT, RemBERT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
 tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
-training with dropout 0); the fused cores must really run SDPA, and the fallback arm must still serve
+training with dropout 0); the fused cores must really run SDPA (forced: on CPU ``auto`` keeps the hand-written
+core), and the fallback arm must still serve
 ``output_attentions``."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import ast
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -117,7 +118,10 @@ CASES = [
 
 
 @pytest.fixture
-def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts SDPA calls, with SDPA forced (``auto`` picks it on CUDA only: on CPU it measured slower at small sizes)."""
+    import adopter_kernels
+
     calls: list[int] = []
     real = torch.nn.functional.scaled_dot_product_attention
 
@@ -126,7 +130,8 @@ def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    return calls
+    with adopter_kernels.use_backend("attention_core=sdpa"):
+        yield calls
 
 
 def _load(case: Case) -> tuple[Any, Any, list[Any]]:

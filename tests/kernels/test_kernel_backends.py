@@ -29,7 +29,8 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_backends_lists_every_kernel_with_reasons() -> None:
     report = ak.backends()
     assert {"softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
-            "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention"} <= set(report)
+            "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention", "attention_core", "rms_norm",
+            "gated_linear_unit", "rotary_embedding"} <= set(report)
     for name, entry in report.items():
         rows = {row["name"]: row for row in entry["backends"]}  # type: ignore[union-attr]
         assert rows["reference"]["available"], name
@@ -45,7 +46,7 @@ def test_auto_runs_the_original_on_cpu_where_not_measured_faster() -> None:
     """The CPU policy of docs/KERNEL_PERFORMANCE.md, as backends() reports it."""
     selects = {name: entry["auto_selects"] for name, entry in ak.backends().items()}
     for name in ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
-                 "packed_qkv_linear"):
+                 "packed_qkv_linear", "attention_core", "rms_norm", "gated_linear_unit", "rotary_embedding"):
         assert {v for k, v in selects[name].items() if k.startswith("cpu")} == {"reference"}, name  # type: ignore
     for name in ("bert_self_attention", "gpt2_attention", "t5_attention"):
         cpu = selects[name]
@@ -62,6 +63,19 @@ def test_per_kernel_override_wins_over_bare_name(monkeypatch: pytest.MonkeyPatch
     assert ak.current_backend() == "reference"
     with ak.use_backend("auto"):
         assert _dispatch.select("packed_qkv_linear", x) == "reference"  # CPU float32: measured no faster
+
+
+def test_adp010_to_adp013_kernels_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.zeros(2, 3)
+    assert _dispatch.select("attention_core", x) == "reference"  # CPU: measured slower at small sizes
+    monkeypatch.setenv(ak.BACKEND_ENV, "attention_core=sdpa")
+    assert _dispatch.select("attention_core", x) == "sdpa"
+    if _dispatch.triton_available():
+        monkeypatch.setenv(ak.BACKEND_ENV, "reference,rms_norm=triton,gated_linear_unit=triton,rotary_embedding=triton")
+        assert _dispatch.select("attention_core", x) == "reference"
+        for name in ("rms_norm", "gated_linear_unit", "rotary_embedding"):
+            assert _dispatch.select(name, x) == "triton", name
+            assert ak.backends()[name]["forced"] == "triton"
 
 
 @pytest.mark.parametrize("spec", ["softmax=fast", "nosuchkernel=reference", "cuda", "softmax=folded"])
@@ -163,9 +177,9 @@ def test_xformers_core_equals_sdpa(fake_xformers: types.ModuleType, causal: bool
     q, k, v = _qkv()
     mask = None if causal else torch.randn(2, 1, 1, 5, dtype=torch.float64)
     args = (q, k, v, mask, 0.0, causal, 0.3)
-    want = attention_backends.attention_core("bert_self_attention", "sdpa", *args)
+    want = attention_backends.fast_attention("bert_self_attention", "sdpa", *args)
     with ak.use_backend("bert_self_attention=xformers"):
-        got = attention_backends.attention_core("bert_self_attention", "xformers", *args)
+        got = attention_backends.fast_attention("bert_self_attention", "xformers", *args)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
 
 
