@@ -50,7 +50,6 @@ __all__ = [
     "select",
     "use_backend",
     "triton_available",
-    "use_triton",
     "is_plain",
     "fx_tracing",
 ]
@@ -319,26 +318,6 @@ TRITON = Backend(
     supports=_triton_supports,
     faster=lambda call: call.device == "cuda",
 )
-
-
-def use_triton(*tensors: torch.Tensor, kernel: Optional[str] = None) -> bool:
-    """Whether the Triton path should run for these tensors (``select(kernel, ...) == "triton"``).
-
-    Without ``kernel``: the bare backend in force decides (``reference``: never; ``triton``: always, raising when
-    triton is missing; ``auto``: CUDA tensors with triton installed); never under autocast.
-    """
-    if kernel is not None:
-        return select(kernel, *tensors) == "triton"
-    call = call_info(*tensors)
-    backend = current_backend()
-    if backend == "reference":
-        return False
-    if backend == "triton":
-        if not triton_available():
-            raise RuntimeError(f"{BACKEND_ENV}=triton but triton cannot be imported")
-    elif not (triton_available() and all(t.is_cuda for t in tensors)):
-        return False
-    return _triton_supports(call)
 
 
 def is_plain(module: nn.Module, cls: Type[nn.Module]) -> bool:

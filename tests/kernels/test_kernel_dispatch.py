@@ -24,11 +24,15 @@ def test_import_pulls_in_no_triton_transformers_or_libcst() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def _softmax_backend(x: torch.Tensor) -> str:
+    return _dispatch.select("softmax", x)
+
+
 def test_default_backend_is_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ak.BACKEND_ENV, raising=False)
     assert ak.current_backend() == "auto"
     # auto never routes CPU tensors to Triton.
-    assert not _dispatch.use_triton(torch.zeros(2))
+    assert not _softmax_backend(torch.zeros(2)) == "triton"
 
 
 @pytest.mark.parametrize("value", ["reference", "triton", "auto", " Reference "])
@@ -47,7 +51,7 @@ def test_use_backend_overrides_env_and_restores(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(ak.BACKEND_ENV, "triton")
     with ak.use_backend("reference"):
         assert ak.current_backend() == "reference"
-        assert not _dispatch.use_triton(torch.zeros(2))
+        assert not _softmax_backend(torch.zeros(2)) == "triton"
     assert ak.current_backend() == "triton"
     with pytest.raises(ValueError):
         with ak.use_backend("fast"):
@@ -57,18 +61,18 @@ def test_use_backend_overrides_env_and_restores(monkeypatch: pytest.MonkeyPatch)
 def test_forced_triton_without_triton_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_dispatch, "triton_available", lambda: False)
     with ak.use_backend("triton"):
-        with pytest.raises(RuntimeError, match="triton cannot be imported"):
-            _dispatch.use_triton(torch.zeros(2))
+        with pytest.raises(RuntimeError, match="forces softmax=triton, but triton is not installed"):
+            _softmax_backend(torch.zeros(2)) == "triton"
     with ak.use_backend("auto"):
-        assert not _dispatch.use_triton(torch.zeros(2))
+        assert not _softmax_backend(torch.zeros(2)) == "triton"
 
 
 def test_forced_triton_routes_cpu_tensors_but_not_under_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_dispatch, "triton_available", lambda: True)
     with ak.use_backend("triton"):
-        assert _dispatch.use_triton(torch.zeros(2))
+        assert _softmax_backend(torch.zeros(2)) == "triton"
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert not _dispatch.use_triton(torch.zeros(2))
+            assert not _softmax_backend(torch.zeros(2)) == "triton"
 
 
 def test_is_plain_rejects_subclasses_and_hooks() -> None:
