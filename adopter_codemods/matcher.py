@@ -943,7 +943,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
 
 def _may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
-    function among its callees): a cheap test that spares walking the paths of most classes. A guard may add its
+    function among its callees) and every operator among its operators: a cheap test that spares walking the paths of most classes. A guard may add its
     own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
     assert rule.forward is not None
     for name in rule.guards:
@@ -952,6 +952,8 @@ def _may_match(rule: Rule, cls: ClassStructure) -> bool:
             return False
     types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
     for pattern in rule.forward.source:
+        if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
+            return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
         if not isinstance(pattern, CallNode) or pattern.optional:
             continue
         if pattern.layer is not None:

@@ -144,6 +144,9 @@ class ClassStructure:
     foreign_stores: frozenset[str] = frozenset()
     # Qualified names of the functions called in the class and its local bases (module functions for the unit).
     callees: frozenset[str] = frozenset()
+    # Symbols of the operators (`@`, `*`, "neg", ...) used in the class and its local bases (module functions for
+    # the unit): an op node of a rule's pattern needs its operator among them.
+    operators: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
