@@ -902,7 +902,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     """The matches of one variant whose forward nodes are not in `taken` (which grows with them)."""
     if rule.forward is None:
         return _find_init_only(rule, cls) if rule.init is not None and len(rule.init.source) == 1 else []
-    if not _may_match(rule, cls) or cls.truncated:
+    if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
     for path in cls.forward_paths:
@@ -941,7 +941,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     return found
 
 
-def _may_match(rule: Rule, cls: ClassStructure) -> bool:
+def may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
     function among its callees) and every operator among its operators: a cheap test that spares walking the paths of most classes. A guard may add its
     own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""

@@ -1229,6 +1229,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
     """The paths of a class, computed on first use."""
+    walker.split_guarded_ifs = structure.split_guarded_ifs
     try:
         structure.forward_paths = walker.forward_paths()
     except TooManyPaths:
@@ -1246,6 +1247,7 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
 
 
 def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
+    walker.split_guarded_ifs = structure.split_guarded_ifs
     structure.forward_paths = walker.other_paths(functions, structure.skipped)
 
 

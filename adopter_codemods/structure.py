@@ -148,6 +148,10 @@ class ClassStructure:
     # the unit): an op node of a rule's pattern needs its operator among them.
     operators: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
+    # Whether the walk splits `if`s that update a name by an op (provider `_guards_ops`): only a rule with a
+    # fallback plan needs them apart, and they cost about a seventh of the parse; `find_all` clears it for classes
+    # no such rule may match.
+    split_guarded_ifs: bool = True
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
 
