@@ -14,7 +14,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import LayerRef, Match, find_matches
+from .matcher import LayerRef, Match, find_matches, may_match
 from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -83,6 +83,9 @@ def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
     """Every safe match of every rule, each rule judged on the unmodified module. Sites silenced by a suppression
     comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them."""
     matches: list[Match] = []
+    fallback = [v for rule in rules for v in (rule, *rule.alternatives) if v.fallback and v.forward is not None]
+    for cls in structure.classes:
+        cls.split_guarded_ifs = any(may_match(v, cls) for v in fallback)
     for rule in rules:
         if file_suppressed(structure.module, (rule.code, rule.name)):
             continue

@@ -265,6 +265,8 @@ def _subsequences(
     patterns: tuple[Node, ...], path: Path, rule: Rule
 ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
     """Matches of the pattern sequence on one path: one node per pattern, None for an absent optional node."""
+    if not _may_occur(patterns, path, rule):
+        return
     nodes = path.nodes
     readers: dict[int, list[int]] = {}  # value id -> indices of the nodes reading it (as a variable argument)
     for i, node in enumerate(nodes):
@@ -301,6 +303,31 @@ def _subsequences(
                 yield from search(pi + 1, start, skipped, chosen + [None])
 
     yield from search(0, 0, {}, [])
+
+
+def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
+    """Whether every required pattern node has a node on the path that it could match by operator or type (the
+    first test of `_match_node`): most paths lack one, and the search would try every node against the first."""
+    summary = path.summary
+    for pattern in patterns:
+        if isinstance(pattern, Wildcard) or pattern.optional:
+            continue
+        if isinstance(pattern, OpNode):
+            if pattern.op not in summary.ops:
+                return False
+        elif pattern.layer is not None:
+            init = _init_pattern_for(rule, pattern.layer.name)
+            if not summary.has_layers or (init is not None and not _any_matches(init.types, summary.layer_types)):
+                return False
+        elif not _any_matches(pattern.types, summary.names):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _any_matches(types: tuple[str, ...], names: frozenset[str]) -> bool:
+    # Paths of one class share their names, and a rule asks the same types of each: mostly cache hits.
+    return any(qualname_matches(t, q) for t in types for q in names)
 
 
 def _pass_through(pattern: Union[CallNode, OpNode], env: dict[str, Binding]) -> Optional[dict[str, Binding]]:
@@ -875,7 +902,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     """The matches of one variant whose forward nodes are not in `taken` (which grows with them)."""
     if rule.forward is None:
         return _find_init_only(rule, cls) if rule.init is not None and len(rule.init.source) == 1 else []
-    if not _may_match(rule, cls) or cls.truncated:
+    if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
     for path in cls.forward_paths:
@@ -914,9 +941,9 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     return found
 
 
-def _may_match(rule: Rule, cls: ClassStructure) -> bool:
+def may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
-    function among its callees): a cheap test that spares walking the paths of most classes. A guard may add its
+    function among its callees) and every operator among its operators: a cheap test that spares walking the paths of most classes. A guard may add its
     own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
     assert rule.forward is not None
     for name in rule.guards:
@@ -925,6 +952,8 @@ def _may_match(rule: Rule, cls: ClassStructure) -> bool:
             return False
     types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
     for pattern in rule.forward.source:
+        if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
+            return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
         if not isinstance(pattern, CallNode) or pattern.optional:
             continue
         if pattern.layer is not None:

@@ -1046,6 +1046,7 @@ class _Scan:
     stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
     dynamic: bool = False  # `setattr(self, name, ...)` with a computed name: any attribute may be rebound
     callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
+    operators: set[str] = field(default_factory=set)  # symbols of the op nodes the walk can make of it
     foreign_stores: set[str] = field(default_factory=set)  # attributes bound on other objects ("*": computed)
 
 
@@ -1091,6 +1092,12 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                     scan.dynamic = True
                 else:
                     scan.foreign_stores.add(name or "*")
+        elif kind is cst.BinaryOperation:
+            op = _BINARY_OPS.get(type(node.operator))  # type: ignore[attr-defined]
+            if op is not None:
+                scan.operators.add(op)
+        elif kind is cst.UnaryOperation and type(node.operator) is cst.Minus:  # type: ignore[attr-defined]
+            scan.operators.add("neg")
     return scan
 
 
@@ -1169,6 +1176,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items()}
     foreign_stores = set().union(*(scan.foreign_stores for scan in scans.values()))
     function_callees: set[str] = set()
+    function_operators: set[str] = set()
     for stmt in module.body:
         if not isinstance(stmt, cst.ClassDef):
             scan = _scan(stmt, table, foreign)
@@ -1177,6 +1185,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
             foreign_stores.update(scan.foreign_stores, scan.stores, ["*"] if scan.dynamic else [])
             if isinstance(stmt, cst.FunctionDef):
                 function_callees |= scan.callees
+                function_operators |= scan.operators
     subclasses: dict[str, set[str]] = {n: set() for n in classes}
     for name, info in classes.items():
         for base in info.bases:
@@ -1200,7 +1209,9 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         structure.foreign_stores = frozenset(foreign_stores)
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.
-        structure.callees = frozenset().union(*(scans[c].callees for c in _family(name, classes, {})))
+        bases = _family(name, classes, {})
+        structure.callees = frozenset().union(*(scans[c].callees for c in bases))
+        structure.operators = frozenset().union(*(scans[c].operators for c in bases))
         structure.walk = functools.partial(_walk_class, walker)
         result.append(structure)
     functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
@@ -1208,6 +1219,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
         walker = _ClassWalker(_ClassInfo(None), classes, table)
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
+        unit.operators = frozenset(function_operators)
         unit.walk = functools.partial(_walk_functions, walker, functions)
         result.append(unit)
     for structure in result:
@@ -1217,6 +1229,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
     """The paths of a class, computed on first use."""
+    walker.split_guarded_ifs = structure.split_guarded_ifs
     try:
         structure.forward_paths = walker.forward_paths()
     except TooManyPaths:
@@ -1234,6 +1247,7 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
 
 
 def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
+    walker.split_guarded_ifs = structure.split_guarded_ifs
     structure.forward_paths = walker.other_paths(functions, structure.skipped)
 
 

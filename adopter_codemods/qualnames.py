@@ -11,6 +11,7 @@ by dotted suffix (see :func:`qualname_matches`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -118,6 +119,8 @@ def _sub_blocks(stmt: cst.CSTNode) -> list[list[cst.CSTNode]]:
     return blocks
 
 
+# Asked for the same few (pattern, name) pairs at every node of every path a rule searches.
+@functools.lru_cache(maxsize=16384)
 def qualname_matches(pattern: str, concrete: str) -> bool:
     """Whether a concrete qualified name satisfies a pattern name.
 

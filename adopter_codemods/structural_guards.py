@@ -75,6 +75,7 @@ def forward(self, x):
 # Methods an RMSNorm class may have besides the template's: the constructor (the subclass inherits it, and the
 # fused forward reads the same attributes the original forward read) and the repr.
 _FREE_METHODS = ("__init__", "extra_repr")
+_MOST_METHODS = max(len(t) for t in RMS_NORM_TEMPLATES.values()) + len(_FREE_METHODS)
 # Class decorators known to leave forward alone: transformers' hub-kernel marker only tags the class for an explicit
 # `kernelize()` call (an opt-in that swaps in another RMSNorm kernel).
 _TRANSPARENT_CLASS_DECORATORS = ("use_kernel_forward_from_hub",)
@@ -377,6 +378,8 @@ def _method_count(parsed: _ParsedModule, name: str) -> int:
     methods = [stmt.name.value for stmt in body if isinstance(stmt, cst.FunctionDef)]
     if len(methods) < len(body) - 1 or "forward" not in methods:
         return 0
+    if len(methods) > _MOST_METHODS:
+        return len(methods)  # too many for any template, whatever its body: spare the walk for `rsqrt`
     computing = [stmt for stmt in body if isinstance(stmt, cst.FunctionDef) and stmt.name.value not in _FREE_METHODS]
     rsqrt = any(
         type(n) is cst.Attribute and n.attr.value == "rsqrt"  # type: ignore[attr-defined]

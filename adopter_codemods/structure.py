@@ -8,6 +8,7 @@ the uses and definitions of every other statement, which the matcher needs to pr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
@@ -90,10 +91,30 @@ class Def:
 Event = Union[DLNode, Use, Def]
 
 
+@dataclass(frozen=True)
+class NodeSummary:
+    """What kinds of DSL node a path holds, for the matcher's cheap test before it searches the path."""
+
+    ops: frozenset[str]  # operator symbols of its op nodes
+    names: frozenset[str]  # qualified names of its nodes (called types, layer types, operator symbols)
+    layer_types: frozenset[str]  # types of its layer calls: the node's and its __init__ bindings'
+    has_layers: bool
+
+
 @dataclass(eq=False)
 class Path:
     events: list[Event]
     nodes: list[DLNode]
+
+    @functools.cached_property
+    def summary(self) -> NodeSummary:
+        layers = [n for n in self.nodes if n.kind == "layer" and n.layer is not None]
+        return NodeSummary(
+            frozenset(n.qualname for n in self.nodes if n.kind == "op" and n.qualname),
+            frozenset(n.qualname for n in self.nodes if n.qualname),
+            frozenset(q for n in layers for q in (n.qualname, *(b.qualname for b in n.bindings)) if q),
+            bool(layers),
+        )
 
 
 @dataclass(eq=False)
@@ -123,7 +144,14 @@ class ClassStructure:
     foreign_stores: frozenset[str] = frozenset()
     # Qualified names of the functions called in the class and its local bases (module functions for the unit).
     callees: frozenset[str] = frozenset()
+    # Symbols of the operators (`@`, `*`, "neg", ...) used in the class and its local bases (module functions for
+    # the unit): an op node of a rule's pattern needs its operator among them.
+    operators: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
+    # Whether the walk splits `if`s that update a name by an op (provider `_guards_ops`): only a rule with a
+    # fallback plan needs them apart, and they cost about a seventh of the parse; `find_all` clears it for classes
+    # no such rule may match.
+    split_guarded_ifs: bool = True
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
 
