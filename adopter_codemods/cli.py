@@ -314,11 +314,14 @@ def _fixture_example(rule: Rule) -> Optional[tuple[str, str]]:
 
 
 _RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+# "text::" introduces an indented literal block in RST and reads as "text:"; a bare "::" line reads as nothing.
+_RST_BLOCK_MARKER = re.compile(r"(?:(?<=\S)::$|^[ \t]*::\n)", re.MULTILINE)
 
 
 def _plain(text: str) -> str:
-    """Docstring prose for a terminal: RST inline literals (code between double backquotes) shown without them."""
-    return _RST_LITERAL.sub(r"\1", text)
+    """Docstring prose for a terminal: RST inline literals (code between double backquotes) and literal-block
+    markers (a trailing ``::``) shown as plain text."""
+    return _RST_BLOCK_MARKER.sub(lambda m: ":" if m.group().startswith(":") else "", _RST_LITERAL.sub(r"\1", text))
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

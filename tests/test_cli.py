@@ -453,6 +453,7 @@ def test_explain_every_rule(rule, capsys: pytest.CaptureFixture[str]) -> None:  
 def test_explain_renders_rst_literals_plainly(rule, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     _, out, _ = run(capsys, "explain", rule.code)
     assert "``" not in out
+    assert not [line for line in out.splitlines() if line.rstrip().endswith("::")]  # RST literal-block markers
     assert "Sub-sequence matching of the forward source pattern" in out  # the matcher's ``forward``, plainly
 
 
