@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test bench-scan bench-kernels bench-gpu newest-transformers
+.PHONY: install demo test bench-scan bench-kernels bench-gpu newest-transformers model-zoo
 
 # Both distributions of this repository, editable: the runtime kernels (kernels/, adopter-kernels) and the
 # codemods with the test and benchmark tools; `.[triton]` pulls adopter-kernels[triton], satisfied by the first.
@@ -14,7 +14,7 @@ install:
 demo: install
 	$(PYTHON) -m adopter_codemods demo
 
-test: install newest-transformers
+test: install newest-transformers model-zoo
 	$(PYTHON) -m pytest
 
 # The newest transformers 4.x beside the pinned 4.34.1, for tests/test_real_llm_blocks.py (run in a subprocess
@@ -27,6 +27,24 @@ newest-transformers: $(NEWEST_DIR)/transformers
 $(NEWEST_DIR)/transformers:
 	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(NEWEST_DIR) \
 		transformers==$(NEWEST_TRANSFORMERS) tokenizers==0.22.2 huggingface-hub==0.36.2 safetensors==0.8.0
+
+# Real model sources for the acceptance tests (tests/model_zoo.py), each in its own --target directory so the
+# project's pins stay as they are: transformers 5.x (run in a subprocess: it needs huggingface-hub 1.x and tokenizers
+# 0.23, which 4.34.1 cannot import), and torchvision + timm (importable in process from the CPU wheel once
+# tests/model_zoo.py has kept torchvision from registering kernels for its compiled operators).
+TRANSFORMERS5 := 5.23.0
+TRANSFORMERS5_DIR := .cache/transformers-$(TRANSFORMERS5)
+VISION_DIR := .cache/vision-models
+
+model-zoo: $(TRANSFORMERS5_DIR)/transformers $(VISION_DIR)/timm
+
+$(TRANSFORMERS5_DIR)/transformers:
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(TRANSFORMERS5_DIR) \
+		transformers==$(TRANSFORMERS5) tokenizers==0.23.1 huggingface-hub==1.31.0 httpx==0.28.1 httpcore==1.0.9 \
+		h11==0.16.0 anyio==4.11.0 sniffio==1.3.1 certifi==2026.10.18 idna==3.20
+
+$(VISION_DIR)/timm:
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(VISION_DIR) torchvision==0.28.0 timm==1.0.31
 
 bench-scan: install
 	$(PYTHON) benchmarks/bench_scan.py
