@@ -23,6 +23,8 @@ from . import cstwalk
 from . import guards as guard_registry
 from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .flow import checks as flow_checks
+from .flow.graph import FlowGraph
 from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
@@ -89,6 +91,7 @@ class Match:
     region: list[cst.BaseStatement] = field(default_factory=list)
     region_ifs: list[cst.If] = field(default_factory=list)
     fallback_test: Optional[cst.BaseExpression] = None
+    graph: Optional[FlowGraph] = None  # the function's graph when it is analysed as one (`path` is then its events)
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -590,7 +593,9 @@ def _names_at_anchor(match: Match) -> dict[int, str]:
     deleted = {id(s) for s in match.deleted}
     scope = match.anchor.site.scope
     state: dict[str, int] = {}
-    for event in match.path.events[: match.anchor.index]:
+    if match.graph is not None:
+        state = flow_checks.state_at(match.graph, match.anchor, deleted)
+    for event in match.path.events[: match.anchor.index] if match.graph is None else ():
         if isinstance(event, Def) and id(event.site.small) not in deleted:
             state[event.name] = event.vid
     pairs = list(state.items())
@@ -670,6 +675,8 @@ def _simple_test(test: cst.BaseExpression) -> bool:
 
 def _check_paths(match: Match) -> bool:
     """The safety checks on every path of the class that runs any matched statement."""
+    if match.graph is not None:
+        return flow_checks.check_paths(match, match.graph)
     keys = {(id(n.expr), n.layer) for n in match.nodes}
     anchor_key = (id(match.anchor.expr), match.anchor.layer)  # type: ignore[union-attr]
     deleted = {id(s) for s in match.deleted}
@@ -905,10 +912,17 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
-    for path in cls.forward_paths:
-        for nodes, env in _subsequences(rule.forward.source, path, rule):
+    candidates: list[tuple[Path, Optional[FlowGraph], Iterable[tuple[list[Optional[DLNode]], dict[str, Binding]]]]] = [
+        (path, None, _subsequences(rule.forward.source, path, rule)) for path in cls.forward_paths
+    ]
+    candidates += [
+        (graph.path, graph, flow_checks.subsequences(rule.forward.source, graph, rule)) for graph in cls.graphs
+    ]
+    for path, graph, occurrences in candidates:
+        for nodes, env in occurrences:
             real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
             match = Match(rule, cls, path, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
+            match.graph = graph
             key = match.key()
             if key & taken:
                 continue
@@ -1125,6 +1139,8 @@ def _check_fused_paths(
     """The usual checks on the paths where every fallback test is false (no event in the statements only those
     tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
     `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
+    if match.graph is not None:
+        return flow_checks.check_fused_paths(match, match.graph, original_only, guarded, twin)
     fused = 0
     for path in match.cls.forward_paths:
         if any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
@@ -1252,6 +1268,9 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
     if not absorbed_ifs:
         return False
     twin = Match(rule, match.cls, match.path, [n for n in match.nodes if id(n) not in absorbed_nodes], twin_env)
+    twin.graph = match.graph
+    if match.graph is not None:
+        twin.nodes = flow_checks.rebound(match.graph, twin.nodes, twin_env)
     twin.skipped = frozenset(twin_skipped)
     if _plan(twin) != "block" or not _outputs_assigned(twin):
         return False

@@ -27,6 +27,7 @@ import libcst as cst
 from libcst.metadata import BaseMetadataProvider
 
 from . import cstwalk
+from .flow.graph import FlowGraph, FlowSink, FlowState, merge_states
 from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
@@ -163,7 +164,7 @@ def _written_names(node: cst.CSTNode) -> set[str]:
 class _Partial:
     """A partial path during enumeration."""
 
-    events: list[Event]
+    events: list[Event] | FlowSink  # a sink when the walk builds a graph (`_ClassWalker.graph`)
     state: dict[str, int]
     status: str = "open"  # open | return | raise | break | continue
     ret: Optional[Value] = None
@@ -199,8 +200,14 @@ class _ClassWalker:
         info: _ClassInfo,
         classes: dict[str, _ClassInfo],
         table: ImportTable,
+        analysis: str = "auto",
     ) -> None:
         self.info = info
+        # "paths": enumerate paths (a function over the limit is skipped); "graph": build a FlowGraph per function;
+        # "auto": paths, and a graph for a function whose paths exceed the limit.
+        self.analysis = analysis
+        self.graph: Optional[FlowGraph] = None  # the graph being built
+        self.entry_vids: dict[str, int] = {}  # graph walk: one value id per name read before any assignment
         self.classes = classes
         self.table = table
         self._vid = itertools.count(1)
@@ -210,6 +217,7 @@ class _ClassWalker:
         self.bindings: dict[str, list[LayerBinding]] = {}
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
+        self.graphs: list[FlowGraph] = []  # functions analysed as a graph rather than as paths
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
         # inlining in generation code multiplies paths: seconds per method).
         self.on_its_own = False
@@ -333,19 +341,63 @@ class _ClassWalker:
         return not fn.asynchronous
 
     def paths_within_limit(self, fn: cst.FunctionDef) -> list[Path]:
-        """`function_paths`, retried without splitting `_guards_ops` ifs when that exceeds the path limit."""
+        """`function_paths`, retried without splitting `_guards_ops` ifs when that exceeds the path limit; past
+        that, the function's graph (added to `graphs`) unless the analysis is "paths"."""
+        if self.analysis == "graph":
+            self.graphs.append(self.function_graph(fn))
+            return []
         self.guarded_ifs_split = False
         try:
-            return self.function_paths(fn)
-        except TooManyPaths:
-            if not self.guarded_ifs_split:
-                raise
-            self.split_guarded_ifs = False
             try:
                 return self.function_paths(fn)
-            finally:
-                self.split_guarded_ifs = True
-        self.guarded_ifs_split = False  # whether the current walk split any
+            except TooManyPaths:
+                if not self.guarded_ifs_split:
+                    raise
+                self.split_guarded_ifs = False
+                try:
+                    return self.function_paths(fn)
+                finally:
+                    self.split_guarded_ifs = True
+        except TooManyPaths:
+            if self.analysis == "paths":
+                raise
+            self.graphs.append(self.function_graph(fn))
+            return []
+
+    def function_graph(self, fn: cst.FunctionDef) -> FlowGraph:
+        """The graph of one function, ``self`` helpers inlined: the same walk, partial paths merged at joins."""
+        ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
+        graph = self.graph = FlowGraph()
+        self.entry_vids = {}
+        try:
+            partials = self.walk_block(fn.body, ctx, [_Partial(FlowSink(graph, (0,)), FlowState(graph))])
+        finally:
+            self.graph = None
+        graph.finish(p.events for p in partials)  # type: ignore[misc]
+        return graph
+
+    def merged(self, partials: list[_Partial]) -> list[_Partial]:
+        """Graph walk: one partial path per status (returns aside: their values differ), merged at the join."""
+        groups: dict[str, list[_Partial]] = {}
+        out = []
+        for p in partials:
+            if p.status == "return":
+                out.append(p)
+            else:
+                groups.setdefault(p.status, []).append(p)
+        return [self.join(group) for group in groups.values()] + out
+
+    def join(self, parts: list[_Partial]) -> _Partial:
+        if len(parts) == 1:
+            return parts[0]
+        graph = self.graph
+        assert graph is not None
+        sinks: list[FlowSink] = [p.events for p in parts]  # type: ignore[misc]
+        tails = tuple(sorted({t for sink in sinks for t in sink.tails}))
+        state, phis = merge_states(graph, [p.state for p in parts], [sink.tails for sink in sinks], self.entry_vids, self.new_vid)
+        # A join right after another (nothing in between) still gates the first join's phis.
+        pending = tuple(phis) + tuple(phi for sink in sinks for phi in sink.pending)
+        return _Partial(FlowSink(graph, tails, pending), state, parts[0].status, parts[0].ret)
 
     def function_paths(self, fn: cst.FunctionDef) -> list[Path]:
         """Every control-flow path through one function, ``self`` helpers inlined."""
@@ -367,8 +419,13 @@ class _ClassWalker:
     def lookup(self, state: dict[str, int], name: str) -> int:
         vid = state.get(name)
         if vid is None:
-            vid = state[name] = self.new_vid()  # parameters and globals: defined on entry
-            self.entry_names[vid] = name
+            vid = self.entry_vids.get(name) if self.graph is not None else None
+            if vid is None:
+                vid = self.new_vid()  # parameters and globals: defined on entry
+                self.entry_names[vid] = name
+                if self.graph is not None:
+                    self.entry_vids[name] = vid
+            state[name] = vid
         return vid
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
@@ -380,7 +437,10 @@ class _ClassWalker:
                 break
             closed = [p for p in partials if p.status != "open"]
             partials = closed + self.walk_statement(stmt, ctx, open_partials)
-            self.check_paths(len(partials))
+            if self.graph is not None:
+                partials = self.merged(partials)
+            else:
+                self.check_paths(len(partials))
         return partials
 
     def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
@@ -414,7 +474,7 @@ class _ClassWalker:
         """Partial paths are never merged or dropped, so any list of them longer than the limit means the whole
         function has too many paths: give up at once (nested branches in inlined helpers otherwise multiply
         far beyond the limit before a block-level check sees them: seconds for Reformer's LSHSelfAttention)."""
-        if count > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
+        if self.graph is None and count > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
             raise TooManyPaths()
 
     def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
@@ -429,7 +489,7 @@ class _ClassWalker:
 
     @staticmethod
     def fork(p: _Partial) -> _Partial:
-        return _Partial(list(p.events), dict(p.state), p.status, p.ret)
+        return _Partial(p.events.copy(), p.state.copy(), p.status, p.ret)
 
     def opaque(self, node: cst.CSTNode, line: cst.BaseStatement, ctx: _Ctx, p: _Partial) -> _Partial:
         """A statement with no DSL content: one use event for what it reads, fresh ids for what it writes."""
@@ -743,6 +803,8 @@ class _ClassWalker:
             kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
         )
         p.events.append(node)
+        if self.graph is not None:
+            self.graph.states[id(node)] = dict(p.state)
         return Value("var", temp, vid, expr, ((temp, vid),))
 
     def walk_call(
@@ -890,7 +952,28 @@ class _ClassWalker:
                     out.append((r, Value("const", "None", 0, call, ())))
                 else:
                     out.append((r, Value("const", "None", 0, call, ())))
-        return out
+        return self.joined_returns(out, call) if self.graph is not None else out
+
+    def joined_returns(self, alternatives: list[tuple[_Partial, Value]], call: cst.Call) -> list[tuple[_Partial, Value]]:
+        """Graph walk: the helper's returns joined into one partial path; differing return values get a phi."""
+        returned = [(p, v) for p, v in alternatives if p.status == "open"]
+        if len(returned) < 2:
+            return alternatives
+        assert self.graph is not None
+        joined = self.join([p for p, _ in returned])
+        first = returned[0][1]
+        same = all(v.kind == first.kind and v.vid == first.vid and v.text == first.text for _, v in returned)
+        value = first
+        if not same:
+            vid = self.new_vid()
+            self.graph.phis[vid] = frozenset(v.vid for _, v in returned)
+            sources: dict[int, tuple[int, ...]] = {}
+            for p, v in returned:
+                sources[v.vid] = sources.get(v.vid, ()) + p.events.tails  # type: ignore[union-attr]
+            self.graph.phi_tails[vid] = sources
+            joined.events.pending += (vid,)  # type: ignore[union-attr]
+            value = Value("var", f"%{vid}", vid, call, ((f"%{vid}", vid),))
+        return [(joined, value)] + [(p, v) for p, v in alternatives if p.status != "open"]
 
 
 def _inlinable(method: cst.FunctionDef) -> bool:
@@ -1158,9 +1241,9 @@ def _is_module_class(
 
 
 @collector_paused
-def build_module_structure(module: cst.Module) -> ModuleStructure:
+def build_module_structure(module: cst.Module, analysis: str = "auto") -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
-    for the module's top-level functions when any of them holds a DSL node."""
+    for the module's top-level functions when any of them holds a DSL node. `analysis`: see `_ClassWalker`."""
     table = ImportTable.from_module(module)
     classes: dict[str, _ClassInfo] = {}
     for stmt in module.body:
@@ -1195,7 +1278,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     for name, info in classes.items():
         if not _is_module_class(info, classes, table, memo):
             continue
-        walker = _ClassWalker(info, classes, table)
+        walker = _ClassWalker(info, classes, table, analysis)
         walker.collect_bindings()
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
@@ -1217,7 +1300,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
     if function_callees:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
-        walker = _ClassWalker(_ClassInfo(None), classes, table)
+        walker = _ClassWalker(_ClassInfo(None), classes, table, analysis)
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
         unit.operators = frozenset(function_operators)
         unit.walk = functools.partial(_walk_functions, walker, functions)
@@ -1244,11 +1327,13 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
     else:
         others = [fn for method, fn in walker.info.methods.items() if method not in ("__init__", "forward")]
         structure.forward_paths += walker.other_paths(others, structure.skipped)
+    structure.flow_graphs = walker.graphs
 
 
 def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
     walker.split_guarded_ifs = structure.split_guarded_ifs
     structure.forward_paths = walker.other_paths(functions, structure.skipped)
+    structure.flow_graphs = walker.graphs
 
 
 def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from . import cstwalk
+from .flow.graph import FlowGraph
 from .guards import guard
 from .matcher import Match
 from .structure import Def, Site, Value
@@ -111,6 +112,8 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
     in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets, shared by all paths
+    if match.graph is not None:
+        return not _outputs_modified_on_graph(match.graph, out_keys, in_place)
     for path in match.cls.forward_paths:
         tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
         if len(tainted) != len(out_keys):
@@ -142,6 +145,46 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
                 tainted.add(event.vid)
             holds[event.name] = event.vid
     return True
+
+
+def _outputs_modified_on_graph(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], in_place: dict[int, set[str]]) -> bool:
+    """The check above as a may-analysis over the graph: the names that may hold an output or a view of one, joined
+    over the incoming edges of each event (every "held" name is tracked: more aliases, never fewer)."""
+    tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
+    defined = {e.name for e in graph.events if isinstance(e, Def)}
+    holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
+    for pos, event in enumerate(graph.events):
+        preds = graph.preds[pos]
+        names = frozenset().union(*(holding[p] for p in preds)) if preds else frozenset()
+        if event is None:
+            holding[pos] = names
+            continue
+        site = event.site
+
+        def scoped(name: str, site: Site = site) -> str:
+            return name if name.startswith("self.") else site.scope + name
+
+        first = all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds)  # type: ignore[union-attr]
+        if first and names:
+            if id(site.small) not in in_place:
+                in_place[id(site.small)] = _in_place_targets(site.small)
+            if any(scoped(name) in names for name in in_place[id(site.small)]):
+                return True
+        if isinstance(event, Def):
+            small = site.small
+            aliased = event.vid in tainted
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                root = _view_root(small.value, lambda name: scoped(name) in defined)
+                aliased = aliased or (root is not None and scoped(root) in names)
+            elif isinstance(small, cst.AugAssign):
+                aliased = aliased or event.name in names
+            if aliased:
+                tainted.add(event.vid)
+                names = names | {event.name}
+            else:
+                names = names - {event.name}
+        holding[pos] = names
+    return False
 
 
 # ------------------------------------------------------------------------------------------ ADP010 FuseAttentionCore

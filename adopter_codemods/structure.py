@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 import libcst as cst
+
+if TYPE_CHECKING:
+    from .flow.graph import FlowGraph
 
 
 @dataclass(eq=False)
@@ -154,6 +157,13 @@ class ClassStructure:
     split_guarded_ifs: bool = True
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
+    # Functions analysed as a control-flow graph instead of paths (adopter_codemods/flow): set by the walk.
+    flow_graphs: list["FlowGraph"] = field(default_factory=list, repr=False)
+
+    @property
+    def graphs(self) -> list["FlowGraph"]:
+        self._walked()
+        return self.flow_graphs
 
     def _walked(self) -> None:
         if self._forward_paths is None:

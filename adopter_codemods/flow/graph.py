@@ -1,0 +1,257 @@
+"""One function's events as a graph: the path walk's events, each recorded once, linked along control flow.
+
+The provider's walk (`provider._ClassWalker`) runs with one `FlowSink` per partial path instead of a list of
+events; at the end of every statement it merges the open partial paths (`merge_states`), so a statement after a
+join is walked once whatever the number of paths leading to it. Loops stay unrolled as in the path walk (skipped,
+one copy of the body, two copies), so the graph is acyclic and its entry-to-exit paths are exactly the walk's
+paths: a property of "every path" becomes one of reachability.
+
+Values are numbered SSA style: each computation gets a fresh id, an alias (``a = b``) shares it, and a name that
+holds different ids on the edges into a join gets a fresh *phi* id there (`FlowGraph.phis`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Iterable, Optional
+
+from ..structure import Def, DLNode, Event, Path, Use
+
+ENTRY = 0
+
+
+class FlowGraph:
+    """Events of one function in a topological order; position 0 is the entry, the last position the exit."""
+
+    def __init__(self) -> None:
+        self.events: list[Optional[Event]] = [None]
+        self.preds: list[tuple[int, ...]] = [()]
+        self.position: dict[int, int] = {}  # id(event) -> position
+        self.phis: dict[int, frozenset[int]] = {}  # phi value id -> the ids it merges
+        # phi -> operand -> the last positions before the join on the edges carrying that operand
+        self.phi_tails: dict[int, dict[int, tuple[int, ...]]] = {}
+        self.phi_joins: dict[int, list[int]] = {}  # phi -> the positions right after its join
+        # (scoped name, value id) -> the id the name held before that definition, and the statement defining it
+        self.previous: dict[tuple[str, int], Optional[int]] = {}
+        self.defined_by: dict[tuple[str, int], int] = {}
+        self.states: dict[int, dict[str, int]] = {}  # id(DLNode) -> the names' value ids where it is evaluated
+        self.exit = -1
+
+    def add(self, event: Event, preds: tuple[int, ...]) -> int:
+        pos = len(self.events)
+        self.events.append(event)
+        self.preds.append(preds)
+        self.position[id(event)] = pos
+        if isinstance(event, DLNode):
+            event.index = pos
+        elif isinstance(event, Def):
+            self.defined_by[(event.name, event.vid)] = id(event.site.small)
+        return pos
+
+    def finish(self, sinks: Iterable["FlowSink"]) -> None:
+        self.exit = len(self.events)
+        self.events.append(None)
+        tails: set[int] = set()
+        for sink in sinks:
+            tails.update(sink.tails)
+            for phi in sink.pending:
+                self.phi_joins.setdefault(phi, []).append(self.exit)
+        self.preds.append(tuple(sorted(tails)))
+
+    # ------------------------------------------------------------------ derived indexes (built on first use)
+    @functools.cached_property
+    def nodes(self) -> list[DLNode]:
+        return [e for e in self.events if isinstance(e, DLNode)]
+
+    @functools.cached_property
+    def path(self) -> Path:
+        """The events as one sequence (for the matcher's cheap node summary; not a control-flow path)."""
+        return Path([e for e in self.events if e is not None], self.nodes)
+
+    @functools.cached_property
+    def readers(self) -> dict[int, list[int]]:
+        """Value id -> positions of the events reading it (node arguments and what they read, uses)."""
+        out: dict[int, list[int]] = {}
+        for pos, event in enumerate(self.events):
+            for vid in read_vids(event):
+                out.setdefault(vid, []).append(pos)
+        return out
+
+    @functools.cached_property
+    def merged_into(self) -> dict[int, list[int]]:
+        """Value id -> the phis merging it."""
+        out: dict[int, list[int]] = {}
+        for phi, operands in self.phis.items():
+            for vid in operands:
+                out.setdefault(vid, []).append(phi)
+        return out
+
+    def flowing(self, vids: Iterable[int]) -> dict[int, tuple[tuple[tuple[int, int], ...], ...]]:
+        """The ids and every phi they flow into, each with its gates: per join passed, the edges (last position
+        before the join, first after it) that carry the value. Reading a phi reads one of `vids` on a path through
+        one edge of every gate."""
+        out: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {vid: () for vid in vids}
+        todo = list(out)
+        while todo:
+            vid = todo.pop()
+            for phi in self.merged_into.get(vid, ()):
+                if phi not in out:
+                    edges = tuple(
+                        (tail, join) for tail in self.phi_tails.get(phi, {}).get(vid, ()) for join in self.phi_joins.get(phi, ())
+                    )
+                    out[phi] = (*out[vid], edges)
+                    todo.append(phi)
+        return out
+
+    @functools.cached_property
+    def producers(self) -> dict[int, DLNode]:
+        return {n.out: n for n in self.nodes}
+
+    @functools.cached_property
+    def by_statement(self) -> dict[int, list[int]]:
+        """id(small statement) -> positions of its events."""
+        out: dict[int, list[int]] = {}
+        for pos, event in enumerate(self.events):
+            if event is not None:
+                out.setdefault(id(event.site.small), []).append(pos)
+        return out
+
+    @functools.cached_property
+    def by_key(self) -> dict[tuple[int, Optional[str]], list[DLNode]]:
+        """(id(expr), layer) -> the nodes of that expression (loop copies, helper inlined twice)."""
+        out: dict[tuple[int, Optional[str]], list[DLNode]] = {}
+        for node in self.nodes:
+            out.setdefault((id(node.expr), node.layer), []).append(node)
+        return out
+
+    @functools.cached_property
+    def reach(self) -> "Reach":
+        return Reach(self)
+
+
+def read_vids(event: Optional[Event]) -> set[int]:
+    if isinstance(event, DLNode):
+        vids = set()
+        for value in (*event.args, *(v for _, v in event.kwargs)):
+            if value.kind == "var":
+                vids.add(value.vid)
+            vids.update(vid for _, vid in value.uses)
+        return vids
+    if isinstance(event, Use):
+        return set(event.vids)
+    return set()
+
+
+class Reach:
+    """Reachability between positions of a graph, optionally with some positions taken out (paths avoiding them).
+
+    Ancestor sets are bit sets (Python ints), built in one pass over the topological order."""
+
+    def __init__(self, graph: FlowGraph, excluded: frozenset[int] = frozenset()) -> None:
+        self.graph = graph
+        count = len(graph.events)
+        ancestors: list[int] = [0] * count
+        alive = [False] * count
+        for pos in range(count):
+            if pos in excluded:
+                continue
+            if pos == ENTRY:
+                alive[pos] = True
+                continue
+            bits = 0
+            for pred in graph.preds[pos]:
+                if alive[pred]:
+                    bits |= ancestors[pred] | (1 << pred)
+            if bits & 1:  # reachable from the entry
+                alive[pos] = True
+                ancestors[pos] = bits
+        self.ancestors = ancestors
+        exit_bits = ancestors[graph.exit] if alive[graph.exit] else 0
+        # On a complete path: reachable from the entry and reaching the exit.
+        self.live = [alive[p] and (p == graph.exit or bool((exit_bits >> p) & 1)) for p in range(count)]
+
+    def before(self, a: int, b: int) -> bool:
+        """Whether some path goes from `a` to `b` (a == b included)."""
+        return a == b or bool((self.ancestors[b] >> a) & 1)
+
+    def ordered(self, a: int, b: int) -> bool:
+        return self.before(a, b) or self.before(b, a)
+
+    def on_chain(self, pos: int, chain: list[int]) -> bool:
+        """Whether one complete path goes through every position of `chain` (in order) and through `pos`."""
+        return self.live[pos] and all(self.ordered(pos, c) for c in chain)
+
+    def gated(self, pos: int, chain: list[int], gates: tuple[tuple[tuple[int, int], ...], ...]) -> bool:
+        """`on_chain`, the path also taking one edge of each gate before `pos` (see `FlowGraph.flowing`)."""
+        if not self.on_chain(pos, chain):
+            return False
+        for edges in gates:
+            if not any(
+                self.live[tail] and self.live[join] and self.before(join, pos)
+                and all(self.before(c, tail) or self.before(join, c) for c in chain)
+                for tail, join in edges
+            ):
+                return False
+        return True
+
+
+def merge_states(
+    graph: FlowGraph,
+    states: list[dict[str, int]],
+    tails: list[tuple[int, ...]],
+    entry: dict[str, int],
+    new_vid: Callable[[], int],
+) -> tuple[dict[str, int], list[int]]:
+    """The names' value ids after a join (and the phis made): shared ids stay, others get a phi. `tails`: each
+    state's last positions. A name missing on an edge holds its value on entry there (`entry`: parameters and
+    globals read somewhere) or is unbound."""
+    merged = states[0].copy()
+    names = set().union(*states)
+    phis = []
+    for name in names:
+        vids = [s.get(name, entry.get(name)) for s in states]
+        if len(set(vids)) == 1 and vids[0] is not None:
+            continue
+        phi = new_vid()
+        graph.phis[phi] = frozenset(v for v in vids if v is not None)
+        sources: dict[int, tuple[int, ...]] = {}
+        for vid, ends in zip(vids, tails):
+            if vid is not None:
+                sources[vid] = sources.get(vid, ()) + ends
+        graph.phi_tails[phi] = sources
+        merged[name] = phi
+        phis.append(phi)
+    return merged, phis
+
+
+class FlowState(dict):  # type: ignore[type-arg]
+    """A partial path's names -> value ids, remembering what each definition replaced (`FlowGraph.previous`)."""
+
+    def __init__(self, graph: FlowGraph, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.graph = graph
+
+    def __setitem__(self, name: str, vid: int) -> None:
+        self.graph.previous.setdefault((name, vid), self.get(name))
+        super().__setitem__(name, vid)
+
+    def copy(self) -> "FlowState":
+        return FlowState(self.graph, self)
+
+
+class FlowSink:
+    """Stands for a partial path's event list: appending links the event after the partial path's last ones."""
+
+    def __init__(self, graph: FlowGraph, tails: tuple[int, ...], pending: tuple[int, ...] = ()) -> None:
+        self.graph = graph
+        self.tails = tails
+        self.pending = pending  # phis of the join this partial path starts at, until its first event
+
+    def append(self, event: Event) -> None:
+        pos = self.graph.add(event, self.tails)
+        for phi in self.pending:
+            self.graph.phi_joins.setdefault(phi, []).append(pos)
+        self.tails, self.pending = (pos,), ()
+
+    def copy(self) -> "FlowSink":
+        return FlowSink(self.graph, self.tails, self.pending)
