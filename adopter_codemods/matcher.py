@@ -987,7 +987,8 @@ def _drop_unremovable_layers(matches: list[Match]) -> list[Match]:
     rewritten); dropping a match can invalidate another, so iterate to a fixpoint.
     """
     while True:
-        kept = [m for m in matches if _layer_uses_covered(m, matches)]
+        covered = _covered_calls(matches)
+        kept = [m for m in matches if _layer_uses_covered(m, covered)]
         if len(kept) == len(matches):
             return kept
         matches = kept
@@ -1023,15 +1024,21 @@ def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
     return site.small if site is not None else node.site.small
 
 
-def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
+def _covered_calls(matches: list[Match]) -> dict[Optional[str], set[int]]:
+    """Layer ("self.<attr>") -> the calls of it the matches rewrite. A call in a statement a branch plan copies
+    into the other arm stays there: it is no covered use."""
+    out: dict[Optional[str], set[int]] = {}
+    for m in matches:
+        copied = _copied(m)
+        for n in m.nodes:
+            if n.layer is not None and n.call is not None and id(_statement_of(n, m)) not in copied:
+                out.setdefault(n.layer, set()).add(id(n.call.func))
+    return out
+
+
+def _layer_uses_covered(match: Match, covered: dict[Optional[str], set[int]]) -> bool:
     for attr, binding in layers_to_delete(match):
-        # A call in a statement a branch plan copies into the other arm stays there: it is no covered use.
-        allowed = {
-            id(n.call.func)
-            for m in matches
-            for n in m.nodes
-            if n.layer == "self." + attr and n.call is not None and id(_statement_of(n, m)) not in _copied(m)
-        }
+        allowed = set(covered.get("self." + attr, ()))
         assert binding.statement is not None
         for small in binding.statement.body:
             if isinstance(small, cst.Assign):

@@ -798,7 +798,9 @@ class _ClassWalker:
         p: _Partial,
     ) -> Value:
         temp = f"%{next(self._temp)}"
-        vid = p.state[temp] = self.new_vid()
+        vid = self.new_vid()
+        if self.graph is None:  # the graph reads a node's result through its value, never by this name
+            p.state[temp] = vid
         node = DLNode(
             kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
         )
@@ -1241,7 +1243,7 @@ def _is_module_class(
 
 
 @collector_paused
-def build_module_structure(module: cst.Module, analysis: str = "auto") -> ModuleStructure:
+def build_module_structure(module: cst.Module, analysis: str = "graph") -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
     for the module's top-level functions when any of them holds a DSL node. `analysis`: see `_ClassWalker`."""
     table = ImportTable.from_module(module)

@@ -91,8 +91,10 @@ def resolved(graph: FlowGraph, node: DLNode, env: dict[str, "m.Binding"], chain:
         if value.kind != "var" or value.vid not in graph.phis:
             return value
         for candidate in bound:
-            gates = graph.flowing([candidate.vid]).get(value.vid)
-            if gates is not None and reach.gated(node.index, chain, gates):
+            if value.vid not in graph.flowing([candidate.vid]):
+                continue
+            joins = reach.carried([candidate.vid], chain[:-1]).get(value.vid, [])
+            if joins and reach.reads_at(node.index, chain, joins):
                 return candidate
         return value
 
@@ -155,12 +157,13 @@ def _instances(
     return out
 
 
-def _missing_key_paths(graph: FlowGraph, keys: set[Key], through: set[Key], excluded: frozenset[int]) -> bool:
-    """Whether some path runs a node of a key in `through` but no node of some key in `keys`."""
+def _missing_key_paths(reach: Reach, keys: set[Key], through: set[Key]) -> bool:
+    """Whether some path of `reach` runs a node of a key in `through` but no node of some key in `keys`."""
+    graph = reach.graph
     targets = _positions(graph, through)
     for k in keys:
-        reach = Reach(graph, excluded | _positions(graph, {k}))
-        if any(reach.live[p] for p in targets - _positions(graph, {k})):
+        avoid = _positions(graph, {k})
+        if any(reach.avoiding(p, avoid) for p in targets - avoid):
             return True
     return False
 
@@ -173,14 +176,15 @@ def check_paths(match: "m.Match", graph: FlowGraph) -> bool:
     deleted = {id(s) for s in match.deleted}
     prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
     # Paths running matched statements but not the anchor: what they compute must be unused.
-    without_anchor = Reach(graph, _positions(graph, {anchor_key}))
-    partial = [n for k in keys - {anchor_key} for n in graph.by_key.get(k, ()) if without_anchor.live[n.index]]
+    anchors = _positions(graph, {anchor_key})
+    partial = [n for k in keys - {anchor_key} for n in graph.by_key.get(k, ()) if graph.reach.avoiding(n.index, anchors)]
     if partial and not (match.plan == "branch" and all(id(n.site.small) in prefix for n in partial)):
+        without_anchor = Reach(graph, anchors)
         for node in partial:
             if _read_outside(graph, without_anchor, {node.out}, keys, [node.index], frozenset()):
                 return False
     # Paths running the anchor run every matched node.
-    if _missing_key_paths(graph, keys, {anchor_key}, frozenset()):
+    if _missing_key_paths(graph.reach, keys, {anchor_key}):
         return False
     instances = _instances(match, match, graph.reach)
     if instances is None:
@@ -201,7 +205,7 @@ def check_fused_paths(
     keys = {key(n) for n in match.nodes}
     twin_keys = {key(n) for n in twin.nodes} if twin is not None else keys
     # A path with some matched node has all of the candidate's (with a twin: all the twin's at least).
-    if _missing_key_paths(graph, twin_keys, keys, excluded):
+    if _missing_key_paths(reach, twin_keys, keys):
         return False
     checked = 0
     candidates: list[tuple[m.Match, Reach]] = [(match, reach)]
@@ -230,7 +234,7 @@ def _read_outside(
 ) -> bool:
     """`matcher._used_outside`: whether an event outside the matched nodes reads one of `vids` (or a phi they flow
     into) on a path through `chain`; with `between`, only from the first position up to (not including) the second."""
-    for vid, gates in graph.flowing(vids).items():
+    for vid, joins in reach.carried(vids, chain).items():
         for pos in graph.readers.get(vid, ()):
             event = graph.events[pos]
             assert event is not None
@@ -240,7 +244,7 @@ def _read_outside(
                 reach.before(between[0], pos) and reach.before(pos, between[1]) and pos != between[1]
             ):
                 continue
-            if reach.gated(pos, chain, gates):
+            if reach.reads_at(pos, chain, joins):
                 return True
     return False
 
@@ -355,7 +359,7 @@ def _moved_reads_touched(
         event = graph.events[pos]
         moved |= {vid for vid in read_vids(event) if vid not in _temporaries(event)}
     skip = deleted | {id(anchor.site.small)}
-    for vid, gates in graph.flowing(moved).items():
+    for vid, joins in reach.carried(moved, chain).items():
         for pos in graph.readers.get(vid, ()):
             event = graph.events[pos]
             assert event is not None
@@ -365,7 +369,7 @@ def _moved_reads_touched(
                 continue
             if not (reach.before(pos, anchor.index) and any(p != pos and reach.before(p, pos) for p in moved_at)):
                 continue
-            if not reach.gated(pos, chain, gates):
+            if not reach.reads_at(pos, chain, joins):
                 continue
             if isinstance(event, DLNode):
                 impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])

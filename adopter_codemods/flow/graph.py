@@ -13,7 +13,7 @@ holds different ids on the edges into a join gets a fresh *phi* id there (`FlowG
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..structure import Def, DLNode, Event, Path, Use
 
@@ -86,20 +86,14 @@ class FlowGraph:
                 out.setdefault(vid, []).append(phi)
         return out
 
-    def flowing(self, vids: Iterable[int]) -> dict[int, tuple[tuple[tuple[int, int], ...], ...]]:
-        """The ids and every phi they flow into, each with its gates: per join passed, the edges (last position
-        before the join, first after it) that carry the value. Reading a phi reads one of `vids` on a path through
-        one edge of every gate."""
-        out: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {vid: () for vid in vids}
+    def flowing(self, vids: Iterable[int]) -> set[int]:
+        """The ids and every phi they flow into (on some path, reading one of those reads one of `vids`)."""
+        out = set(vids)
         todo = list(out)
         while todo:
-            vid = todo.pop()
-            for phi in self.merged_into.get(vid, ()):
+            for phi in self.merged_into.get(todo.pop(), ()):
                 if phi not in out:
-                    edges = tuple(
-                        (tail, join) for tail in self.phi_tails.get(phi, {}).get(vid, ()) for join in self.phi_joins.get(phi, ())
-                    )
-                    out[phi] = (*out[vid], edges)
+                    out.add(phi)
                     todo.append(phi)
         return out
 
@@ -122,6 +116,14 @@ class FlowGraph:
         out: dict[tuple[int, Optional[str]], list[DLNode]] = {}
         for node in self.nodes:
             out.setdefault((id(node.expr), node.layer), []).append(node)
+        return out
+
+    @functools.cached_property
+    def succs(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.events]
+        for pos, preds in enumerate(self.preds):
+            for pred in preds:
+                out[pred].append(pos)
         return out
 
     @functools.cached_property
@@ -181,18 +183,60 @@ class Reach:
         """Whether one complete path goes through every position of `chain` (in order) and through `pos`."""
         return self.live[pos] and all(self.ordered(pos, c) for c in chain)
 
-    def gated(self, pos: int, chain: list[int], gates: tuple[tuple[tuple[int, int], ...], ...]) -> bool:
-        """`on_chain`, the path also taking one edge of each gate before `pos` (see `FlowGraph.flowing`)."""
-        if not self.on_chain(pos, chain):
+    def avoiding(self, pos: int, avoid: frozenset[int]) -> bool:
+        """Whether a complete path (of this `Reach`) goes through `pos` and through none of `avoid`. Searches only
+        towards the side where some of `avoid` lies, stopping at them: cost of the region in between."""
+        if pos in avoid or not self.live[pos]:
             return False
-        for edges in gates:
-            if not any(
-                self.live[tail] and self.live[join] and self.before(join, pos)
-                and all(self.before(c, tail) or self.before(join, c) for c in chain)
-                for tail, join in edges
-            ):
-                return False
-        return True
+        graph = self.graph
+        before = any(self.before(a, pos) for a in avoid)
+        after = any(self.before(pos, a) for a in avoid)
+        if before and not self._escapes(pos, avoid, graph.preds, ENTRY):
+            return False
+        return not after or self._escapes(pos, avoid, graph.succs, graph.exit)
+
+    def _escapes(self, pos: int, avoid: frozenset[int], edges: Sequence[Sequence[int]], goal: int) -> bool:
+        seen = {pos}
+        todo = [pos]
+        while todo:
+            for nxt in edges[todo.pop()]:
+                if nxt == goal:
+                    return True
+                if nxt not in seen and nxt not in avoid and self.live[nxt]:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    def carried(self, vids: Iterable[int], chain: list[int]) -> dict[int, Optional[list[int]]]:
+        """The ids and the phis they flow into on a path through `chain`, each with the positions right after the
+        joins where that happens (None for the ids themselves): reading a phi at a position after one of those
+        reads one of `vids`. A join counts when a path through `chain` takes one of the edges carrying the value
+        into it, after the previous join."""
+        graph = self.graph
+        out: dict[int, Optional[list[int]]] = {vid: None for vid in vids}
+        todo = list(out)
+        while todo:
+            vid = todo.pop()
+            after = out[vid]
+            for phi in graph.merged_into.get(vid, ()):
+                joins = [
+                    join
+                    for tail in graph.phi_tails.get(phi, {}).get(vid, ())
+                    if self.live[tail] and (after is None or any(self.before(a, tail) for a in after))
+                    for join in graph.phi_joins.get(phi, ())
+                    if self.live[join] and all(self.before(c, tail) or self.before(join, c) for c in chain)
+                ]
+                known = out.get(phi)
+                new = [j for j in joins if known is None or j not in known]
+                if new and (phi not in out or known is not None):
+                    out[phi] = (known or []) + new
+                    todo.append(phi)
+        return out
+
+    def reads_at(self, pos: int, chain: list[int], joins: Optional[list[int]]) -> bool:
+        """Whether a read at `pos` of an id `carried` returned with `joins` reads the value on a path through
+        `chain`."""
+        return self.on_chain(pos, chain) and (joins is None or any(self.before(j, pos) for j in joins))
 
 
 def merge_states(
