@@ -28,7 +28,7 @@ from .flow.graph import FlowGraph
 from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
-from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
+from .structure import ClassStructure, DLNode, LayerBinding, NodeSummary, Site, Value
 
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
@@ -73,7 +73,7 @@ Binding = Union[Value, LayerRef, InitArg, RestArgs]
 class Match:
     rule: Rule
     cls: ClassStructure
-    path: Path
+    graph: Optional[FlowGraph]  # the graph of the matched function (None for an init-only match)
     nodes: list[DLNode]  # matched forward nodes, pattern order (wildcards excluded)
     env: dict[str, Binding]
     init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
@@ -91,7 +91,6 @@ class Match:
     region: list[cst.BaseStatement] = field(default_factory=list)
     region_ifs: list[cst.If] = field(default_factory=list)
     fallback_test: Optional[cst.BaseExpression] = None
-    graph: Optional[FlowGraph] = None  # the function's graph when it is analysed as one (`path` is then its events)
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -264,54 +263,9 @@ def _init_pattern_for(rule: Rule, var: str) -> Optional[CallNode]:
     return None
 
 
-def _subsequences(
-    patterns: tuple[Node, ...], path: Path, rule: Rule
-) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
-    """Matches of the pattern sequence on one path: one node per pattern, None for an absent optional node."""
-    if not _may_occur(patterns, path, rule):
-        return
-    nodes = path.nodes
-    readers: dict[int, list[int]] = {}  # value id -> indices of the nodes reading it (as a variable argument)
-    for i, node in enumerate(nodes):
-        for value in (*node.args, *(v for _, v in node.kwargs)):
-            if value.kind == "var":
-                readers.setdefault(value.vid, []).append(i)
-
-    def candidates(pattern: Node, env: dict[str, Binding], start: int) -> Iterable[int]:
-        # A pattern operand already bound to a variable's value only matches a node reading that value id.
-        if isinstance(pattern, (CallNode, OpNode)):
-            atoms = pattern.operands if isinstance(pattern, OpNode) else (
-                *pattern.args.positional, *(a for _, a in pattern.args.keywords)
-            )
-            for atom in atoms:
-                bound = env.get(atom.name) if isinstance(atom, Var) else None
-                if isinstance(bound, Value) and bound.kind == "var":
-                    return [i for i in readers.get(bound.vid, ()) if i >= start]
-        return range(start, len(nodes))
-
-    def search(
-        pi: int, start: int, env: dict[str, Binding], chosen: list[Optional[DLNode]]
-    ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
-        if pi == len(patterns):
-            yield chosen, env
-            return
-        pattern = patterns[pi]
-        for ni in candidates(pattern, env, start):
-            result = _match_node(pattern, nodes[ni], env, rule)
-            if result is not None:
-                yield from search(pi + 1, ni + 1, result, chosen + [nodes[ni]])
-        if isinstance(pattern, (CallNode, OpNode)) and pattern.optional:
-            skipped = _pass_through(pattern, env)
-            if skipped is not None:
-                yield from search(pi + 1, start, skipped, chosen + [None])
-
-    yield from search(0, 0, {}, [])
-
-
-def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
-    """Whether every required pattern node has a node on the path that it could match by operator or type (the
-    first test of `_match_node`): most paths lack one, and the search would try every node against the first."""
-    summary = path.summary
+def _may_occur(patterns: tuple[Node, ...], summary: NodeSummary, rule: Rule) -> bool:
+    """Whether every required pattern node has a node in the graph that it could match by operator or type (the
+    first test of `_match_node`): most graphs lack one, and the search would try every node against the first."""
     for pattern in patterns:
         if isinstance(pattern, Wildcard) or pattern.optional:
             continue
@@ -329,7 +283,7 @@ def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _any_matches(types: tuple[str, ...], names: frozenset[str]) -> bool:
-    # Paths of one class share their names, and a rule asks the same types of each: mostly cache hits.
+    # Graphs of one file share their names, and a rule asks the same types of each: mostly cache hits.
     return any(qualname_matches(t, q) for t in types for q in names)
 
 
@@ -592,12 +546,8 @@ def _names_at_anchor(match: Match) -> dict[int, str]:
     assert match.anchor is not None
     deleted = {id(s) for s in match.deleted}
     scope = match.anchor.site.scope
-    state: dict[str, int] = {}
-    if match.graph is not None:
-        state = flow_checks.state_at(match.graph, match.anchor, deleted)
-    for event in match.path.events[: match.anchor.index] if match.graph is None else ():
-        if isinstance(event, Def) and id(event.site.small) not in deleted:
-            state[event.name] = event.vid
+    assert match.graph is not None
+    state = flow_checks.state_at(match.graph, match.anchor, deleted)
     pairs = list(state.items())
     # Parameters and globals hold their entry value unless assigned before the anchor.
     pairs += [(name, vid) for vid, name in match.cls.entry_names.items() if name not in state]
@@ -674,148 +624,9 @@ def _simple_test(test: cst.BaseExpression) -> bool:
 
 
 def _check_paths(match: Match) -> bool:
-    """The safety checks on every path of the class that runs any matched statement."""
-    if match.graph is not None:
-        return flow_checks.check_paths(match, match.graph)
-    keys = {(id(n.expr), n.layer) for n in match.nodes}
-    anchor_key = (id(match.anchor.expr), match.anchor.layer)  # type: ignore[union-attr]
-    deleted = {id(s) for s in match.deleted}
-    prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
-    for path in match.cls.forward_paths:
-        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if not occ:
-            continue
-        present = {(id(n.expr), n.layer) for n in occ}
-        if anchor_key not in present:
-            if match.plan == "branch" and all(id(n.site.small) in prefix for n in occ):
-                continue  # this path takes the other branch, where the prefix is copied unchanged
-            # The deleted statements run on this path without the fused call: their results must be unused.
-            if _used_outside(path, {n.out for n in occ}, keys, 0, len(path.events)):
-                return False
-            continue
-        if present != keys:
-            return False
-        if not _check_complete_path(match, path, occ, keys, deleted):
-            return False
-    return True
-
-
-def _used_outside(
-    path: Path, vids: set[int], keys: set, start: int, stop: int, ignore: frozenset[int] = frozenset()
-) -> bool:
-    """Whether an event outside the matched nodes reads one of `vids` (events of the statements in `ignore` aside)."""
-    for event in path.events[start:stop]:
-        if id(event.site.small) in ignore:
-            continue
-        if isinstance(event, DLNode):
-            if (id(event.expr), event.layer) in keys:
-                continue
-            if any(v.vid in vids or any(u[1] in vids for u in v.uses) for v in event.args):
-                return True
-            if any(v.vid in vids or any(u[1] in vids for u in v.uses) for _, v in event.kwargs):
-                return True
-        elif isinstance(event, Use) and vids.intersection(event.vids):
-            return True
-    return False
-
-
-def _check_complete_path(
-    match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int], ignore: frozenset[int] = frozenset()
-) -> bool:
-    by_key = {(id(n.expr), n.layer): n for n in occ}
-    anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
-    first = min(n.index for n in occ)
-    # Re-bind the pattern's values to this path's value ids via the representative match.
-    rep_to_path = {n.out: by_key[(id(n.expr), n.layer)].out for n in match.nodes}
-    inter_rep, outs_rep = _output_vids(match)
-    inter = {rep_to_path.get(v, v) for v in inter_rep}
-    outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
-    # (i) intermediates are used by matched nodes only (and by what disappears with them)
-    if _used_outside(path, inter, keys | _absorbed(path, occ, deleted), 0, len(path.events), ignore):
-        return False
-    # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
-    if outs and _used_outside(path, outs, keys, first, anchor.index):
-        return False
-    # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
-    state: dict[str, int] = {}
-    for event in path.events[: anchor.index]:
-        if isinstance(event, Def) and id(event.site.small) not in deleted:
-            state[event.name] = event.vid
-        elif isinstance(event, DLNode):
-            state[f"%{event.out}"] = event.out
-    anchor_stmt = id(anchor.site.small)
-    # Value ids differ between paths once they fork: read each input as this path's copy of its matched node saw it.
-    twins: dict[int, Value] = {}
-    for n in match.nodes:
-        twin = by_key[(id(n.expr), n.layer)]
-        for rep_value, value in zip([*n.args, *(v for _, v in n.kwargs)], [*twin.args, *(v for _, v in twin.kwargs)]):
-            twins[id(rep_value)] = value
-    producers = {n.out: n for n in path.nodes}
-    todo: list[tuple[str, int]] = []
-    for value in _target_inputs(match):
-        if value.kind == "expr" and not value.pure and _value_site_moves(match, value, anchor_stmt):
-            return False
-        twin_value = twins.get(id(value))
-        todo.extend(twin_value.uses if twin_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
-    while todo:
-        name, path_vid = todo.pop()
-        if name.startswith("%"):
-            # A nested DSL node's result: its expression is evaluated at the anchor now, so check its inputs.
-            producer = producers.get(path_vid)
-            if producer is not None:
-                for arg in [*producer.args, *(v for _, v in producer.kwargs)]:
-                    todo.extend(arg.uses)
-            continue
-        if state.get(name, path_vid) != path_vid:
-            return False
-    return not _moved_reads_touched(path, anchor, keys, deleted)
-
-
-def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int, Optional[str]]]:
-    """Keys of the unmatched nodes nested in a matched node of a deleted statement (``torch.finfo(s.dtype)`` in
-    ``s.masked_fill(m, torch.finfo(s.dtype).min)``): they vanish with it, so their reads are no uses. What the target
-    still reads of them is checked as a target input (iii)."""
-    inside = {id(n.expr) for n in occ if id(n.site.small) in deleted}
-    out: set[tuple[int, Optional[str]]] = set()
-    for node in reversed(path.nodes):  # a nested node comes before the node holding it
-        if node.parent is not None and id(node.parent) in inside and id(node.site.small) in deleted:
-            inside.add(id(node.expr))
-            out.add((id(node.expr), node.layer))
-    return out
-
-
-def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int]) -> bool:
-    """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between,
-    which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``, ``nn.init.zeros_(x)``)."""
-    moved: set[int] = set()
-    start: Optional[int] = None
-    for i, event in enumerate(path.events[: anchor.index]):
-        if id(event.site.small) in deleted:
-            start = i if start is None else start
-            moved |= _read_vids(event)
-    if start is None:
-        return False
-    skip = deleted | {id(anchor.site.small)}
-    for event in path.events[start + 1 : anchor.index]:
-        if id(event.site.small) in deleted or (isinstance(event, DLNode) and (id(event.expr), event.layer) in keys):
-            continue
-        if isinstance(event, DLNode):
-            impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
-        else:
-            scan = _EffectScan(skip)
-            event.site.small.visit(scan)
-            impure = scan.unsafe
-        if impure and moved & _read_vids(event):
-            return True
-    before = _CallBefore(anchor.expr)
-    anchor.site.small.visit(before)
-    return before.found  # opaque calls of the anchor's statement that run before it leave no event to judge
-
-
-def _read_vids(event: Union[DLNode, Use, Def]) -> set[int]:
-    if isinstance(event, DLNode):
-        return {vid for v in [*event.args, *(v for _, v in event.kwargs)] for name, vid in v.uses if not name.startswith("%")}
-    return set(event.vids) if isinstance(event, Use) else set()
+    """The safety checks on every path of the function that runs any matched statement (adopter_codemods/flow)."""
+    assert match.graph is not None
+    return flow_checks.check_paths(match, match.graph)
 
 
 def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> bool:
@@ -840,7 +651,7 @@ def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
             if env is None:
                 continue
             env[pattern.outputs[0].name] = LayerRef(attr, (binding,))
-            match = Match(rule, cls, Path([], []), [], env, {pattern.outputs[0].name: binding}, plan="init")
+            match = Match(rule, cls, None, [], env, {pattern.outputs[0].name: binding}, plan="init")
             if _rest_args_fit(match) and all(guard_registry.get(name)(match) for name in rule.guards):
                 found.append(match)
     return found
@@ -912,17 +723,10 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
-    candidates: list[tuple[Path, Optional[FlowGraph], Iterable[tuple[list[Optional[DLNode]], dict[str, Binding]]]]] = [
-        (path, None, _subsequences(rule.forward.source, path, rule)) for path in cls.forward_paths
-    ]
-    candidates += [
-        (graph.path, graph, flow_checks.subsequences(rule.forward.source, graph, rule)) for graph in cls.graphs
-    ]
-    for path, graph, occurrences in candidates:
-        for nodes, env in occurrences:
+    for graph in cls.graphs:
+        for nodes, env in flow_checks.subsequences(rule.forward.source, graph, rule):
             real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
-            match = Match(rule, cls, path, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
-            match.graph = graph
+            match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
             if key & taken:
                 continue
@@ -1146,28 +950,8 @@ def _check_fused_paths(
     """The usual checks on the paths where every fallback test is false (no event in the statements only those
     tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
     `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
-    if match.graph is not None:
-        return flow_checks.check_fused_paths(match, match.graph, original_only, guarded, twin)
-    fused = 0
-    for path in match.cls.forward_paths:
-        if any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
-            continue
-        candidate = match
-        keys = {(id(n.expr), n.layer) for n in match.nodes}
-        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if twin is not None and {(id(n.expr), n.layer) for n in occ} != keys:
-            candidate = twin
-            keys = {(id(n.expr), n.layer) for n in twin.nodes}
-            occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if not occ:
-            continue
-        if {(id(n.expr), n.layer) for n in occ} != keys:
-            return False
-        deleted = {id(s) for s in candidate.deleted}
-        if not _check_complete_path(candidate, path, occ, keys, deleted, guarded):
-            return False
-        fused += 1
-    return fused > 0
+    assert match.graph is not None
+    return flow_checks.check_fused_paths(match, match.graph, original_only, guarded, twin)
 
 
 def _suite(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
@@ -1274,10 +1058,9 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
         twin_env[pattern.outputs[0].name] = twin_env[first.name]
     if not absorbed_ifs:
         return False
-    twin = Match(rule, match.cls, match.path, [n for n in match.nodes if id(n) not in absorbed_nodes], twin_env)
-    twin.graph = match.graph
-    if match.graph is not None:
-        twin.nodes = flow_checks.rebound(match.graph, twin.nodes, twin_env)
+    assert match.graph is not None
+    kept = [n for n in match.nodes if id(n) not in absorbed_nodes]
+    twin = Match(rule, match.cls, match.graph, flow_checks.rebound(match.graph, kept, twin_env), twin_env)
     twin.skipped = frozenset(twin_skipped)
     if _plan(twin) != "block" or not _outputs_assigned(twin):
         return False

@@ -1,4 +1,4 @@
-"""ModelStructureProvider: per ``nn.Module`` class, the ``__init__`` bindings and the ``forward`` paths (paper §3.2).
+"""ModelStructureProvider: per ``nn.Module`` class, the ``__init__`` bindings and the ``forward`` graph (paper §3.2).
 
 Computed once per file (a LibCST metadata provider keyed on the Module node) and shared by every rule, codemod,
 lint rule and ``scan``. The walk is a plain recursive descent over the CST, not scope analysis:
@@ -6,10 +6,11 @@ lint rule and ``scan``. The walk is a plain recursive descent over the CST, not 
 * nn.Module classes are found through the import table (``nn.Module``, ``torch.nn.Module``, ``*PreTrainedModel``,
   and classes in the same file that derive from one of those);
 * ``__init__``: every ``self.<attr> = <value>`` (also under ``if``), ``nn.Sequential(...)`` elements included;
-* ``forward``: every control-flow path (if/elif/else, early return/raise, loops expanded once for matching and
-  twice for the safety checks, try/with bodies, match cases), with calls to ``self`` helper methods inlined
-  (recursion-safe) and nested calls and tensor ops unchained into temporaries. Compound statements holding no
-  layer, function or helper call are folded into one opaque event, which keeps the number of paths small;
+* ``forward``: its control-flow graph (adopter_codemods/flow/graph.py: if/elif/else, early return/raise, loops
+  unrolled to no, one and two copies of the body, try/with bodies, match cases; values numbered SSA style, phis at
+  joins), with calls to ``self`` helper methods inlined (recursion-safe) and nested calls and tensor ops unchained
+  into temporaries. Each statement is walked once per loop-body copy and inlining, whatever the number of paths.
+  Compound statements holding no layer, function or helper call are folded into one opaque event;
 * the class's other methods not inlined into ``forward`` (``_attn`` called with ``*args``, ``generate``, ...) are
   walked the same way, each on its own, and so are the module's top-level functions (one unnamed unit, no
   layers): a rewrite inside them is as local as one inside ``forward``. Functions compiled by a decorator
@@ -30,11 +31,8 @@ from . import cstwalk
 from .flow.graph import FlowGraph, FlowSink, FlowState, merge_states
 from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
-from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
+from .structure import ClassStructure, Def, DLNode, LayerBinding, ModuleStructure, Site, Use, Value
 
-MAX_PATHS = 256  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
-# Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
-MAX_OTHER_PATHS = 64
 _BINARY_OPS: dict[type, str] = {
     cst.Add: "+",
     cst.Subtract: "-",
@@ -58,10 +56,6 @@ _TRANSPARENT_DECORATORS = (
     "torch.jit.ignore",  # TorchScript leaves these bodies to Python
     "torch.jit.unused",
 )
-
-
-class TooManyPaths(Exception):
-    pass
 
 
 # The hottest predicates of the walk test exact types: LibCST nodes are ABCs, so isinstance() goes through
@@ -164,7 +158,7 @@ def _written_names(node: cst.CSTNode) -> set[str]:
 class _Partial:
     """A partial path during enumeration."""
 
-    events: list[Event] | FlowSink  # a sink when the walk builds a graph (`_ClassWalker.graph`)
+    events: FlowSink
     state: dict[str, int]
     status: str = "open"  # open | return | raise | break | continue
     ret: Optional[Value] = None
@@ -200,12 +194,8 @@ class _ClassWalker:
         info: _ClassInfo,
         classes: dict[str, _ClassInfo],
         table: ImportTable,
-        analysis: str = "auto",
     ) -> None:
         self.info = info
-        # "paths": enumerate paths (a function over the limit is skipped); "graph": build a FlowGraph per function;
-        # "auto": paths, and a graph for a function whose paths exceed the limit.
-        self.analysis = analysis
         self.graph: Optional[FlowGraph] = None  # the graph being built
         self.entry_vids: dict[str, int] = {}  # graph walk: one value id per name read before any assignment
         self.classes = classes
@@ -217,15 +207,12 @@ class _ClassWalker:
         self.bindings: dict[str, list[LayerBinding]] = {}
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
-        self.graphs: list[FlowGraph] = []  # functions analysed as a graph rather than as paths
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
         # inlining in generation code multiplies paths: seconds per method).
         self.on_its_own = False
-        # Walk `if`s with a simple test holding tensor ops as separate paths (`_guards_ops`); a function whose paths
-        # then exceed the limit is walked again without, as before that split existed.
+        # Walk `if`s with a simple test holding tensor ops as separate branches (`_guards_ops`).
         self.split_guarded_ifs = True
-        self.guarded_ifs_split = False  # whether the current walk split any
-        # Paths revisit the same statements and nested expressions many times: memoise their name scans.
+        # Loop-body copies and helpers inlined twice revisit statements and expressions: memoise their name scans.
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
 
@@ -308,27 +295,27 @@ class _ClassWalker:
     def qualify(self, function: str) -> str:
         return f"{self.info.name}.{function}" if self.info.name else function
 
-    def forward_paths(self) -> list[Path]:
+    def forward_graph(self) -> list[FlowGraph]:
         # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
         forward = self.info.methods.get("forward")
-        return self.paths_within_limit(forward) if forward is not None else []
+        return [self.function_graph(forward)] if forward is not None else []
 
-    def other_paths(self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]) -> list[Path]:
-        """Paths through each function walked on its own, helpers not inlined (class methods other than forward,
-        module-level functions), skipping helpers already inlined into forward; a function with too many paths is
-        left out alone (and added to `skipped` with the reason)."""
-        paths: list[Path] = []
+    def other_graphs(
+        self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]
+    ) -> list[FlowGraph]:
+        """The graph of each function walked on its own, helpers not inlined (class methods other than forward,
+        module-level functions), skipping helpers already inlined into forward; a function nested too deeply for
+        the walk is left out alone (and added to `skipped` with the reason)."""
+        graphs: list[FlowGraph] = []
         self.on_its_own = True
         for fn in functions:
             if fn.name.value in self.inlined or not self.standalone(fn):
                 continue
             try:
-                paths.extend(self.paths_within_limit(fn))
-            except TooManyPaths:
-                skipped.append((fn, f"more than {MAX_OTHER_PATHS} control-flow paths in {fn.name.value}"))
+                graphs.append(self.function_graph(fn))
             except RecursionError:
                 skipped.append((fn, f"{fn.name.value} is nested too deeply to analyse"))
-        return paths
+        return graphs
 
     def standalone(self, fn: cst.FunctionDef) -> bool:
         """Whether a function's body runs as plain Python: not async, decorated at most by a wrapper that calls it
@@ -340,32 +327,12 @@ class _ClassWalker:
                 return False
         return not fn.asynchronous
 
-    def paths_within_limit(self, fn: cst.FunctionDef) -> list[Path]:
-        """`function_paths`, retried without splitting `_guards_ops` ifs when that exceeds the path limit; past
-        that, the function's graph (added to `graphs`) unless the analysis is "paths"."""
-        if self.analysis == "graph":
-            self.graphs.append(self.function_graph(fn))
-            return []
-        self.guarded_ifs_split = False
-        try:
-            try:
-                return self.function_paths(fn)
-            except TooManyPaths:
-                if not self.guarded_ifs_split:
-                    raise
-                self.split_guarded_ifs = False
-                try:
-                    return self.function_paths(fn)
-                finally:
-                    self.split_guarded_ifs = True
-        except TooManyPaths:
-            if self.analysis == "paths":
-                raise
-            self.graphs.append(self.function_graph(fn))
-            return []
-
     def function_graph(self, fn: cst.FunctionDef) -> FlowGraph:
-        """The graph of one function, ``self`` helpers inlined: the same walk, partial paths merged at joins."""
+        """The graph of one function, ``self`` helpers inlined (unless walking functions on their own).
+
+        The walk follows control flow with a list of partial paths, forking at branches; at the end of every
+        statement the partial paths with the same status are merged (`join`), so each statement is walked once
+        per loop-body copy and helper inlining, whatever the number of paths reaching it."""
         ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
         graph = self.graph = FlowGraph()
         self.entry_vids = {}
@@ -377,7 +344,7 @@ class _ClassWalker:
         return graph
 
     def merged(self, partials: list[_Partial]) -> list[_Partial]:
-        """Graph walk: one partial path per status (returns aside: their values differ), merged at the join."""
+        """One partial path per status (returns aside: `inline` joins them with their values)."""
         groups: dict[str, list[_Partial]] = {}
         out = []
         for p in partials:
@@ -392,26 +359,12 @@ class _ClassWalker:
             return parts[0]
         graph = self.graph
         assert graph is not None
-        sinks: list[FlowSink] = [p.events for p in parts]  # type: ignore[misc]
+        sinks = [p.events for p in parts]
         tails = tuple(sorted({t for sink in sinks for t in sink.tails}))
         state, phis = merge_states(graph, [p.state for p in parts], [sink.tails for sink in sinks], self.entry_vids, self.new_vid)
         # A join right after another (nothing in between) still gates the first join's phis.
         pending = tuple(phis) + tuple(phi for sink in sinks for phi in sink.pending)
         return _Partial(FlowSink(graph, tails, pending), state, parts[0].status, parts[0].ret)
-
-    def function_paths(self, fn: cst.FunctionDef) -> list[Path]:
-        """Every control-flow path through one function, ``self`` helpers inlined."""
-        ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
-        state: dict[str, int] = {}
-        start = [_Partial([], state)]
-        partials = self.walk_block(fn.body, ctx, start)
-        paths = []
-        for p in partials:
-            for i, ev in enumerate(p.events):
-                if isinstance(ev, DLNode):
-                    ev.index = i
-            paths.append(Path(p.events, [e for e in p.events if isinstance(e, DLNode)]))
-        return paths
 
     def new_vid(self) -> int:
         return next(self._vid)
@@ -419,12 +372,10 @@ class _ClassWalker:
     def lookup(self, state: dict[str, int], name: str) -> int:
         vid = state.get(name)
         if vid is None:
-            vid = self.entry_vids.get(name) if self.graph is not None else None
+            vid = self.entry_vids.get(name)
             if vid is None:
-                vid = self.new_vid()  # parameters and globals: defined on entry
+                vid = self.entry_vids[name] = self.new_vid()  # parameters and globals: defined on entry
                 self.entry_names[vid] = name
-                if self.graph is not None:
-                    self.entry_vids[name] = vid
             state[name] = vid
         return vid
 
@@ -436,11 +387,7 @@ class _ClassWalker:
             if not open_partials:
                 break
             closed = [p for p in partials if p.status != "open"]
-            partials = closed + self.walk_statement(stmt, ctx, open_partials)
-            if self.graph is not None:
-                partials = self.merged(partials)
-            else:
-                self.check_paths(len(partials))
+            partials = self.merged(closed + self.walk_statement(stmt, ctx, open_partials))
         return partials
 
     def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
@@ -470,13 +417,6 @@ class _ClassWalker:
             return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
         return [self.opaque(stmt, stmt, ctx, p) for p in partials]
 
-    def check_paths(self, count: int) -> None:
-        """Partial paths are never merged or dropped, so any list of them longer than the limit means the whole
-        function has too many paths: give up at once (nested branches in inlined helpers otherwise multiply
-        far beyond the limit before a block-level check sees them: seconds for Reformer's LSHSelfAttention)."""
-        if self.graph is None and count > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
-            raise TooManyPaths()
-
     def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
         out: list[_Partial] = []
         for p in partials:
@@ -484,7 +424,6 @@ class _ClassWalker:
                 out.append(p)
             else:
                 out.extend(fn(p))
-            self.check_paths(len(out))
         return out
 
     @staticmethod
@@ -508,9 +447,7 @@ class _ClassWalker:
         """Whether a compound statement holds a layer/function/helper call worth separate paths."""
         if _has_dsl_call(self, node):
             return True
-        split = self.split_guarded_ifs and _guards_ops(node)
-        self.guarded_ifs_split = self.guarded_ifs_split or split
-        return split
+        return self.split_guarded_ifs and _guards_ops(node)
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []
@@ -776,7 +713,6 @@ class _ClassWalker:
                     continue
                 for q2, v in self.walk_expr(e, small, line, ctx, q, parent, whole=False):
                     nxt.append((q2, vals + [v]))
-                self.check_paths(len(nxt))
             alternatives = nxt
         return alternatives
 
@@ -798,15 +734,12 @@ class _ClassWalker:
         p: _Partial,
     ) -> Value:
         temp = f"%{next(self._temp)}"
-        vid = self.new_vid()
-        if self.graph is None:  # the graph reads a node's result through its value, never by this name
-            p.state[temp] = vid
+        vid = self.new_vid()  # read through the node's value, never by name: not in the state
         node = DLNode(
             kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
         )
         p.events.append(node)
-        if self.graph is not None:
-            self.graph.states[id(node)] = dict(p.state)
+        p.events.graph.states[id(node)] = dict(p.state)
         return Value("var", temp, vid, expr, ((temp, vid),))
 
     def walk_call(
@@ -954,10 +887,10 @@ class _ClassWalker:
                     out.append((r, Value("const", "None", 0, call, ())))
                 else:
                     out.append((r, Value("const", "None", 0, call, ())))
-        return self.joined_returns(out, call) if self.graph is not None else out
+        return self.joined_returns(out, call)
 
     def joined_returns(self, alternatives: list[tuple[_Partial, Value]], call: cst.Call) -> list[tuple[_Partial, Value]]:
-        """Graph walk: the helper's returns joined into one partial path; differing return values get a phi."""
+        """The helper's returns joined into one partial path; differing return values get a phi."""
         returned = [(p, v) for p, v in alternatives if p.status == "open"]
         if len(returned) < 2:
             return alternatives
@@ -971,9 +904,9 @@ class _ClassWalker:
             self.graph.phis[vid] = frozenset(v.vid for _, v in returned)
             sources: dict[int, tuple[int, ...]] = {}
             for p, v in returned:
-                sources[v.vid] = sources.get(v.vid, ()) + p.events.tails  # type: ignore[union-attr]
+                sources[v.vid] = sources.get(v.vid, ()) + p.events.tails
             self.graph.phi_tails[vid] = sources
-            joined.events.pending += (vid,)  # type: ignore[union-attr]
+            joined.events.pending += (vid,)
             value = Value("var", f"%{vid}", vid, call, ((f"%{vid}", vid),))
         return [(joined, value)] + [(p, v) for p, v in alternatives if p.status != "open"]
 
@@ -1243,9 +1176,9 @@ def _is_module_class(
 
 
 @collector_paused
-def build_module_structure(module: cst.Module, analysis: str = "graph") -> ModuleStructure:
+def build_module_structure(module: cst.Module) -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
-    for the module's top-level functions when any of them holds a DSL node. `analysis`: see `_ClassWalker`."""
+    for the module's top-level functions when any of them holds a DSL node."""
     table = ImportTable.from_module(module)
     classes: dict[str, _ClassInfo] = {}
     for stmt in module.body:
@@ -1280,7 +1213,7 @@ def build_module_structure(module: cst.Module, analysis: str = "graph") -> Modul
     for name, info in classes.items():
         if not _is_module_class(info, classes, table, memo):
             continue
-        walker = _ClassWalker(info, classes, table, analysis)
+        walker = _ClassWalker(info, classes, table)
         walker.collect_bindings()
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
@@ -1302,7 +1235,7 @@ def build_module_structure(module: cst.Module, analysis: str = "graph") -> Modul
     functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
     if function_callees:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
-        walker = _ClassWalker(_ClassInfo(None), classes, table, analysis)
+        walker = _ClassWalker(_ClassInfo(None), classes, table)
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
         unit.operators = frozenset(function_operators)
         unit.walk = functools.partial(_walk_functions, walker, functions)
@@ -1313,13 +1246,10 @@ def build_module_structure(module: cst.Module, analysis: str = "graph") -> Modul
 
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
-    """The paths of a class, computed on first use."""
+    """The graphs of a class, computed on first use."""
     walker.split_guarded_ifs = structure.split_guarded_ifs
     try:
-        structure.forward_paths = walker.forward_paths()
-    except TooManyPaths:
-        structure.truncated = True
-        structure.skipped_reason = f"more than {MAX_PATHS} control-flow paths in forward"
+        structure.graphs = walker.forward_graph()
     except RecursionError:
         structure.truncated = True
         structure.skipped_reason = "forward is nested too deeply to analyse"
@@ -1328,14 +1258,12 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
         structure.skipped.append((structure.node, structure.skipped_reason))
     else:
         others = [fn for method, fn in walker.info.methods.items() if method not in ("__init__", "forward")]
-        structure.forward_paths += walker.other_paths(others, structure.skipped)
-    structure.flow_graphs = walker.graphs
+        structure.graphs += walker.other_graphs(others, structure.skipped)
 
 
 def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
     walker.split_guarded_ifs = structure.split_guarded_ifs
-    structure.forward_paths = walker.other_paths(functions, structure.skipped)
-    structure.flow_graphs = walker.graphs
+    structure.graphs = walker.other_graphs(functions, structure.skipped)
 
 
 def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:

@@ -111,45 +111,14 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
     target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
-    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets, shared by all paths
-    if match.graph is not None:
-        return not _outputs_modified_on_graph(match.graph, out_keys, in_place)
-    for path in match.cls.forward_paths:
-        tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
-        if len(tainted) != len(out_keys):
-            continue
-        holds: dict[str, int] = {}
-        checked: set[int] = set()
-        for event in path.events:
-            site = event.site
-
-            def scoped(name: str, site: Site = site) -> str:
-                return name if name.startswith("self.") else site.scope + name
-
-            if id(site.small) not in checked:
-                checked.add(id(site.small))
-                if id(site.small) not in in_place:
-                    in_place[id(site.small)] = _in_place_targets(site.small)
-                if any(holds.get(scoped(name)) in tainted for name in in_place[id(site.small)]):
-                    return False
-            if not isinstance(event, Def):
-                continue
-            small = site.small
-            aliased = event.vid in tainted
-            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                root = _view_root(small.value, lambda name: scoped(name) in holds)
-                aliased = aliased or (root is not None and holds.get(scoped(root)) in tainted)
-            elif isinstance(small, cst.AugAssign):
-                aliased = aliased or holds.get(event.name) in tainted  # `x += y` keeps the object
-            if aliased:
-                tainted.add(event.vid)
-            holds[event.name] = event.vid
-    return True
+    assert match.graph is not None
+    return not _outputs_modified(match.graph, out_keys)
 
 
-def _outputs_modified_on_graph(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], in_place: dict[int, set[str]]) -> bool:
-    """The check above as a may-analysis over the graph: the names that may hold an output or a view of one, joined
-    over the incoming edges of each event (every "held" name is tracked: more aliases, never fewer)."""
+def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> bool:
+    """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
+    edges of each event (a view is tracked from any name the function defines: more aliases, never fewer)."""
+    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
     tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
     defined = {e.name for e in graph.events if isinstance(e, Def)}
     holding: list[frozenset[str]] = [frozenset()] * len(graph.events)

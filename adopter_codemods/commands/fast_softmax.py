@@ -26,7 +26,7 @@ changes.
 by a decorator such as ``@torch.jit.script`` (TorchScript cannot call the runtime kernel; a model scripted as a
 whole with ``torch.jit.script(model)`` is not supported after the rewrite either), async functions, methods of
 classes that are not ``nn.Module`` subclasses, and functions nested in other functions. A class whose ``forward``
-has more than 256 control-flow paths is skipped, as is another method or top-level function with more than 64.
+is nested too deeply for the walk is skipped, as is another method or top-level function that is.
 A local name that shadows the import (``F = something`` inside a function) is not seen.
 
 **Performance**: measured (docs/KERNEL_PERFORMANCE.md). The Triton row kernel runs on CUDA only (not yet measured on

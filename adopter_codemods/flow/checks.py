@@ -33,7 +33,7 @@ def subsequences(
     """`matcher._subsequences` on a graph: each next node is reachable from the previous one, so the chosen nodes
     lie on one path in pattern order. A node reading a phi of a value already bound reads that value on the paths
     through the join's edges carrying it: it is matched as a copy reading the value (`resolved`)."""
-    if not m._may_occur(patterns, graph.path, rule):
+    if not m._may_occur(patterns, graph.summary, rule):
         return
     nodes = graph.nodes
     reach = graph.reach

@@ -1,10 +1,10 @@
 """One function's events as a graph: the path walk's events, each recorded once, linked along control flow.
 
-The provider's walk (`provider._ClassWalker`) runs with one `FlowSink` per partial path instead of a list of
-events; at the end of every statement it merges the open partial paths (`merge_states`), so a statement after a
-join is walked once whatever the number of paths leading to it. Loops stay unrolled as in the path walk (skipped,
-one copy of the body, two copies), so the graph is acyclic and its entry-to-exit paths are exactly the walk's
-paths: a property of "every path" becomes one of reachability.
+The provider's walk (`provider._ClassWalker`) follows control flow with partial paths, each appending its events
+to a `FlowSink`; at the end of every statement it merges the partial paths with the same status (`merge_states`),
+so a statement after a join is walked once whatever the number of paths leading to it. Loops are unrolled (no
+copy of the body, one, two: matches stay inside one copy, the second shows loop-carried uses), so the graph is
+acyclic: a property of "every path" becomes one of reachability.
 
 Values are numbered SSA style: each computation gets a fresh id, an alias (``a = b``) shares it, and a name that
 holds different ids on the edges into a join gets a fresh *phi* id there (`FlowGraph.phis`).
@@ -13,11 +13,20 @@ holds different ids on the edges into a join gets a fresh *phi* id there (`FlowG
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
-from ..structure import Def, DLNode, Event, Path, Use
+from ..structure import Def, DLNode, Event, NodeSummary, Use, summarise
 
 ENTRY = 0
+
+
+@dataclass(eq=False)
+class GraphPath:
+    """One entry-to-exit path of a graph (`FlowGraph.paths`)."""
+
+    events: list[Event]
+    nodes: list[DLNode]
 
 
 class FlowGraph:
@@ -63,10 +72,27 @@ class FlowGraph:
     def nodes(self) -> list[DLNode]:
         return [e for e in self.events if isinstance(e, DLNode)]
 
+    def paths(self, limit: int = 4096) -> list[GraphPath]:
+        """Every entry-to-exit path, each as its events in order: for tests and debugging (their number grows
+        exponentially; the analysis never enumerates them). Raises ValueError past `limit` paths."""
+        succs = self.succs
+        out: list[GraphPath] = []
+        stack: list[tuple[int, tuple[int, ...]]] = [(ENTRY, ())]
+        while stack:
+            pos, prefix = stack.pop()
+            if pos == self.exit:
+                events = [e for e in (self.events[p] for p in prefix) if e is not None]
+                out.append(GraphPath(events, [e for e in events if isinstance(e, DLNode)]))
+                if len(out) > limit:
+                    raise ValueError(f"more than {limit} paths")
+                continue
+            stack.extend((nxt, prefix + (pos,)) for nxt in reversed(succs[pos]))
+        return out
+
     @functools.cached_property
-    def path(self) -> Path:
-        """The events as one sequence (for the matcher's cheap node summary; not a control-flow path)."""
-        return Path([e for e in self.events if e is not None], self.nodes)
+    def summary(self) -> NodeSummary:
+        """What kinds of node the graph holds (the matcher's cheap test before it searches the graph)."""
+        return summarise(self.nodes)
 
     @functools.cached_property
     def readers(self) -> dict[int, list[int]]:
