@@ -1,10 +1,11 @@
-"""The matcher's path questions answered on a `FlowGraph` (docs/ENGINE.md "Graph analysis").
+"""The matcher's safety questions answered on a `FlowGraph` (docs/ENGINE.md "Graph analysis").
 
-The path analysis asks, for every path of a function: which matched nodes run on it, whether an event outside the
-match reads an intermediate, whether a target input is redefined before the anchor, whether code with calls touches
-what a deleted statement reads before the anchor. On the graph, a path through a set of nodes exists when they are
-ordered by reachability; a path through a node that avoids a set exists when the node lies on an entry-to-exit
-path of the graph without that set (`Reach` with `excluded`). Each check below states the path check it replaces.
+The correctness contract is stated per control-flow path of a function: which matched nodes run on it, whether an
+event outside the match reads an intermediate, whether a target input is redefined before the anchor, whether code
+with calls touches what a deleted statement reads before the anchor. On the acyclic graph, a path through a set of
+nodes exists when they are ordered by reachability; a path through a node that avoids a set exists when the node
+still lies on an entry-to-exit path without that set (`Reach.avoiding`, or a `Reach` with `excluded`). Each
+function below states its question per path.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def key(node: DLNode) -> Key:
 def subsequences(
     patterns: tuple[Node, ...], graph: FlowGraph, rule: Rule
 ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, "m.Binding"]]]:
-    """`matcher._subsequences` on a graph: each next node is reachable from the previous one, so the chosen nodes
-    lie on one path in pattern order. A node reading a phi of a value already bound reads that value on the paths
-    through the join's edges carrying it: it is matched as a copy reading the value (`resolved`)."""
+    """Matches of the pattern sequence along a path: one node per pattern (None for an absent optional node), each
+    reachable from the previous one, with consistent `$var` bindings. A node reading a phi of a value already bound
+    reads that value on the paths through the join's edges carrying it: it is matched as a copy reading the value
+    (`resolved`); `_phi_other_operand` later refuses the match if a path through it takes another edge."""
     if not m._may_occur(patterns, graph.summary, rule):
         return
     nodes = graph.nodes
@@ -136,9 +138,7 @@ def _positions(graph: FlowGraph, keys: set[Key]) -> frozenset[int]:
     return frozenset(n.index for k in keys for n in graph.by_key.get(k, ()))
 
 
-def _instances(
-    match: "m.Match", candidate: "m.Match", reach: Reach
-) -> Optional[list[dict[Key, DLNode]]]:
+def _instances(candidate: "m.Match", reach: Reach) -> Optional[list[dict[Key, DLNode]]]:
     """Per anchor node on a path of `reach`, the candidate's nodes it follows (the nearest of each key): one check
     per copy of the match (loop-body copies, helpers inlined twice). None when some key has no such node."""
     graph = reach.graph
@@ -169,7 +169,9 @@ def _missing_key_paths(reach: Reach, keys: set[Key], through: set[Key]) -> bool:
 
 
 def check_paths(match: "m.Match", graph: FlowGraph) -> bool:
-    """`matcher._check_paths` on the graph."""
+    """The checks on every path running a matched statement: without the anchor (the branch plan's other arm
+    aside), what the matched nodes compute is unused; with the anchor, every matched node runs and
+    `_check_complete` holds."""
     assert match.anchor is not None
     keys = {key(n) for n in match.nodes}
     anchor_key = key(match.anchor)
@@ -186,7 +188,7 @@ def check_paths(match: "m.Match", graph: FlowGraph) -> bool:
     # Paths running the anchor run every matched node.
     if _missing_key_paths(graph.reach, keys, {anchor_key}):
         return False
-    instances = _instances(match, match, graph.reach)
+    instances = _instances(match, graph.reach)
     if instances is None:
         return False
     return all(_check_complete(match, graph, graph.reach, instance, deleted) for instance in instances)
@@ -195,7 +197,10 @@ def check_paths(match: "m.Match", graph: FlowGraph) -> bool:
 def check_fused_paths(
     match: "m.Match", graph: FlowGraph, original_only: frozenset[int], guarded: frozenset[int], twin: Optional["m.Match"]
 ) -> bool:
-    """`matcher._check_fused_paths` on the graph with the statements only the fallback tests reach taken out."""
+    """The checks of the fallback plan's fused copy: on the paths where every fallback test is false (the graph
+    without the statements only those tests reach), a path with a matched node runs the whole match, or with a
+    `twin` (the match without its absorbed nodes) at least the twin, and `_check_complete` holds for what it runs;
+    reads in `guarded` statements happen only when a test is true and are ignored. Some path must run the match."""
     excluded = frozenset(
         pos
         for pos, event in enumerate(graph.events)
@@ -214,14 +219,12 @@ def check_fused_paths(
         candidates += [(twin, Reach(graph, excluded | _positions(graph, {k}))) for k in keys - twin_keys]
     for candidate, where in candidates:
         deleted = {id(s) for s in candidate.deleted}
-        instances = _instances(match, candidate, where)
+        instances = _instances(candidate, where)
         if instances is None:
             if candidate is match and twin is not None:
                 continue  # no path runs every node: the twin's checks cover them
             return False
         for instance in instances:
-            if candidate is match and twin is not None and len(instance) != len(keys):
-                continue
             if not _check_complete(candidate, graph, where, instance, deleted, guarded):
                 return False
             checked += 1
@@ -232,8 +235,9 @@ def _read_outside(
     graph: FlowGraph, reach: Reach, vids: set[int], keys: set[Key], chain: list[int], ignore: frozenset[int],
     between: Optional[tuple[int, int]] = None,
 ) -> bool:
-    """`matcher._used_outside`: whether an event outside the matched nodes reads one of `vids` (or a phi they flow
-    into) on a path through `chain`; with `between`, only from the first position up to (not including) the second."""
+    """Whether an event outside the matched nodes (`keys`; statements in `ignore` aside) reads one of `vids`, or a
+    phi they flow into through edges such a path takes, on a path through `chain`; with `between`, only from the
+    first position up to (not including) the second."""
     for vid, joins in reach.carried(vids, chain).items():
         for pos in graph.readers.get(vid, ()):
             event = graph.events[pos]
@@ -253,7 +257,9 @@ def _check_complete(
     match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], deleted: set[int],
     ignore: frozenset[int] = frozenset(),
 ) -> bool:
-    """`matcher._check_complete_path` for one copy of the match, over the paths through all its nodes."""
+    """On the paths through one copy of the match: (i) intermediates are read by matched nodes only; (ii) other
+    target outputs are not read before the anchor; (iii) every input of the fused call holds the same value at the
+    anchor once the deleted statements are gone; (iv) `_moved_reads_touched` is false."""
     assert match.anchor is not None
     keys = set(instance)
     anchor = instance[key(match.anchor)]
@@ -329,7 +335,9 @@ def _phi_other_operand(
 
 
 def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key]:
-    """`matcher._absorbed`: unmatched nodes nested in a matched node of a deleted statement."""
+    """Keys of the unmatched nodes nested in a matched node of a deleted statement (``torch.finfo(s.dtype)`` in
+    ``s.masked_fill(m, torch.finfo(s.dtype).min)``): they vanish with it, so their reads are no uses. What the target
+    still reads of them is checked as a target input (iii)."""
     inside = {id(n.expr) for n in occ if id(n.site.small) in deleted}
     out: set[Key] = set()
     for statement in deleted:
@@ -344,8 +352,8 @@ def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key
 def _moved_reads_touched(
     graph: FlowGraph, reach: Reach, anchor: DLNode, keys: set[Key], deleted: set[int], chain: list[int]
 ) -> bool:
-    """`matcher._moved_reads_touched`: between a deleted statement and the anchor, no event with calls reads what a
-    deleted statement reads."""
+    """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between, on
+    a path through the copy, which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``)."""
     moved_at = [
         pos
         for statement in deleted
@@ -385,7 +393,7 @@ def _moved_reads_touched(
 
 
 def _temporaries(event: object) -> set[int]:
-    """Value ids a node reads as DSL results (``%`` names): `matcher._read_vids` leaves them out."""
+    """Value ids a node reads as DSL results (``%`` names): no variable a deleted statement reads."""
     if not isinstance(event, DLNode):
         return set()
     return {vid for v in [*event.args, *(v for _, v in event.kwargs)] for name, vid in v.uses if name.startswith("%")}
