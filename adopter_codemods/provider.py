@@ -156,7 +156,7 @@ def _written_names(node: cst.CSTNode) -> set[str]:
 
 @dataclass
 class _Partial:
-    """A partial path during enumeration."""
+    """A partial path of the walk (merged with the others of its status after each statement)."""
 
     events: FlowSink
     state: dict[str, int]
@@ -197,7 +197,7 @@ class _ClassWalker:
     ) -> None:
         self.info = info
         self.graph: Optional[FlowGraph] = None  # the graph being built
-        self.entry_vids: dict[str, int] = {}  # graph walk: one value id per name read before any assignment
+        self.entry_vids: dict[str, int] = {}  # per function: one value id per name read before any assignment
         self.classes = classes
         self.table = table
         self._vid = itertools.count(1)
@@ -207,8 +207,8 @@ class _ClassWalker:
         self.bindings: dict[str, list[LayerBinding]] = {}
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
-        # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
-        # inlining in generation code multiplies paths: seconds per method).
+        # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (a
+        # rewrite there stays as local as one inside forward).
         self.on_its_own = False
         # Walk `if`s with a simple test holding tensor ops as separate branches (`_guards_ops`).
         self.split_guarded_ifs = True
@@ -295,7 +295,7 @@ class _ClassWalker:
     def qualify(self, function: str) -> str:
         return f"{self.info.name}.{function}" if self.info.name else function
 
-    def forward_graph(self) -> list[FlowGraph]:
+    def forward_graphs(self) -> list[FlowGraph]:
         # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
         forward = self.info.methods.get("forward")
         return [self.function_graph(forward)] if forward is not None else []
@@ -1249,7 +1249,7 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
     """The graphs of a class, computed on first use."""
     walker.split_guarded_ifs = structure.split_guarded_ifs
     try:
-        structure.graphs = walker.forward_graph()
+        structure.graphs = walker.forward_graphs()
     except RecursionError:
         structure.truncated = True
         structure.skipped_reason = "forward is nested too deeply to analyse"

@@ -19,7 +19,7 @@ import libcst as cst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from adopter_codemods.engine import find_all, findings_for, rewrite_module  # noqa: E402
+from adopter_codemods.engine import find_all, findings_for, rewrite_module, skips_for  # noqa: E402
 from adopter_codemods.provider import build_module_structure  # noqa: E402
 from adopter_codemods.rules import builtin_rules  # noqa: E402
 
@@ -46,6 +46,7 @@ def main() -> int:
     per_rule: collections.Counter[str] = collections.Counter()
     failures: list[tuple[str, str]] = []
     not_idempotent: list[str] = []
+    skipped: list[str] = []  # classes / functions not analysed, with the reason
     changed = 0
     scan_time = rewrite_time = 0.0
     size = 0
@@ -56,8 +57,10 @@ def main() -> int:
         try:
             t0 = time.perf_counter()
             module = cst.parse_module(data)
-            findings = findings_for(module, find_all(build_module_structure(module), rules), str(path))
+            structure = build_module_structure(module)
+            findings = findings_for(module, find_all(structure, rules), str(path))
             t1 = time.perf_counter()
+            skipped.extend(f"{s.path}:{s.line}: {s.unit}: {s.reason}" for s in skips_for(structure, str(path)))
             outcome = rewrite_module(module, rules)
             t2 = time.perf_counter()
         except Exception as exc:  # the report lists every failure instead of stopping at the first
@@ -86,6 +89,7 @@ def main() -> int:
         "findings_total": sum(per_rule.values()),
         "failures": failures,
         "not_idempotent": not_idempotent,
+        "skipped": skipped,
         "scan_seconds": round(scan_time, 1),
         "rewrite_seconds": round(rewrite_time, 1),
     }
@@ -95,6 +99,9 @@ def main() -> int:
     print(f"  total {report['findings_total']} findings in {changed} rewritten files")
     print(f"scan (parse+analysis) {scan_time:.1f} s, rewrite (all rounds) {rewrite_time:.1f} s")
     print(f"failures: {len(failures)}; rewritten files that parse but change on a second run: {len(not_idempotent)}")
+    print(f"classes or functions not analysed: {len(skipped)}")
+    for line in skipped:
+        print(f"  {line}")
     for path, why in failures:
         print(f"  {path}: {why}")
     for path in not_idempotent:

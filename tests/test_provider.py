@@ -288,8 +288,8 @@ def test_many_paths_are_one_walk_per_statement() -> None:
 def test_paths_are_walked_only_when_read() -> None:
     calls = []
     with pytest.MonkeyPatch.context() as mp:
-        real = provider._ClassWalker.forward_graph
-        mp.setattr(provider._ClassWalker, "forward_graph", lambda self: calls.append(1) or real(self))
+        real = provider._ClassWalker.forward_graphs
+        mp.setattr(provider._ClassWalker, "forward_graphs", lambda self: calls.append(1) or real(self))
         cls = forward("return self.drop(x)")
         assert calls == []
         assert [layers(p) for p in paths_of(cls)] == [["self.drop"]]
