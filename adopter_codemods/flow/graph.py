@@ -276,9 +276,11 @@ def merge_states(
     state's last positions. A name missing on an edge holds its value on entry there (`entry`: parameters and
     globals read somewhere) or is unbound."""
     merged = states[0].copy()
-    names = set().union(*states)
+    names: set[str] = set()
+    for state in states[1:]:
+        names.update(name for name, _ in state.items() ^ merged.items())  # item views: set operations in C
     phis = []
-    for name in names:
+    for name in sorted(names):  # a fixed order: new names enter the state (and its dict order) alike every run
         vids = [s.get(name, entry.get(name)) for s in states]
         if len(set(vids)) == 1 and vids[0] is not None:
             continue
