@@ -42,8 +42,7 @@ from ..dsl import Rule
 from ..engine import Finding, find_all, findings_for, rewrite_module
 from ..gc_pause import CollectorHold
 from ..provider import build_module_structure
-from ..report import rule_doc
-from ..rules import builtin_rules
+from ..rules import builtin_rules, rule_doc
 from ..structure import ModuleStructure
 from .mode import lint_without_diff
 
