@@ -15,7 +15,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule, RuleSyntaxError
-from .engine import rewrite_module, skips_for
+from .engine import analyse
 from .provider import ModelStructureProvider
 from .rules import load_user_rules, rule_doc, rule_targets, select_rules
 
@@ -61,10 +61,10 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
         )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        structure = self.get_metadata(ModelStructureProvider, tree)
-        outcome = rewrite_module(tree, self.rules, structure)
-        # After matching: classes are only walked (and found too complex) when some rule could match them.
-        for skip in skips_for(structure, self.context.filename or "<stdin>"):
+        path = self.context.filename or "<stdin>"
+        analysis = analyse(tree, self.rules, path, structure=self.get_metadata(ModelStructureProvider, tree))
+        outcome = analysis.rewrite()
+        for skip in analysis.skips():
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")

@@ -1,17 +1,22 @@
 """Run rules over one parsed module: findings for reports, rewritten modules for codemods.
 
-This is the one place that ties provider, matcher and rewriter together; every front-end (codemods, Fixit rules,
-``scan``, pre-commit, the Python API) calls it.
+This is the one place that ties parser, provider, matcher and rewriter together. Every front-end (codemods, Fixit
+rules, ``scan``/``rewrite``, pre-commit, the Python API) and benchmark starts with one entry point, which parses
+with the crash screen (when given text), builds the model structure and matches the rules once:
+:func:`analyse_file` (a path), :func:`analyse_source` (source text or bytes) or :func:`analyse` (a module LibCST
+or Fixit already parsed). The :class:`Analysis` it returns gives the findings (with positions), the skipped
+units and the rewritten module, each computed on first use.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
 from .matcher import LayerRef, Match, find_matches, may_match
@@ -272,3 +277,62 @@ def rewrite_module(
         structure = None
         rounds += 1
     return RewriteOutcome(module, first, rounds)
+
+
+@dataclass
+class Analysis:
+    """The rules matched on one parsed file, each judged on the unmodified module. `source`: the bytes the module
+    was parsed from, when known (positions are then found faster); `path` names the file in findings and skips."""
+
+    module: cst.Module
+    rules: Sequence[Rule]
+    path: str
+    source: Optional[bytes]
+    structure: ModuleStructure
+    matches: list[Match]
+    _rewritten: Optional[RewriteOutcome] = None
+
+    def findings(self, matches: Optional[Sequence[Match]] = None) -> list[Finding]:
+        """Findings of the matches (or of `matches`, some of them, such as ``rewrite().applied``)."""
+        return findings_for(self.module, self.matches if matches is None else matches, self.path, source=self.source)
+
+    def skips(self) -> list[Skip]:
+        """The units of the input the walk gave up on (later rewrite rounds re-walk the rewritten module)."""
+        return skips_for(self.structure, self.path, self.source)
+
+    def rewrite(self) -> RewriteOutcome:
+        """Every rule applied until nothing changes (:func:`rewrite_module`); the first round is these matches."""
+        if self._rewritten is None:
+            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches)
+        return self._rewritten
+
+
+def analyse(
+    module: cst.Module,
+    rules: Sequence[Rule],
+    path: Optional[str] = None,
+    *,
+    source: Optional[bytes] = None,
+    structure: Optional[ModuleStructure] = None,
+) -> Analysis:
+    """Match `rules` on a parsed module. `structure`: the module's, when a LibCST metadata provider already built it
+    (the codemods); `path`: the file's name, "" when unknown."""
+    if structure is None:
+        structure = build_module_structure(module)
+    return Analysis(module, rules, path or "", source, structure, find_all(structure, rules))
+
+
+def analyse_source(source: Union[str, bytes], rules: Sequence[Rule], path: str = "<string>") -> Analysis:
+    """Parse source (:func:`files.parse`: raises :class:`files.SourceError` for nesting that would crash LibCST's
+    parser, ``libcst.ParserSyntaxError`` for invalid syntax) and match `rules` on it."""
+    module = files.parse(source, path)
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    return analyse(module, rules, path, source=data)
+
+
+def analyse_file(path: str, rules: Sequence[Rule], data: Optional[bytes] = None) -> Analysis:
+    """Read (unless its bytes are given as `data`), decode and parse a file (:func:`files.parse_file`: every problem
+    is a located :class:`files.SourceError`) and match `rules` on it."""
+    if data is None:
+        data = files.read_source(path)
+    return analyse(files.parse_file(path, data), rules, path, source=data)
