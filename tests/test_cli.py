@@ -497,7 +497,7 @@ def test_demo_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
 def test_rewritten_example_is_equivalent() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     source = EXAMPLE.read_text(encoding="utf-8")
     original = load_source_as_module(source, "demo_example_original", path=str(EXAMPLE))

@@ -1,7 +1,9 @@
 """Execution harness: run an original and a rewritten model side by side and compare them.
 
-Used by the test-suite (every positive fixture, the transformers corpus) and by ``gpu_bench``. It imports
-torch, so it must never be imported on the codemod path (``adopter_codemods`` itself stays torch-free).
+Used by the test-suite (every positive fixture, the transformers corpus) and by ``gpu_bench``, and available to
+anyone who wants to check their own rewritten model against the original. It needs torch only, so it lives in the
+runtime distribution (``adopter-kernels``), not on the torch-free codemod path; ``import adopter_kernels`` does not
+import it.
 
 What "equivalent" means here (docs/DESIGN.md §4):
 
