@@ -110,22 +110,21 @@ def findings_for(
     module: cst.Module,
     matches: Sequence[Match],
     path: str,
-    positions: Optional[object] = None,
     source: Optional[bytes] = None,
 ) -> list[Finding]:
     """Findings with line numbers; computes positions only when there is something to report (faster when the
     module's `source` bytes are given: see :func:`positions.statement_positions`)."""
     if not matches:
         return []
-    if positions is None:
-        positions = _positions(module, matches, source)
+    positions = _positions(module, matches, source)
     out = []
     for m in matches:
-        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]  # type: ignore[operator]
+        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
-        function = m.anchor.site.function.split(".")[-1] if m.plan not in ("init", "container") else "__init__"
+        anchor = m.anchor if m.plan not in ("init", "container") else None
+        function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
         out.append(
             Finding(
                 m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
@@ -143,7 +142,7 @@ def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = N
     if not units:
         return []
     module = structure.module
-    tops = [cls.node for cls, _, _ in units if cls.node is not None]
+    tops: list[cst.CSTNode] = [cls.node for cls, _, _ in units if cls.node is not None]
     tops += [node for cls, node, _ in units if cls.node is None]
     nodes = [node for _, node, _ in units]
     positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, nodes, source)
@@ -176,7 +175,7 @@ def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[by
     """Positions inside the top-level classes/functions holding the matches; PositionProvider renders the whole
     module (slower than parsing it), so it is the fallback for a node found nowhere else."""
     functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
-    tops = [m.cls.node for m in matches if m.cls.node is not None]
+    tops: list[cst.CSTNode] = [m.cls.node for m in matches if m.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
     reported = [s for m in matches for s in _reported_nodes(m)]
     positions = statement_positions(module, tops, reported, source)
@@ -240,10 +239,16 @@ def _same_init_edits(plans: Sequence[EditPlan]) -> bool:
     empty = cst.Module([])
     for plan in plans:
         for key in plan.init_nodes:
-            code = empty.code_for_node(plan.replace[key]) if key in plan.replace else "<deleted>"
+            code = _code(empty, plan.replace[key]) if key in plan.replace else "<deleted>"
             if seen.setdefault(key, code) != code:
                 return False
     return True
+
+
+def _code(module: cst.Module, node: Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]) -> str:
+    if isinstance(node, cst.FlattenSentinel):
+        return "".join(module.code_for_node(n) for n in node.nodes)
+    return module.code_for_node(node)
 
 
 @dataclass

@@ -471,7 +471,8 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     """(intermediate value ids, target output ids) of the matched nodes."""
     assert match.rule.forward is not None and match.rule.forward.target is not None
     target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
-    inter, outs = set(), set()
+    inter: set[int] = set()
+    outs: set[int] = set()
     for i, pattern in enumerate(match.rule.forward.source):
         if isinstance(pattern, Wildcard) or i in match.skipped:
             continue
@@ -960,7 +961,7 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
             init = _init_pattern_for(rule, pattern.layer.name)
             wanted, present = (init.types if init is not None else ()), types
         else:
-            wanted, present = pattern.types, cls.callees | types  # a function pattern also matches a layer's type
+            wanted, present = pattern.types, types | cls.callees  # a function pattern also matches a layer's type
         if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
             return False
     return True

@@ -232,7 +232,8 @@ def _clone_inputs(value: Any) -> Any:
         copy = value.detach().clone()
         return copy.requires_grad_(True) if copy.is_floating_point() else copy
     if isinstance(value, Mapping):
-        return type(value)((key, _clone_inputs(item)) for key, item in value.items())
+        mapping: Any = type(value)  # a dict-like class built from its items
+        return mapping((key, _clone_inputs(item)) for key, item in value.items())
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
         return type(value)(*(_clone_inputs(item) for item in value))
     if isinstance(value, (tuple, list)):
