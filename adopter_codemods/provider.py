@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Literal, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import BaseMetadataProvider
@@ -29,7 +29,19 @@ from libcst.metadata import BaseMetadataProvider
 from . import cstwalk
 from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
-from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
+from .structure import (
+    ClassStructure,
+    Def,
+    DLNode,
+    Event,
+    LayerBinding,
+    ModuleStructure,
+    NodeKind,
+    Path,
+    Site,
+    Use,
+    Value,
+)
 
 MAX_PATHS = 256  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
 # Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
@@ -159,13 +171,17 @@ def _written_names(node: cst.CSTNode) -> set[str]:
     return collector.names
 
 
+# How a partial path ends so far: still "open" (statements follow), or left by return/raise/break/continue.
+PathStatus = Literal["open", "return", "raise", "break", "continue"]
+
+
 @dataclass
 class _Partial:
     """A partial path during enumeration."""
 
     events: list[Event]
     state: dict[str, int]
-    status: str = "open"  # open | return | raise | break | continue
+    status: PathStatus = "open"
     ret: Optional[Value] = None
 
 
@@ -722,7 +738,7 @@ class _ClassWalker:
 
     def emit_node(
         self,
-        kind: str,
+        kind: NodeKind,
         qualname: Optional[str],
         layer: Optional[str],
         bindings: tuple[LayerBinding, ...],
@@ -764,7 +780,7 @@ class _ClassWalker:
                 return self.inline(method, call, small, line, ctx, p, parent)
         qualname: Optional[str] = None
         bindings: tuple[LayerBinding, ...] = ()
-        kind = "func"
+        kind: NodeKind = "func"
         if attr is not None and attr in self.bindings:
             kind = "layer"
             bindings = tuple(self.bindings[attr])

@@ -96,6 +96,8 @@ def build_call(
 
 @dataclass
 class EditPlan:
+    # Keyed by id(node), not the node: LibCST nodes hash by identity too, but through a Python-level __hash__ several
+    # times slower than id(), and applying a plan looks up every node of the module.
     # id(original node) -> replacement (a FlattenSentinel puts several statements in the place of one)
     replace: dict[int, Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]] = field(default_factory=dict)
     originals: dict[int, cst.CSTNode] = field(default_factory=dict)  # keeps ids alive and checkable
