@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 # The codemods not made from a rule file, and their modules under adopter_codemods.commands; every built-in rule's
-# codemod comes from adopter_codemods.commands.builtin (docs/ENGINE.md).
+# codemod comes from adopter_codemods.commands.builtin, made from its rule files (CONTRIBUTING.md, "Adding a rule").
 _FRONT_END_CODEMODS: dict[str, str] = {"AdoptAll": "adopt_all", "ApplyRuleFiles": "apply_rule_files"}
 
 

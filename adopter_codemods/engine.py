@@ -10,7 +10,7 @@ units and the rewritten module, each computed on first use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 import libcst as cst
@@ -295,7 +295,7 @@ class Analysis:
     source: Optional[bytes]
     structure: ModuleStructure
     matches: list[Match]
-    _rewritten: Optional[RewriteOutcome] = None
+    _rewritten: Optional[RewriteOutcome] = field(default=None, init=False, repr=False)
 
     def findings(self, matches: Optional[Sequence[Match]] = None) -> list[Finding]:
         """Findings of the matches (or of `matches`, some of them, such as ``rewrite().applied``)."""
