@@ -130,13 +130,13 @@ def test_big_bird_block_sparse_softmax_sites_are_found() -> None:
 
 def test_big_bird_block_sparse_rewrite_is_equivalent(monkeypatch: pytest.MonkeyPatch) -> None:
     """The new sites, rewritten and executed: a tiny BigBird in block-sparse mode, float64, outputs and gradients in
-    train and eval, the original state_dict loaded strictly (adopter_codemods/equivalence.py)."""
+    train and eval, the original state_dict loaded strictly (adopter_kernels/equivalence.py)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     if transformers.__version__ != "4.34.1":
         pytest.skip("written against transformers 4.34.1")
     import adopter_kernels
-    from adopter_codemods.equivalence import compare_models, default_dtype, load_source_as_module, seeded
+    from adopter_kernels.equivalence import compare_models, default_dtype, load_source_as_module, seeded
 
     package = "transformers.models.big_bird"
     original = importlib.import_module(f"{package}.modeling_big_bird")
