@@ -8,7 +8,8 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
-from .engine import Finding, find_all, findings_for, rewrite_module
+from .engine import Finding, RefusedSite, find_all, findings_for, refusals_for, rewrite_module
+from .matcher import Refusal
 from .files import ensure_parser_survives
 from .provider import build_module_structure
 from .rules import select_rules
@@ -66,3 +67,18 @@ def scan_source(
     module = _parse(source, path)
     matches = find_all(build_module_structure(module), _rules(rules, rule_files))
     return findings_for(module, matches, path, source=source.encode("utf-8"))
+
+
+def refused_sites(
+    source: str,
+    rules: Optional[Iterable[str]] = None,
+    *,
+    path: str = "<string>",
+    rule_files: Sequence[Path] = (),
+) -> list[RefusedSite]:
+    """The sites each selected rule matched structurally but refused, with the reason (what ``scan
+    --show-refused`` lists); raises as :func:`rewrite_source`."""
+    module = _parse(source, path)
+    refusals: list[Refusal] = []
+    find_all(build_module_structure(module), _rules(rules, rule_files), refusals)
+    return refusals_for(module, refusals, path, source=source.encode("utf-8"))

@@ -25,9 +25,10 @@ import libcst as cst
 from . import __version__, guards, matcher
 from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
-from .engine import Finding, Skip, find_all, findings_for, rewrite_module, skips_for
+from .engine import Finding, RefusedSite, Skip, find_all, findings_for, refusals_for, rewrite_module, skips_for
 from .files import FileError, SourceError, atomic_write, discover, load_module
 from .init_config import CONFIG_NAME, write_config
+from .matcher import Refusal
 from .provider import build_module_structure
 from .report import (
     Replacement,
@@ -106,11 +107,13 @@ class _Scanned:
     error: Optional[FileError] = None
     fix: list[Replacement] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    refused: list[RefusedSite] = field(default_factory=list)
 
 
-def _scan_file(path: str, with_fix: bool) -> _Scanned:
+def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
-        cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
+        # SARIF also reports fixes, --show-refused the refusals: neither is cached
+        cache = _CACHE[0] if _CACHE and not with_fix and not show_refused else None
         data = _read(path) if cache else None
         if cache and data is not None:
             cached = cache.get(data, path)
@@ -119,15 +122,17 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
         module = load_module(path)
         structure = build_module_structure(module)
         source = data or _read(path)
-        matches = find_all(structure, _RULES)
+        refusals: Optional[list[Refusal]] = [] if show_refused else None
+        matches = find_all(structure, _RULES, refusals)
         findings = findings_for(module, matches, path, source=source)
+        refused = refusals_for(module, refusals, path, source) if refusals else []
         skipped = skips_for(structure, path, source)
         if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
             cache.put(data, findings, skipped)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
             fix = text_replacements(module.code, rewrite_module(module, _RULES, structure, matches).module.code)
-        return _Scanned(path, findings, fix=fix, skipped=skipped)
+        return _Scanned(path, findings, fix=fix, skipped=skipped, refused=refused)
     except SourceError as exc:
         return _Scanned(path, error=exc.error)
     except Exception as exc:  # one file crashing the engine must not hide the results of the others
@@ -216,7 +221,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     # As ruff does: no PATH means the current directory, except for the pre-commit hook, which lists the files.
     roots = args.paths or ([] if args.no_default_path else [os.curdir])
     paths, errors = discover(roots, args.exclude)
-    worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
+    worker = functools.partial(_scan_file, with_fix=args.format == "sarif", show_refused=args.show_refused)
     scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
     results = ScanResults(
@@ -225,6 +230,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         errors=errors,
         fixes={s.path: s.fix for s in scanned if s.fix},
         skipped=[u for s in scanned for u in s.skipped],
+        refused=[r for s in scanned for r in s.refused] if args.show_refused else None,
     )
     if args.format == "json":
         sys.stdout.write(format_json(results))
@@ -447,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
         "report rewrite sites (text, JSON or SARIF); changes no file (keeps a re-run cache in ./.adopter_cache)",
         "Report every place a rule can rewrite. Text goes to stdout as `path:line:col: CODE message` with a summary "
         "on stderr; --format json prints the machine-readable report, --format sarif a SARIF 2.1.0 log for GitHub "
-        "code scanning.",
+        "code scanning. --show-refused also lists each site a rule matched structurally but refused, with the "
+        "reason and the line causing it.",
         cmd_scan,
     )
     _add_file_options(scan, "default: the current directory")
@@ -459,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rule_options(scan)
     scan.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
+    )
+    scan.add_argument(
+        "--show-refused",
+        action="store_true",
+        help="also list each site a rule matched structurally but refused, with the reason and the line causing it "
+        "(text: `CODE refused at path:line:col: reason (line N)`; JSON: a \"refused\" list; SARIF: note results); "
+        "sites silenced by # noqa are listed too; bypasses the cache",
     )
     scan.add_argument(
         "--no-cache",
