@@ -164,11 +164,11 @@ def _refusal(match: Match, reason: Reason) -> Refusal:
 
 
 def _name_of(vids: set[int], path: Path, cls: ClassStructure) -> Optional[str]:
-    """The variable one of `vids` was last assigned to on `path`, or the parameter holding it on entry (an inlined
-    helper's scope prefix dropped)."""
+    """The variable one of `vids` was first assigned to on `path` (not a later alias such as ``self.map = probs``),
+    or the parameter holding it on entry; an inlined helper's scope prefix dropped."""
     names = [e.name for e in path.events if isinstance(e, Def) and e.vid in vids and not e.name.startswith("%")]
     names = names or [cls.entry_names[v] for v in vids if v in cls.entry_names]
-    return names[-1].rsplit("::", 1)[-1] if names else None
+    return names[0].rsplit("::", 1)[-1] if names else None
 
 
 # ------------------------------------------------------------------------------------------ atoms
@@ -435,15 +435,23 @@ def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
 
 
 def _match_init_node(
-    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding]
+    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding], why: Optional[list[str]] = None
 ) -> Optional[dict[str, Binding]]:
+    """The bindings of an ``init`` pattern node matched against a layer binding; None if it does not fit, and then,
+    given a `why` list, what does not fit in words appended to it (only then: most bindings do not fit)."""
     if binding.qualname is None or binding.subscript != pattern.subscript:
+        if why is not None:
+            why.append("it is not a call of a known layer type" if binding.qualname is None else "it is subscripted")
         return None
     types = [t for t in pattern.types if qualname_matches(t, binding.qualname)]
     if not types:
+        if why is not None:
+            why.append(f"it builds {binding.qualname}, not {' or '.join(pattern.types)}")
         return None
     qualname = types[0]
     if any(a.star for a in binding.args):
+        if why is not None:
+            why.append("it passes *args or **kwargs")
         return None
     given = _init_arguments(binding, qualname)
     params = tuple(n for n, _ in SIGNATURES.get(qualname, ()))
@@ -465,20 +473,28 @@ def _match_init_node(
         else:
             text = default_source(qualname, name) or ""
             if not text:
+                if why is not None:
+                    why.append(f"it leaves out {name}, which has no known default")
                 return None
             bound = InitArg(None, text)
         if isinstance(atom, Const):
             if _literal(text) != atom.value:
+                if why is not None:
+                    why.append(f"{name}={text}, where the rule needs {name}={atom.value!r}")
                 return None
             continue
         previous = env.get(atom.name)
         if previous is not None:
             if not isinstance(previous, InitArg) or _init_text(previous) != text:
+                if why is not None:
+                    why.append(f"{name}={text} differs from what another matched layer passes")
                 return None
             continue
         env[atom.name] = bound
     rest = tuple(arg for name, arg in given.items() if name not in consumed)
     if rest and pattern.args.rest is None:
+        if why is not None:
+            why.append(f"it passes {', '.join(n for n in given if n not in consumed)}, which the rule does not take")
         return None
     if pattern.args.rest is not None:
         env[pattern.args.rest.name] = RestArgs(tuple(a for a in binding.args if a in rest), binding.args)
@@ -539,20 +555,21 @@ def _match_init(match: Match) -> Optional[Reason]:
                 f"this module assigns an attribute {ref.attr!r} on another object, so self.{ref.attr} may be replaced "
                 "from outside the class",
             )
-        matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
+        why: list[str] = []
+        matched = [(b, _match_init_node(pattern, b, env, why)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
         if edits and len(ref.bindings) != 1:
             # rewriting __init__ needs exactly one binding of the layer
             return Reason(
                 RefusalCategory.LAYER_REBOUND,
-                f"self.{ref.attr} is bound {len(ref.bindings)} times in __init__; rewriting it needs exactly one binding",
+                f"self.{ref.attr} is bound {len(ref.bindings)} times in __init__; rewriting it needs exactly one "
+                "binding",
                 ref.bindings[1].statement,
             )
         if not good:
             return Reason(
                 RefusalCategory.INIT_MISMATCH,
-                f"the __init__ binding of self.{ref.attr} does not fit the rule's init pattern "
-                f"({' or '.join(pattern.types)} with its arguments)",
+                f"the __init__ binding of self.{ref.attr} does not fit the rule: {why[0]}",
                 ref.bindings[0].statement,
             )
         binding, env = good[0]
@@ -625,7 +642,9 @@ def _plan(match: Match) -> Union[str, Reason]:
     if not deleted:
         if len(sites) == 1:
             return "inline"
-        return Reason(RefusalCategory.NOT_PLACEABLE, "the matched calls span statements that cannot be removed", anchor.site.line)
+        return Reason(
+            RefusalCategory.NOT_PLACEABLE, "the matched calls span statements that cannot be removed", anchor.site.line
+        )
     anchor_block = anchor.site.block
     if all(s.block is anchor_block for s in deleted):
         return "block"
@@ -1067,10 +1086,12 @@ def _outputs_assigned(match: Match) -> Optional[Reason]:
     for var in outputs:
         bound = match.env.get(var.name)
         node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
-        assigned = node is not None and node.whole_statement and node.site.inline_stack == match.anchor.site.inline_stack
         small = node.site.small if node is not None else None
-        if not assigned or not (
-            isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+        if (
+            node is None
+            or not node.whole_statement
+            or node.site.inline_stack != match.anchor.site.inline_stack
+            or not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name))
         ):
             return Reason(
                 RefusalCategory.NOT_PLACEABLE,

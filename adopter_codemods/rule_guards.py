@@ -173,11 +173,11 @@ def attention_fill_values(match: Match) -> Union[bool, Refused]:
         filled = next((n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None)
         receiver = filled.args[0] if filled is not None else None
         named = receiver is not None and receiver.kind == "var" and not receiver.text.startswith("%")
-        exact = text in _MINUS_INF if kind == "inf" else named and text == f"torch.finfo({receiver.text}.dtype).min"  # type: ignore[union-attr]
-        if not exact:
+        minimum = f"torch.finfo({receiver.text}.dtype).min" if receiver is not None and named else None
+        if text not in _MINUS_INF if kind == "inf" else minimum is None or text != minimum:
             # Each variant refuses what the other takes: say what both would take.
-            minimum = f"torch.finfo({receiver.text}.dtype).min" if named else "torch.finfo(<filled tensor>.dtype).min"  # type: ignore[union-attr]
-            return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {minimum} only")
+            kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
+            return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} only")
     return True
 
 
