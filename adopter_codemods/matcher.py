@@ -18,7 +18,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -120,12 +120,18 @@ class RefusalCategory(str, Enum):
 
 @dataclass(frozen=True)
 class Reason:
-    """What a check found wrong: a category, a sentence, and the statement (or node) that causes it, if known."""
+    """What a check found wrong: a category, a sentence, and the statement (or node) that causes it, if known.
+    ``text`` may be a function returning the sentence where wording it costs a walk (naming a value): it is only
+    called when refusals are listed."""
 
     category: RefusalCategory
-    text: str
+    text: Union[str, Callable[[], str]]
     cause: Optional[cst.CSTNode] = None
     listed: bool = True  # False: declined, but not worth listing (a guard returned a bare False)
+
+    @property
+    def sentence(self) -> str:
+        return self.text if isinstance(self.text, str) else self.text()
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,7 @@ def _refusal(match: Match, reason: Reason) -> Refusal:
         function = "__init__"
     rule = match.rule
     return Refusal(
-        rule.code, rule.name, match.cls.name, function, reason.category, reason.text,
+        rule.code, rule.name, match.cls.name, function, reason.category, reason.sentence,
         tuple(reported_statements(match)), reason.cause,
     )
 
@@ -651,21 +657,15 @@ def _plan(match: Match) -> Union[str, Reason]:
     # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
     prefix_lines = [s.line for s in deleted]
     outer = deleted[0]
-    not_before_if = Reason(
-        RefusalCategory.NOT_PLACEABLE,
-        "the fused call would go in another block than the statements it replaces, which do not directly precede "
-        "the `if` holding it",
-        anchor.site.line,
-    )
     if any(s.block is not outer.block for s in deleted):
-        return not_before_if
+        return _not_before_if(anchor)
     block = list(outer.block)
     indices = sorted(block.index(line) for line in set(prefix_lines))  # type: ignore[arg-type]
     after = indices[-1] + 1
     if after >= len(block) or not isinstance(block[after], cst.If):
-        return not_before_if
+        return _not_before_if(anchor)
     if indices != list(range(indices[0], after)):
-        return not_before_if
+        return _not_before_if(anchor)
     if_stmt = block[after]
     assert isinstance(if_stmt, cst.If)
     if if_stmt.orelse is not None and isinstance(if_stmt.orelse, cst.If):
@@ -696,6 +696,15 @@ def _plan(match: Match) -> Union[str, Reason]:
     match.branch_owner = owner
     match.prefix_lines = [block[i] for i in indices]
     return "branch"
+
+
+def _not_before_if(anchor: DLNode) -> Reason:
+    return Reason(
+        RefusalCategory.NOT_PLACEABLE,
+        "the fused call would go in another block than the statements it replaces, which do not directly precede "
+        "the `if` holding it",
+        anchor.site.line,
+    )
 
 
 def _statement_site(node: DLNode, anchor: DLNode, cls: ClassStructure) -> Optional[Site]:
@@ -871,8 +880,12 @@ def _used_reason(
     category: RefusalCategory, use: Event, path: Path, cls: ClassStructure, vids: set[int], text: str
 ) -> Reason:
     """`text` with ``{name}``: the variable holding the value `use` reads, quoted, or a description of it."""
-    name = _name_of(vids & _read_vids(use, all_names=True), path, cls)
-    return Reason(category, text.format(name=f"`{name}`" if name else "a matched call's result"), use.site.line)
+
+    def sentence() -> str:
+        name = _name_of(vids & _read_vids(use, all_names=True), path, cls)
+        return text.format(name=f"`{name}`" if name else "a matched call's result")
+
+    return Reason(category, sentence, use.site.line)
 
 
 def _used_outside(
@@ -1006,13 +1019,16 @@ def _moved_reads_touched(
             event.site.small.visit(scan)
             impure = scan.unsafe
         if impure and moved & _read_vids(event):
-            name = _name_of(moved & _read_vids(event), path, cls)
-            return Reason(
-                RefusalCategory.INPUT_MAY_BE_MUTATED,
-                f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement "
-                "moved to the fused call's place reads",
-                event.site.line,
-            )
+            touched = moved & _read_vids(event)
+
+            def sentence(touched: set[int] = touched) -> str:
+                name = _name_of(touched, path, cls)
+                return (
+                    f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement "
+                    "moved to the fused call's place reads"
+                )
+
+            return Reason(RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
     before = _CallBefore(anchor.expr)
     anchor.site.small.visit(before)
     if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge
