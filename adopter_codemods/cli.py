@@ -112,8 +112,7 @@ class _Scanned:
 
 def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
-        # SARIF also reports fixes, --show-refused the refusals: neither is cached
-        cache = _CACHE[0] if _CACHE and not with_fix and not show_refused else None
+        cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
         data = _read(path) if cache else None
         if cache and data is not None:
             cached = cache.get(data, path)
@@ -222,7 +221,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     roots = args.paths or ([] if args.no_default_path else [os.curdir])
     paths, errors = discover(roots, args.exclude)
     worker = functools.partial(_scan_file, with_fix=args.format == "sarif", show_refused=args.show_refused)
-    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
+    use_cache = not args.no_cache and not args.show_refused  # refusals are not stored in the cache
+    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, use_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
     results = ScanResults(
         files_scanned=sum(s.error is None for s in scanned),

@@ -11,6 +11,7 @@ import libcst as cst
 import pytest
 
 from adopter_codemods.api import refused_sites, scan_source
+from adopter_codemods.cache import ENV_DIR
 from adopter_codemods.cli import main
 from adopter_codemods.engine import find_all
 from adopter_codemods.matcher import Refusal, RefusalCategory
@@ -352,3 +353,17 @@ def test_cli_sarif(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["properties"] == {"refused": True, "category": "intermediate-used-elsewhere"}
     (related,) = result["relatedLocations"]
     assert related["physicalLocation"]["region"] == {"startLine": 15, "startColumn": 9}
+
+
+def test_cli_refusals_bypass_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cached file (its findings stored by a plain scan) still has its refusals listed, and nothing is stored."""
+    monkeypatch.setenv(ENV_DIR, str(tmp_path / "cache"))
+    main(["scan", "--rules", "ADP005", str(SUM_REUSED)])
+    stored = sorted((tmp_path / "cache").rglob("*"))
+    assert stored  # the plain scan stored the file's findings
+    capsys.readouterr()
+    main(["scan", "--show-refused", "--rules", "ADP005", str(SUM_REUSED)])
+    assert capsys.readouterr().out == f"ADP005 refused at {SUM_REUSED}:13:9: {REASON} (line 15)\n"
+    assert sorted((tmp_path / "cache").rglob("*")) == stored
