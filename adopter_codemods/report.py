@@ -224,7 +224,8 @@ def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str
 
     A fixable finding's fix is its file's complete rewrite (the same edit ``rewrite`` makes), as minimal line-range
     replacements: rewrites of one file depend on each other (shared ``__init__`` edits, one added import), so the
-    fixes of a file's findings are the same edit and applying one applies them all.
+    fixes of a file's findings are the same edit and applying one applies them all. Refused sites, when listed, are
+    ``note`` results (see :func:`_refused_result`).
     """
     root = os.path.abspath(root or os.getcwd())
     index = {r.code: i for i, r in enumerate(rules)}
