@@ -119,7 +119,8 @@ class _ParsedModule:
         for stmt in module.body:
             if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
                 self.defs.setdefault(stmt.name.value, []).append(stmt)
-        self.verdicts: dict[tuple[object, ...], int] = {}  # memo of the guards' checks per definition
+        # memo of the guards' checks per definition: a verdict (bool) or a method count (int)
+        self.verdicts: dict[tuple[object, ...], int] = {}
         self._asts: dict[str, ast.AST] = {}
         self._rotations: Optional[set[str]] = None
         self._bindings: Optional[dict[str, int]] = None
@@ -434,7 +435,7 @@ def rotate_half_is_exact(match: Match) -> Union[bool, Refused]:
         templates = ROTATE_EVERY_TWO_TEMPLATES if interleaved else ROTATE_HALF_TEMPLATES
         exact = dump is not None and any(dump == _template_dumps(t)[1] for t in templates)
         parsed.verdicts[key] = exact and parsed.bound_once(name)
-    return parsed.verdicts[key] or Refused(
+    return bool(parsed.verdicts[key]) or Refused(
         f"{name} is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two "
         "(the variants' rotations)",
         _only_definition(parsed, name),
