@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import libcst as cst
 
 from . import cstwalk
 from .flow.graph import FlowGraph
-from .guards import guard
+from .guards import Refused, guard
 from .matcher import Match
 from .structure import Def, Site, Value
 
@@ -102,7 +102,7 @@ def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optiona
 
 
 @guard
-def qkv_outputs_not_modified_in_place(match: Match) -> bool:
+def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
     """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view
     of it, in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``). Refuse when, on a path through the
     match, a variable that may alias an output (assigned from it through methods, indexing or a call taking it
@@ -112,12 +112,14 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
     assert match.graph is not None
-    return not _outputs_modified(match.graph, out_keys)
+    refused = _outputs_modified(match.graph, out_keys)
+    return refused if refused is not None else True
 
 
-def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> bool:
+def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> Optional[Refused]:
     """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
-    edges of each event (a view is tracked from any name the function defines: more aliases, never fewer)."""
+    edges of each event (a view is tracked from any name the function defines: more aliases, never fewer). The
+    refusal naming the first statement that modifies one in place, if any."""
     in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
     tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
     defined = {e.name for e in graph.events if isinstance(e, Def)}
@@ -137,8 +139,13 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
         if first and names:
             if id(site.small) not in in_place:
                 in_place[id(site.small)] = _in_place_targets(site.small)
-            if any(scoped(name) in names for name in in_place[id(site.small)]):
-                return True
+            modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
+            if modified is not None:
+                return Refused(
+                    f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
+                    "modifies it in place (autograd refuses that on a view of a split)",
+                    site.line,
+                )
         if isinstance(event, Def):
             small = site.small
             aliased = event.vid in tainted
@@ -153,7 +160,7 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
             else:
                 names = names - {event.name}
         holding[pos] = names
-    return False
+    return None
 
 
 # ------------------------------------------------------------------------------------------ ADP010 FuseAttentionCore
@@ -168,7 +175,7 @@ def _normalised(expr: cst.BaseExpression) -> str:
 
 
 @guard
-def attention_fill_values(match: Match) -> bool:
+def attention_fill_values(match: Match) -> Union[bool, Refused]:
     """ADP010: a matched ``scores.masked_fill(m, value)`` fills with exactly what the target's keyword says:
     ``masked_inf`` -inf, ``masked_min`` ``torch.finfo(scores.dtype).min`` (``scores`` being the filled tensor)."""
     for fill_var, kind in (("fill_inf", "inf"), ("fill_min", "min")):
@@ -177,17 +184,14 @@ def attention_fill_values(match: Match) -> bool:
             continue  # that masked_fill is absent
         assert isinstance(value, Value)
         text = _normalised(value.expr)
-        if kind == "inf" and text not in _MINUS_INF:
-            return False
-        if kind == "min":
-            filled = next(
-                (n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None
-            )
-            receiver = filled.args[0] if filled is not None else None
-            if receiver is None or receiver.kind != "var" or receiver.text.startswith("%"):
-                return False
-            if text != f"torch.finfo({receiver.text}.dtype).min":
-                return False
+        filled = next((n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None)
+        receiver = filled.args[0] if filled is not None else None
+        named = receiver is not None and receiver.kind == "var" and not receiver.text.startswith("%")
+        minimum = f"torch.finfo({receiver.text}.dtype).min" if receiver is not None and named else None
+        if text not in _MINUS_INF if kind == "inf" else minimum is None or text != minimum:
+            # Each variant refuses what the other takes: say what both would take.
+            kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
+            return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} only")
     return True
 
 

@@ -11,11 +11,11 @@ function below states its question per path.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
-from ..structure import DLNode
+from ..structure import Def, DLNode, Event
 from .graph import FlowGraph, Reach, read_vids
 
 Key = tuple[int, Optional[str]]
@@ -138,9 +138,9 @@ def _positions(graph: FlowGraph, keys: set[Key]) -> frozenset[int]:
     return frozenset(n.index for k in keys for n in graph.by_key.get(k, ()))
 
 
-def _instances(candidate: "m.Match", reach: Reach) -> Optional[list[dict[Key, DLNode]]]:
+def _instances(candidate: "m.Match", reach: Reach) -> Union[list[dict[Key, DLNode]], Key]:
     """Per anchor node on a path of `reach`, the candidate's nodes it follows (the nearest of each key): one check
-    per copy of the match (loop-body copies, helpers inlined twice). None when some key has no such node."""
+    per copy of the match (loop-body copies, helpers inlined twice). A key without such a node, if some has none."""
     graph = reach.graph
     assert candidate.anchor is not None
     out = []
@@ -151,27 +151,40 @@ def _instances(candidate: "m.Match", reach: Reach) -> Optional[list[dict[Key, DL
         for node in candidate.nodes:
             found = [c for c in graph.by_key.get(key(node), ()) if reach.live[c.index] and reach.before(c.index, anchor.index)]
             if not found:
-                return None
+                return key(node)
             instance[key(node)] = max(found, key=lambda c: c.index)
         out.append(instance)
     return out
 
 
-def _missing_key_paths(reach: Reach, keys: set[Key], through: set[Key]) -> bool:
-    """Whether some path of `reach` runs a node of a key in `through` but no node of some key in `keys`."""
+def _missing_key_paths(reach: Reach, keys: Sequence[Key], through: set[Key]) -> Optional[Key]:
+    """A key in `keys` (tried in order) such that some path of `reach` runs a node of a key in `through` but no
+    node of it, if any."""
     graph = reach.graph
     targets = _positions(graph, through)
     for k in keys:
         avoid = _positions(graph, {k})
         if any(reach.avoiding(p, avoid) for p in targets - avoid):
-            return True
-    return False
+            return k
+    return None
 
 
-def check_paths(match: "m.Match", graph: FlowGraph) -> bool:
+def _partial_path(match: "m.Match", missing: Key) -> "m.Reason":
+    node = next(n for n in match.nodes if key(n) == missing)
+    return m.Reason(
+        m.RefusalCategory.PARTIAL_PATH, "some path runs the other matched calls but not the one here", node.site.line
+    )
+
+
+def _ordered_keys(match: "m.Match") -> list[Key]:
+    """The match's keys in pattern order, once each (refusals name the first missing one)."""
+    return list(dict.fromkeys(key(n) for n in match.nodes))
+
+
+def check_paths(match: "m.Match", graph: FlowGraph) -> Optional["m.Reason"]:
     """The checks on every path running a matched statement: without the anchor (the branch plan's other arm
     aside), what the matched nodes compute is unused; with the anchor, every matched node runs and
-    `_check_complete` holds."""
+    `_check_complete` holds. The first failure's reason, if any."""
     assert match.anchor is not None
     keys = {key(n) for n in match.nodes}
     anchor_key = key(match.anchor)
@@ -183,15 +196,38 @@ def check_paths(match: "m.Match", graph: FlowGraph) -> bool:
     if partial and not (match.plan == "branch" and all(id(n.site.small) in prefix for n in partial)):
         without_anchor = Reach(graph, anchors)
         for node in partial:
-            if _read_outside(graph, without_anchor, {node.out}, keys, [node.index], frozenset()):
-                return False
+            use = _read_outside(graph, without_anchor, {node.out}, keys, [node.index], frozenset())
+            if use is not None:
+                return _used_reason(
+                    m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, {node.out},
+                    "on a path that skips the last matched call, {name} is used here",
+                )
     # Paths running the anchor run every matched node.
-    if _missing_key_paths(graph.reach, keys, {anchor_key}):
-        return False
+    missing = _missing_key_paths(graph.reach, _ordered_keys(match), {anchor_key})
+    if missing is not None:
+        return _partial_path(match, missing)
     instances = _instances(match, graph.reach)
-    if instances is None:
-        return False
-    return all(_check_complete(match, graph, graph.reach, instance, deleted) for instance in instances)
+    if isinstance(instances, tuple):
+        return _partial_path(match, instances)
+    for instance in instances:
+        reason = _check_complete(match, graph, graph.reach, instance, deleted)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _used_reason(
+    category: "m.RefusalCategory", use: Event, graph: FlowGraph, match: "m.Match", vids: set[int], text: str
+) -> "m.Reason":
+    """`text` with ``{name}``: the variable holding the value `use` reads (one of `vids`, or a phi they flow
+    into), quoted, or a description of it; worded only when refusals are listed."""
+
+    def sentence() -> str:
+        read = read_vids(use)
+        name = m._name_of({v for v in vids if graph.flowing([v]) & read}, graph, match.cls)
+        return text.format(name=f"`{name}`" if name else "a matched call's result")
+
+    return m.Reason(category, sentence, use.site.line)
 
 
 def check_fused_paths(
@@ -210,7 +246,7 @@ def check_fused_paths(
     keys = {key(n) for n in match.nodes}
     twin_keys = {key(n) for n in twin.nodes} if twin is not None else keys
     # A path with some matched node has all of the candidate's (with a twin: all the twin's at least).
-    if _missing_key_paths(reach, twin_keys, keys):
+    if _missing_key_paths(reach, list(twin_keys), keys) is not None:
         return False
     checked = 0
     candidates: list[tuple[m.Match, Reach]] = [(match, reach)]
@@ -220,12 +256,12 @@ def check_fused_paths(
     for candidate, where in candidates:
         deleted = {id(s) for s in candidate.deleted}
         instances = _instances(candidate, where)
-        if instances is None:
+        if isinstance(instances, tuple):
             if candidate is match and twin is not None:
                 continue  # no path runs every node: the twin's checks cover them
             return False
         for instance in instances:
-            if not _check_complete(candidate, graph, where, instance, deleted, guarded):
+            if _check_complete(candidate, graph, where, instance, deleted, guarded) is not None:
                 return False
             checked += 1
     return checked > 0
@@ -234,10 +270,11 @@ def check_fused_paths(
 def _read_outside(
     graph: FlowGraph, reach: Reach, vids: set[int], keys: set[Key], chain: list[int], ignore: frozenset[int],
     between: Optional[tuple[int, int]] = None,
-) -> bool:
-    """Whether an event outside the matched nodes (`keys`; statements in `ignore` aside) reads one of `vids`, or a
-    phi they flow into through edges such a path takes, on a path through `chain`; with `between`, only from the
-    first position up to (not including) the second."""
+) -> Optional[Event]:
+    """An event outside the matched nodes (`keys`; statements in `ignore` aside) that reads one of `vids`, or a
+    phi they flow into through edges such a path takes, on a path through `chain`, if any (the first in graph
+    order); with `between`, only from the first position up to (not including) the second."""
+    first: Optional[int] = None
     for vid, joins in reach.carried(vids, chain).items():
         for pos in graph.readers.get(vid, ()):
             event = graph.events[pos]
@@ -248,18 +285,23 @@ def _read_outside(
                 reach.before(between[0], pos) and reach.before(pos, between[1]) and pos != between[1]
             ):
                 continue
-            if reach.reads_at(pos, chain, joins):
-                return True
-    return False
+            if (first is None or pos < first) and reach.reads_at(pos, chain, joins):
+                first = pos
+    if first is None:
+        return None
+    event = graph.events[first]
+    assert event is not None
+    return event
 
 
 def _check_complete(
     match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], deleted: set[int],
     ignore: frozenset[int] = frozenset(),
-) -> bool:
+) -> Optional["m.Reason"]:
     """On the paths through one copy of the match: (i) intermediates are read by matched nodes only; (ii) other
     target outputs are not read before the anchor; (iii) every input of the fused call holds the same value at the
-    anchor once the deleted statements are gone; (iv) `_moved_reads_touched` is false."""
+    anchor once the deleted statements are gone; (iv) `_moved_reads_touched` finds nothing. The first failure's
+    reason, if any."""
     assert match.anchor is not None
     keys = set(instance)
     anchor = instance[key(match.anchor)]
@@ -269,15 +311,25 @@ def _check_complete(
     inter_rep, outs_rep = m._output_vids(match)
     inter = {rep_to_path.get(v, v) for v in inter_rep}
     outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
-    # Matched nodes read the matched values on every path through the copy (not a phi's other operand).
-    if _phi_other_operand(match, graph, reach, instance, rep_to_path, chain):
-        return False
     # (i) intermediates are read by matched nodes only (and by what disappears with them)
-    if _read_outside(graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore):
-        return False
+    use = _read_outside(graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore)
+    if use is not None:
+        return _used_reason(
+            m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter,
+            "{name}, an intermediate result the fused call hides, is used here",
+        )
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
-    if outs and _read_outside(graph, reach, outs, keys, chain, frozenset(), (first, anchor.index)):
-        return False
+    use = _read_outside(graph, reach, outs, keys, chain, frozenset(), (first, anchor.index)) if outs else None
+    if use is not None:
+        return _used_reason(
+            m.RefusalCategory.OUTPUT_READ_EARLY, use, graph, match, outs,
+            "{name} is read here, before the place where the fused call would produce it",
+        )
+    # Matched nodes read the matched values on every path through the copy (not a phi's other operand). Asked
+    # after (i) and (ii): where one of those fails too, its reason is the one refusals have always given.
+    reason = _phi_other_operand(match, graph, reach, instance, rep_to_path, chain)
+    if reason is not None:
+        return reason
     # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
     state = state_at(graph, anchor, deleted)
     anchor_stmt = id(anchor.site.small)
@@ -288,8 +340,14 @@ def _check_complete(
             twins[id(rep_value)] = value
     todo: list[tuple[str, int]] = []
     for value in m._target_inputs(match):
-        if value.kind == "expr" and not value.pure and m._value_site_moves(match, value, anchor_stmt):
-            return False
+        if value.kind == "expr" and not value.pure:
+            moved_from = m._value_site_moves(match, value, anchor_stmt)
+            if moved_from is not None:
+                return m.Reason(
+                    m.RefusalCategory.NOT_PLACEABLE,
+                    "an argument here makes a call, and the fused call would evaluate it at another statement",
+                    moved_from,
+                )
         copy_value = twins.get(id(value))
         todo.extend(copy_value.uses if copy_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
     while todo:
@@ -301,16 +359,38 @@ def _check_complete(
                     todo.extend(arg.uses)
             continue
         if state.get(name, vid) != vid:
-            return False
-    return not _moved_reads_touched(graph, reach, anchor, keys, deleted, chain)
+            definition = _definition(graph, name, state[name], vid)
+            return m.Reason(
+                m.RefusalCategory.INPUT_REDEFINED,
+                f"`{name.rsplit('::', 1)[-1]}` is assigned again here, so at the fused call's place it would hold "
+                "another value",
+                definition.site.line if definition is not None else None,
+            )
+    return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain)
+
+
+def _definition(graph: FlowGraph, name: str, held: int, wanted: int) -> Optional[Def]:
+    """The assignment giving `name` the value `held` it has at the anchor instead of `wanted`; for a phi, that of
+    one of its operands other than `wanted` (the first in graph order)."""
+    todo, seen = [held], set()
+    while todo:
+        vid = todo.pop(0)
+        if vid in seen or vid == wanted:
+            continue
+        seen.add(vid)
+        found = next((d for d in graph.definitions.get(vid, ()) if d.name == name), None)
+        if found is not None:
+            return found
+        todo.extend(sorted(graph.phis.get(vid, ())))
+    return None
 
 
 def _phi_other_operand(
     match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], rep_to_path: dict[int, int],
     chain: list[int],
-) -> bool:
+) -> Optional["m.Reason"]:
     """Whether a path through the copy reaches a matched node reading a phi (where the match reads one of its
-    operands) through an edge carrying another operand: there the node reads something else."""
+    operands) through an edge carrying another operand: there the node reads something else. The reason, if so."""
     for rep_node in match.nodes:
         node = instance[key(rep_node)]
         pairs = zip([*rep_node.args, *(v for _, v in rep_node.kwargs)], [*node.args, *(v for _, v in node.kwargs)])
@@ -319,7 +399,7 @@ def _phi_other_operand(
                 continue
             wanted = graph.flowing([rep_to_path.get(rep_value.vid, rep_value.vid)])
             if value.vid not in wanted:
-                return True
+                return _other_value(graph, node, value.vid, set())
             carrying = {w for w in graph.phis[value.vid] if w in wanted}
             for operand, tails in graph.phi_tails.get(value.vid, {}).items():
                 if operand in carrying:
@@ -330,8 +410,32 @@ def _phi_other_operand(
                             reach.live[tail] and reach.live[join] and reach.before(join, node.index)
                             and all(reach.before(c, tail) or reach.before(join, c) for c in chain)
                         ):
-                            return True
-    return False
+                            return _other_value(graph, node, value.vid, carrying)
+    return None
+
+
+def _other_value(graph: FlowGraph, node: DLNode, phi: int, wanted: set[int]) -> "m.Reason":
+    """The refusal of a matched `node` that reads `phi` where, on some path, it holds an operand not in `wanted`:
+    caused by the assignment of that operand (the first in graph order), else by the node."""
+    others: set[int] = set()
+    todo = list(graph.phis[phi] - wanted)
+    while todo:  # an operand may itself be a phi of an earlier join: its own operands are assigned
+        vid = todo.pop()
+        if vid not in others:
+            others.add(vid)
+            todo.extend(graph.phis.get(vid, frozenset()) - wanted)
+    assignments = [d for vid in others for d in graph.definitions.get(vid, ())[:1]]
+    assignment = min(assignments, key=lambda d: graph.position[id(d)], default=None)
+
+    def sentence() -> str:
+        state = graph.states.get(id(graph.events[node.index]), {})
+        name = next((n for n, v in state.items() if v == phi and not n.startswith("%")), None)
+        held = f"`{name.rsplit('::', 1)[-1]}`" if name else "a variable"
+        return f"on a path through this assignment, {held} holds another value where a matched call reads it"
+
+    return m.Reason(
+        m.RefusalCategory.OTHER_VALUE_READ, sentence, assignment.site.line if assignment is not None else node.site.line
+    )
 
 
 def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key]:
@@ -350,10 +454,12 @@ def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key
 
 
 def _moved_reads_touched(
-    graph: FlowGraph, reach: Reach, anchor: DLNode, keys: set[Key], deleted: set[int], chain: list[int]
-) -> bool:
+    match: "m.Match", graph: FlowGraph, reach: Reach, anchor: DLNode, keys: set[Key], deleted: set[int],
+    chain: list[int],
+) -> Optional["m.Reason"]:
     """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between, on
-    a path through the copy, which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``)."""
+    a path through the copy, which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``). The
+    reason naming the first such call (in graph order), if any."""
     moved_at = [
         pos
         for statement in deleted
@@ -361,12 +467,13 @@ def _moved_reads_touched(
         if pos != anchor.index and reach.before(pos, anchor.index) and reach.on_chain(pos, chain)
     ]
     if not moved_at:
-        return False
+        return None
     moved: set[int] = set()
     for pos in moved_at:
         event = graph.events[pos]
         moved |= {vid for vid in read_vids(event) if vid not in _temporaries(event)}
     skip = deleted | {id(anchor.site.small)}
+    suspects: set[int] = set()  # readers of a moved value between a deleted statement and the anchor
     for vid, joins in reach.carried(moved, chain).items():
         for pos in graph.readers.get(vid, ()):
             event = graph.events[pos]
@@ -377,19 +484,42 @@ def _moved_reads_touched(
                 continue
             if not (reach.before(pos, anchor.index) and any(p != pos and reach.before(p, pos) for p in moved_at)):
                 continue
-            if not reach.reads_at(pos, chain, joins):
-                continue
-            if isinstance(event, DLNode):
-                impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
-            else:
-                scan = m._EffectScan(skip)
-                event.site.small.visit(scan)
-                impure = scan.unsafe
-            if impure:
-                return True
+            if reach.reads_at(pos, chain, joins):
+                suspects.add(pos)
+    for pos in sorted(suspects):  # in graph order: the reason names the first call that may mutate
+        event = graph.events[pos]
+        assert event is not None
+        if isinstance(event, DLNode):
+            impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
+        else:
+            scan = m._EffectScan(skip)
+            event.site.small.visit(scan)
+            impure = scan.unsafe
+        if impure:
+            sentence = _mutated_sentence(graph, match, moved, event)
+            return m.Reason(m.RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
     before = m._CallBefore(anchor.expr)
     anchor.site.small.visit(before)
-    return before.found
+    if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge
+        return m.Reason(
+            m.RefusalCategory.INPUT_MAY_BE_MUTATED,
+            "this statement makes a call before the last matched call, which may modify in place what the moved "
+            "statements read",
+            anchor.site.line,
+        )
+    return None
+
+
+def _mutated_sentence(graph: FlowGraph, match: "m.Match", moved: set[int], event: Event) -> Callable[[], str]:
+    def sentence() -> str:
+        read = read_vids(event)
+        name = m._name_of({v for v in moved if graph.flowing([v]) & read}, graph, match.cls)
+        return (
+            f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement moved "
+            "to the fused call's place reads"
+        )
+
+    return sentence
 
 
 def _temporaries(event: object) -> set[int]:

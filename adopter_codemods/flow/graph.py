@@ -104,6 +104,16 @@ class FlowGraph:
         return out
 
     @functools.cached_property
+    def definitions(self) -> dict[int, list[Def]]:
+        """Value id -> the assignments giving a name that value, in graph order (the cause of a refusal: built by
+        the first check that refuses for a redefinition)."""
+        out: dict[int, list[Def]] = {}
+        for event in self.events:
+            if isinstance(event, Def):
+                out.setdefault(event.vid, []).append(event)
+        return out
+
+    @functools.cached_property
     def merged_into(self) -> dict[int, list[int]]:
         """Value id -> the phis merging it."""
         out: dict[int, list[int]] = {}
