@@ -86,6 +86,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP007_fuse_conv_bn/neg_output_replaced_in_a_branch.py': [
         '15: other-value-read: on a path through this assignment, `y` holds another value where a matched call reads it (line 17)',
     ],
+    'ADP007_fuse_conv_bn/neg_output_replaced_in_a_nested_branch.py': [
+        '15: other-value-read: on a path through this assignment, `y` holds another value where a matched call reads it (line 18)',
+    ],
     'ADP007_fuse_conv_bn/neg_test_reads_conv_output.py': [
         '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 13)',
     ],

@@ -397,39 +397,62 @@ def _phi_other_operand(
         for rep_value, value in pairs:
             if value.kind != "var" or value.vid not in graph.phis or rep_value.vid == value.vid:
                 continue
-            wanted = graph.flowing([rep_to_path.get(rep_value.vid, rep_value.vid)])
-            if value.vid not in wanted:
-                return _other_value(graph, node, value.vid, set())
-            carrying = {w for w in graph.phis[value.vid] if w in wanted}
-            for operand, tails in graph.phi_tails.get(value.vid, {}).items():
-                if operand in carrying:
-                    continue
-                for tail in tails:
-                    for join in graph.phi_joins.get(value.vid, ()):
-                        if (
-                            reach.live[tail] and reach.live[join] and reach.before(join, node.index)
-                            and all(reach.before(c, tail) or reach.before(join, c) for c in chain)
-                        ):
-                            return _other_value(graph, node, value.vid, carrying)
+            base = rep_to_path.get(rep_value.vid, rep_value.vid)
+            if value.vid not in graph.flowing([base]):
+                return _other_value(graph, node, value.vid)
+            other = _other_operand(graph, reach, value.vid, base, node.index, False, chain, set())
+            if other is not None:
+                return _other_value(graph, node, other)
     return None
 
 
-def _other_value(graph: FlowGraph, node: DLNode, phi: int, wanted: set[int]) -> "m.Reason":
-    """The refusal of a matched `node` that reads `phi` where, on some path, it holds an operand not in `wanted`:
-    caused by the assignment of that operand (the first in graph order), else by the node."""
+def _other_operand(
+    graph: FlowGraph, reach: Reach, phi: int, base: int, target: int, nested: bool, chain: list[int],
+    seen: set[tuple[int, int]],
+) -> Optional[int]:
+    """An operand of `phi` other than `base` that a path through `chain` carries into the join and on to `target`
+    (the reading node; for a `nested` phi, the edge of the later join it flows along), if any. An operand that is
+    itself a phi of an earlier join carrying `base` is looked through: it may carry another value on some of its
+    own edges (``if a: if b: y = other``; both joins may start at the same position)."""
+    if (phi, target) in seen:
+        return None
+    seen.add((phi, target))
+    for operand, tails in graph.phi_tails.get(phi, {}).items():
+        if operand == base:
+            continue
+        for tail in tails:
+            for join in graph.phi_joins.get(phi, ()):
+                if not (
+                    reach.live[tail] and reach.live[join]
+                    and (reach.before(tail, target) if nested else reach.before(join, target))
+                    and all(reach.before(c, tail) or reach.before(join, c) for c in chain)
+                ):
+                    continue
+                if operand not in graph.phis or operand not in graph.flowing([base]):
+                    return operand
+                found = _other_operand(graph, reach, operand, base, tail, True, chain, seen)
+                if found is not None:
+                    return found
+    return None
+
+
+def _other_value(graph: FlowGraph, node: DLNode, other: int) -> "m.Reason":
+    """The refusal of a matched `node` that reads, on some path, the value `other` (a phi: any of its operands):
+    caused by the assignment of that value (the first in graph order), else by the node."""
     others: set[int] = set()
-    todo = list(graph.phis[phi] - wanted)
-    while todo:  # an operand may itself be a phi of an earlier join: its own operands are assigned
+    todo = [other]
+    while todo:  # a phi of an earlier join: its own operands are assigned
         vid = todo.pop()
         if vid not in others:
             others.add(vid)
-            todo.extend(graph.phis.get(vid, frozenset()) - wanted)
+            todo.extend(graph.phis.get(vid, frozenset()))
     assignments = [d for vid in others for d in graph.definitions.get(vid, ())[:1]]
     assignment = min(assignments, key=lambda d: graph.position[id(d)], default=None)
+    read = {v.vid for v in (*node.args, *(v for _, v in node.kwargs)) if v.kind == "var"}
 
     def sentence() -> str:
         state = graph.states.get(id(graph.events[node.index]), {})
-        name = next((n for n, v in state.items() if v == phi and not n.startswith("%")), None)
+        name = next((n for n, v in state.items() if v in read and not n.startswith("%")), None)
         held = f"`{name.rsplit('::', 1)[-1]}`" if name else "a variable"
         return f"on a path through this assignment, {held} holds another value where a matched call reads it"
 
