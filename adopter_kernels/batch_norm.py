@@ -23,7 +23,12 @@ whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d chil
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Type, Union
+import hashlib
+import inspect
+import io
+import textwrap
+import tokenize
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +36,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
-from ._dispatch import Backend, is_plain, register_kernel, select
+from ._dispatch import Backend, is_plain, register_kernel, select, unobserved
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
 
@@ -78,37 +83,116 @@ def _folded(layer: Union[nn.Conv2d, nn.Linear], bn: _BatchNorm) -> Tuple[torch.T
     return cached(layer, sources, (id(bn), bn.eps), lambda: fold_bn(layer.weight, layer.bias, bn))
 
 
-def _foldable(bn: _BatchNorm, cls: Type[_BatchNorm]) -> bool:
-    """Eval-mode BN that normalises with its running statistics (the only case folding is exact)."""
-    return (
-        is_plain(bn, cls)
-        and not bn.training
-        and bn.running_mean is not None
-        and bn.running_var is not None
-    )
+# BatchNorm subclasses whose forward, in eval with running statistics, is exactly BatchNorm's followed by calls of
+# some of its child modules: (module, qualified name of the forward) -> (the children's attribute names in call
+# order, the fingerprints of the forward's text this was verified on, see ``_fingerprint``). A forward whose text
+# differs (another version of the library, a patched class) is not folded: the module's own forward runs.
+_BN_THEN_CHILDREN: Dict[Tuple[str, str], Tuple[Tuple[str, ...], FrozenSet[str]]] = {
+    # timm's BatchNormAct2d (verified on timm 1.0.31): F.batch_norm with the running statistics in eval, then self.drop, then
+    # self.act. Proof: tests/kernels/test_kernel_batch_norm_guarded.py (float64, eval and train, gradients).
+    ("timm.layers.norm_act", "BatchNormAct2d.forward"): (
+        ("drop", "act"),
+        frozenset({"4c9877d1bff1f1b3273d3677ccc6858f40008531676f7c9201878f57a3cab026"}),
+    ),
+}
+# Per forward function: the children it applies after the batch norm, or None when it is not known to be one.
+_CHILDREN_OF: Dict[Callable[..., object], Optional[Tuple[str, ...]]] = {}
 
 
-def conv_bn2d(input: torch.Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
-    """``bn(conv(input))``: exact in training, one conv with BN-folded weights in eval."""
+def _fingerprint(function: Callable[..., object]) -> Optional[str]:
+    """SHA-256 of the tokens of ``function``'s source, None without source. Comments, blank lines and the width
+    of indentation are ignored; an f-string counts as one string token, as Python < 3.12 tokenizes it (3.12
+    splits it into parts), so a fingerprint does not depend on the Python version."""
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+        lines = source.splitlines(keepends=True)
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line))
+        tokens: List[Tuple[str, str]] = []
+        fstring_start, depth = 0, 0
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = tokenize.tok_name[token.type]
+            if kind == "FSTRING_START":
+                if depth == 0:
+                    fstring_start = offsets[token.start[0] - 1] + token.start[1]
+                depth += 1
+            elif kind == "FSTRING_END":
+                depth -= 1
+                if depth == 0:
+                    tokens.append(("STRING", source[fstring_start:offsets[token.end[0] - 1] + token.end[1]]))
+            elif depth == 0 and kind not in ("COMMENT", "NL"):
+                tokens.append((kind, "" if kind == "INDENT" else token.string))
+    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return hashlib.sha256(repr(tokens).encode()).hexdigest()
+
+
+def _children_after_bn(forward: Callable[..., object]) -> Optional[Tuple[str, ...]]:
+    if forward not in _CHILDREN_OF:
+        known = _BN_THEN_CHILDREN.get((getattr(forward, "__module__", ""), getattr(forward, "__qualname__", "")))
+        _CHILDREN_OF[forward] = known[0] if known is not None and _fingerprint(forward) in known[1] else None
+    return _CHILDREN_OF[forward]
+
+
+def _foldable(bn: nn.Module, cls: Type[_BatchNorm]) -> Optional[Tuple[str, ...]]:
+    """For an eval-mode ``cls`` that normalises with its running statistics (the only case folding is exact):
+    the names of the child modules its forward applies to the normalised tensor (``()`` for ``cls`` itself).
+    None when ``bn`` is anything else, or a subclass whose forward is not known to be BN followed by children."""
     if (
-        input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
-        and _foldable(bn, nn.BatchNorm2d)
-        and is_plain(conv, nn.Conv2d)
-        and conv.out_channels == bn.num_features
-        and select("conv_bn2d", input, conv.weight) == "folded"
+        not isinstance(bn, cls)
+        or bn.training
+        or bn.running_mean is None
+        or bn.running_var is None
     ):
-        weight, bias = _folded(conv, bn)
-        # _conv_forward is what Conv2d.forward calls: it handles every padding_mode, groups, dilation.
-        return conv._conv_forward(input, weight, bias)
+        return None
+    if is_plain(bn, cls, "_check_input_dim"):
+        return ()
+    kind = type(bn)
+    if kind.__call__ is not nn.Module.__call__ or kind._call_impl is not nn.Module._call_impl or not unobserved(bn):
+        return None
+    return _children_after_bn(kind.forward)
+
+
+def _conv_bn2d_folded(
+    input: torch.Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d, children: Tuple[str, ...]
+) -> torch.Tensor:
+    """The fused path of ``conv_bn2d``: one conv with BN-folded weights, then the BN's children (if any)."""
+    weight, bias = _folded(conv, bn)
+    # _conv_forward is what Conv2d.forward calls: it handles every padding_mode, groups, dilation.
+    output = conv._conv_forward(input, weight, bias)
+    for name in children:
+        output = getattr(bn, name)(output)
+    return output
+
+
+def conv_bn2d(input: torch.Tensor, conv: nn.Module, bn: nn.Module) -> torch.Tensor:
+    """``bn(conv(input))`` for any modules; one conv with BN-folded weights where that is provably the same
+    function: eval-mode BatchNorm2d with running statistics after a Conv2d, neither overridden nor hooked."""
+    if (
+        isinstance(input, torch.Tensor)
+        and input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
+        and is_plain(conv, nn.Conv2d, "_conv_forward")
+    ):
+        children = _foldable(bn, nn.BatchNorm2d)
+        if (
+            children is not None
+            and conv.out_channels == bn.num_features
+            and select("conv_bn2d", input, conv.weight) == "folded"
+        ):
+            return _conv_bn2d_folded(input, conv, bn, children)
     return bn(conv(input))
 
 
-def linear_bn1d(input: torch.Tensor, linear: nn.Linear, bn: nn.BatchNorm1d) -> torch.Tensor:
-    """``bn(linear(input))``: exact in training, one linear with BN-folded weights in eval on (N, C) input."""
+def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.Tensor:
+    """``bn(linear(input))`` for any modules; one linear with BN-folded weights on (N, C) input where that is
+    provably the same function: eval-mode BatchNorm1d with running statistics after a Linear, neither
+    overridden nor hooked."""
     if (
-        input.dim() == 2
-        and _foldable(bn, nn.BatchNorm1d)
+        isinstance(input, torch.Tensor)
+        and input.dim() == 2
         and is_plain(linear, nn.Linear)
+        and _foldable(bn, nn.BatchNorm1d) == ()
         and linear.out_features == bn.num_features
         and select("linear_bn1d", input, linear.weight) == "folded"
     ):
