@@ -48,8 +48,8 @@ from .softmax import softmax
 # train/eval is read when the traced graph runs) instead of tracing into its dispatch, which inspects values.
 # (linear_bias_activation and gated_linear_unit decide themselves, in activation.py / gated_mlp.py: a function
 # activation cannot be a graph argument; rms_norm_module's forward reaches the leaf through rms_norm.py.)
-_LEAVES = ("softmax", "dropout_add_layer_norm", "conv_bn2d", "linear_bn1d", "packed_qkv_linear", "attention_core",
-           "rms_norm", "rotary_embedding")
+# conv_bn2d and linear_bn1d are traced through instead, giving the original graph (see batch_norm.py).
+_LEAVES = ("softmax", "dropout_add_layer_norm", "packed_qkv_linear", "attention_core", "rms_norm", "rotary_embedding")
 for _name in _LEAVES:
     _torch.fx.wrap(_name)
 

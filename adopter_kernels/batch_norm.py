@@ -135,6 +135,11 @@ def _children_after_bn(forward: Callable[..., object]) -> Optional[Tuple[str, ..
     return _CHILDREN_OF[forward]
 
 
+# torch.compile calls it once while compiling (a class's forward is a constant there) and keeps the answer, as
+# torch.compiler.assume_constant_result would (see _dispatch._decision): reading source is no graph op.
+_children_after_bn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def _foldable(bn: nn.Module, cls: Type[_BatchNorm]) -> Optional[Tuple[str, ...]]:
     """For an eval-mode ``cls`` that normalises with its running statistics (the only case folding is exact):
     the names of the child modules its forward applies to the normalised tensor (``()`` for ``cls`` itself).
@@ -201,9 +206,10 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.
     return bn(linear(input))
 
 
-# FusedSequential calls these through this module's globals: fx leaves here too (see adopter_kernels/__init__.py).
-torch.fx.wrap("conv_bn2d")
-torch.fx.wrap("linear_bn1d")
+# Not torch.fx leaves: under symbolic tracing the input is a Proxy, not a tensor, so both ops record
+# ``bn(conv(x))`` / ``bn(linear(x))`` as call_module nodes, which is the original model's graph, node names included
+# (torchvision's create_feature_extractor asks for nodes such as "layer1.0.bn1"; fx quantization and
+# torch.fx.experimental.optimization.fuse look for Conv2d -> BatchNorm2d modules). docs/COMPILE_AND_TRACE.md.
 
 
 class FusedSequential(nn.Sequential):
