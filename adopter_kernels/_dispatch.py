@@ -50,6 +50,7 @@ __all__ = [
     "select",
     "use_backend",
     "triton_available",
+    "is_exact",
     "is_plain",
     "fx_tracing",
 ]
@@ -333,6 +334,17 @@ def is_plain(module: nn.Module, cls: Type[nn.Module]) -> bool:
         and type(module).forward is cls.forward
         and not module._forward_hooks
         and not module._forward_pre_hooks
+        and not module._backward_hooks  # full backward hooks wrap the call's inputs and outputs
+        and not getattr(module, "_backward_pre_hooks", None)  # torch >= 2.0
         and not _module._global_forward_hooks
         and not _module._global_forward_pre_hooks
+        and not _module._global_backward_hooks
+        and not getattr(_module, "_global_backward_pre_hooks", None)
     )
+
+
+def is_exact(module: nn.Module, cls: Type[nn.Module]) -> bool:
+    """:func:`is_plain` for exactly ``cls``, no subclass: what a kernel reached by a *guarded* rewrite checks (the
+    rewriter could not tell the layer's type, docs/DESIGN.md §4). A subclass may keep ``forward`` and still change
+    what it computes (``_check_input_dim``, ``_conv_forward``, a parametrization's generated class)."""
+    return type(module) is cls and is_plain(module, cls)

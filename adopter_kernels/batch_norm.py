@@ -2,9 +2,13 @@
 
 ``conv_bn2d(x, conv, bn)`` = ``bn(conv(x))`` and ``linear_bn1d(x, linear, bn)`` = ``bn(linear(x))``.
 
-* Training (``bn.training``), BN without running stats, subclasses with their own forward, modules with
-  hooks, ``linear_bn1d`` on input that is not (N, C_in): the unfused composition, literally (batch
-  statistics, running-stat updates, errors all as in the original).
+* Training (``bn.training``), BN without running stats, any module that is not exactly ``nn.Conv2d`` /
+  ``nn.Linear`` / ``nn.BatchNorm2d`` / ``nn.BatchNorm1d`` (subclasses included: ``type(m) is``, since a
+  subclass may change what it computes without overriding ``forward``), modules with forward or backward
+  hooks (module or global: the fused path would skip them), ``linear_bn1d`` on input that is not
+  (N, C_in): the unfused composition ``bn(conv(x))``, literally (batch statistics, running-stat updates,
+  errors all as in the original). So the ops equal the original for ANY two modules, which is what a
+  *guarded* rewrite relies on (the codemod could not tell the layers' types, docs/DESIGN.md §4).
 * Eval with running stats: one conv/linear with folded weights, ``w' = w * s``, ``b' = (b - mean) * s + beta``,
   ``s = gamma / sqrt(var + eps)``. The arithmetic mirrors ``torch.nn.utils.fusion.fuse_conv_bn_weights`` /
   ``fuse_linear_bn_weights`` op for op (bit-identical folded weights) but returns plain tensors, because
@@ -18,7 +22,8 @@ For 3-D input (N, C, L) BatchNorm1d normalises dim 1 while the Linear maps the l
 does not apply and ``linear_bn1d`` stays unfused.
 
 ``FusedSequential`` is an ``nn.Sequential`` (same constructors, children, indexing and state-dict keys)
-whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops.
+whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops (which
+check the exact types again) and calls every other child as ``nn.Sequential.forward`` does.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
-from ._dispatch import Backend, is_plain, register_kernel, select
+from ._dispatch import Backend, is_exact, register_kernel, select
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
 
@@ -81,7 +86,7 @@ def _folded(layer: Union[nn.Conv2d, nn.Linear], bn: _BatchNorm) -> Tuple[torch.T
 def _foldable(bn: _BatchNorm, cls: Type[_BatchNorm]) -> bool:
     """Eval-mode BN that normalises with its running statistics (the only case folding is exact)."""
     return (
-        is_plain(bn, cls)
+        is_exact(bn, cls)
         and not bn.training
         and bn.running_mean is not None
         and bn.running_var is not None
@@ -93,7 +98,7 @@ def conv_bn2d(input: torch.Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch
     if (
         input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
         and _foldable(bn, nn.BatchNorm2d)
-        and is_plain(conv, nn.Conv2d)
+        and is_exact(conv, nn.Conv2d)
         and conv.out_channels == bn.num_features
         and select("conv_bn2d", input, conv.weight) == "folded"
     ):
@@ -108,7 +113,7 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Linear, bn: nn.BatchNorm1d) -> t
     if (
         input.dim() == 2
         and _foldable(bn, nn.BatchNorm1d)
-        and is_plain(linear, nn.Linear)
+        and is_exact(linear, nn.Linear)
         and linear.out_features == bn.num_features
         and select("linear_bn1d", input, linear.weight) == "folded"
     ):
