@@ -29,7 +29,7 @@ import libcst as cst
 
 from . import cstwalk
 from .qualnames import ImportTable, canonical_torch_name, qualname_matches
-from .structure import CERTAIN, OPAQUE_TYPE, UNKNOWN, UNKNOWN_TYPE, LayerBinding, LayerType, certain
+from .structure import CERTAIN, OPAQUE, OPAQUE_TYPE, UNKNOWN, UNKNOWN_TYPE, LayerBinding, LayerType, certain
 
 @dataclass(frozen=True)
 class Constructor:
@@ -301,7 +301,13 @@ class InitReader:
                 found.append(self.layer("", arg.value, None, conditional, env))
         if any(e.container is not None for e in found):
             return []  # a list read by two containers: each would need copies of its elements
-        return [self._element(e, f"{name}.{i}" if name else str(i), container) for i, e in enumerate(found)]
+        out, index = [], 0
+        for element in found:
+            # Barriers take no index: the children are numbered as nn.Sequential numbers them (exactly where no
+            # conditional element comes first).
+            out.append(self._element(element, f"{name}.{index}" if name else str(index), container))
+            index += element.layer_type.certainty != OPAQUE
+        return out
 
     def _ordered(self, call: cst.Call, name: str, conditional: bool, env: dict[str, Held],
                  container: LayerBinding) -> list[LayerBinding]:

@@ -27,7 +27,7 @@ from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import (
-    CERTAIN, OPAQUE, POSSIBLE, UNKNOWN, ClassStructure, Def, DLNode, LayerBinding, LayerType, Path, Site, Use, Value
+    CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, Path, Site, Use, Value
 )
 
 _COMMUTATIVE = ("+", "*")
@@ -325,7 +325,7 @@ def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
             if not summary.has_layers or (
                 init is not None
                 and not _any_matches(init.types, summary.layer_types)
-                and not (rule.uncertain and (summary.uncertain_layers or _any_matches(init.types, summary.possible_types)))
+                and not (rule.uncertain and _any_matches(init.types, summary.possible_types))
             ):
                 return False
         elif not _any_matches(pattern.types, summary.names):
@@ -334,13 +334,11 @@ def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
 
 
 def _may_be(layer_type: LayerType, types: tuple[str, ...], rule: Rule) -> bool:
-    """Whether a binding of this type may match one of the pattern's types: certain ones by name; possible and
-    unknown ones only for a rule whose kernel checks the modules at run time."""
-    if layer_type.certainty == CERTAIN:
+    """Whether a binding of this type may match one of the pattern's types: certain ones by name; possible ones
+    only for a rule whose kernel checks the modules at run time."""
+    if layer_type.certainty == CERTAIN or (rule.uncertain and layer_type.certainty == POSSIBLE):
         return _any_matches(types, frozenset(layer_type.candidates))
-    if not rule.uncertain or layer_type.certainty == OPAQUE:
-        return False
-    return layer_type.certainty == UNKNOWN or _any_matches(types, frozenset(layer_type.candidates))
+    return False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -379,8 +377,9 @@ def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
 def _match_init_node(
     pattern: CallNode, binding: LayerBinding, env: dict[str, Binding], uncertain: bool = False, rest_free: bool = False
 ) -> Optional[dict[str, Binding]]:
-    """`uncertain`: a binding whose type is only possible or unknown may match (its arguments read as the
-    pattern's type would); `rest_free`: no target reads the pattern's ``**$rest``, so arguments that are not all
+    """`uncertain`: a binding whose type is only possible may match (its arguments read as the candidate's);
+    an unknown type never does (nothing in the code names the pattern's type: every Linear followed by some
+    caller-supplied activation would match). `rest_free`: no target reads the pattern's ``**$rest``, so arguments that are not all
     known (``**dd``, a factory computing with its parameters) are no obstacle when the pattern names none."""
     layer_type = binding.layer_type
     if binding.subscript != pattern.subscript:
@@ -389,8 +388,6 @@ def _match_init_node(
         types = [t for t in pattern.types if qualname_matches(t, layer_type.candidates[0])]
     elif uncertain and layer_type.certainty == POSSIBLE:
         types = [t for t in pattern.types if any(qualname_matches(t, c) for c in layer_type.candidates)]
-    elif uncertain and layer_type.certainty == UNKNOWN:
-        types = list(pattern.types)
     else:
         return None
     if not types:
@@ -491,10 +488,6 @@ def _match_init(match: Match) -> bool:
             match.certainty = "guarded"  # another binding of the layer, or its type, may be something else
         binding, env = good[0]
         match.init_matches[var] = binding
-    if match.certainty == "guarded" and all(
-        b.layer_type.certainty == UNKNOWN for b in match.init_matches.values()
-    ):
-        return False  # nothing in the code names a type of the pattern: every pair of unknown layers would match
     match.env = env
     return True
 
@@ -1013,8 +1006,6 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
     types = {e.qualname for e in bindings if e.qualname}
     if rule.uncertain:
         types |= {q for e in bindings if e.layer_type.certainty == POSSIBLE for q in e.layer_type.candidates}
-        if any(e.layer_type.certainty == UNKNOWN for e in bindings):
-            types.add("*")  # an unknown type may be any of the pattern's (judged with its partners in _match_init)
     for pattern in rule.forward.source:
         if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
             return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
@@ -1025,7 +1016,7 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
             wanted, present = (init.types if init is not None else ()), types
         else:
             wanted, present = pattern.types, cls.callees | types  # a function pattern also matches a layer's type
-        if wanted and "*" not in present and not any(qualname_matches(t, q) for t in wanted for q in present):
+        if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
             return False
     return True
 

@@ -139,7 +139,6 @@ class NodeSummary:
     layer_types: frozenset[str]  # types of its layer calls: the node's and its __init__ bindings'
     has_layers: bool
     possible_types: frozenset[str] = frozenset()  # candidates of its layers whose type is only possible
-    uncertain_layers: bool = False  # some layer's type is unknown
 
 
 @dataclass(eq=False)
@@ -156,7 +155,6 @@ class Path:
             frozenset(q for n in layers for q in (n.qualname, *(b.qualname for b in n.bindings)) if q),
             bool(layers),
             frozenset(q for n in layers for b in n.bindings if b.layer_type.certainty == POSSIBLE for q in b.layer_type.candidates),
-            any(b.layer_type.certainty == UNKNOWN for n in layers for b in n.bindings),
         )
 
 
