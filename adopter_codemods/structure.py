@@ -37,7 +37,7 @@ class LayerType:
         """The type of a value that is this one on some paths and `other` on the others."""
         if self == other:
             return self
-        names = tuple(dict.fromkeys(self.candidates + other.candidates))
+        names = tuple(sorted(set(self.candidates + other.candidates)))
         return LayerType(POSSIBLE, names) if names else UNKNOWN_TYPE
 
 
