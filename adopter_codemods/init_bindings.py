@@ -138,10 +138,12 @@ class InitReader:
         table: ImportTable,
         functions: dict[str, cst.FunctionDef],
         sequential_base: Optional[cst.BaseExpression] = None,
+        sequential_calls: bool = True,
     ) -> None:
         self.table = table
         self.functions = functions  # module-level functions by name: factories
         self.sequential_base = sequential_base  # the `nn.Sequential` base of a Sequential subclass without forward
+        self.sequential_calls = sequential_calls  # whether the code calls nn.Sequential at all (else skip looking)
         self.bindings: dict[str, list[LayerBinding]] = {}
         self.containers: list[LayerBinding] = []  # every nn.Sequential built, with its elements
         self.function = "__init__"
@@ -527,13 +529,16 @@ class InitReader:
     def _expr(self, expr: cst.BaseExpression, env: dict[str, Held]) -> None:
         """Read an expression evaluated for its effects: nn.Sequential calls in it become containers, and any list
         it mentions other than as ``*layers`` of such a call may be changed by what receives it."""
-        for node in cstwalk.walk(expr):
-            if isinstance(node, cst.Call) and id(node) not in self._seen:
-                qualname = self.table.resolve(node.func)
-                if qualname is not None and qualname_matches("torch.nn.Sequential", canonical_torch_name(qualname)):
-                    binding = LayerBinding("", "torch.nn.Sequential", tuple(node.args), False, node, None, False,
-                                           layer_type=certain("torch.nn.Sequential"))
-                    self._container(binding, node, "Sequential", False, env)
+        if self.sequential_calls:
+            for node in cstwalk.walk(expr):
+                if isinstance(node, cst.Call) and id(node) not in self._seen:
+                    qualname = self.table.resolve(node.func)
+                    if qualname is not None and qualname_matches("torch.nn.Sequential", canonical_torch_name(qualname)):
+                        binding = LayerBinding("", "torch.nn.Sequential", tuple(node.args), False, node, None, False,
+                                               layer_type=certain("torch.nn.Sequential"))
+                        self._container(binding, node, "Sequential", False, env)
+        if not any(isinstance(held, LayerList) for held in env.values()):
+            return  # the common case: no list being built, nothing to taint
         starred = {id(a.value) for n in cstwalk.walk(expr) if isinstance(n, cst.Call) and id(n) in self._seen
                    for a in n.args if a.star}
         for node in cstwalk.walk(expr):

@@ -246,7 +246,8 @@ class _ClassWalker:
         """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
         build (adopter_codemods/init_bindings.py)."""
         init = self.find_method("__init__")
-        reader = InitReader(self.table, functions, _sequential_base(self.info, self.table) if init is not None else None)
+        base = _sequential_base(self.info, self.table) if init is not None else None
+        reader = InitReader(self.table, functions, base, sequential_calls)
         if init is not None:
             reader.read_init(init)
             if init is not self.info.methods.get("__init__"):
