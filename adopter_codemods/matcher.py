@@ -488,6 +488,8 @@ def _match_init(match: Match) -> bool:
             match.certainty = "guarded"  # another binding of the layer, or its type, may be something else
         binding, env = good[0]
         match.init_matches[var] = binding
+    if match.container is not None and any(b.container is not match.container for b in match.init_matches.values()):
+        return False  # the drop-in container fuses its own adjacent children only, not one with a layer outside
     match.env = env
     return True
 

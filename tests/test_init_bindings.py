@@ -235,3 +235,21 @@ def test_rules_without_a_run_time_check_refuse_possible_types() -> None:
     # a factory is not: replacing `make_norm(hidden)` by the fused class would skip what the factory does
     factory = source.replace("NORM", "make_norm(hidden)") + "\n\ndef make_norm(h):\n    return nn.LayerNorm(h)\n"
     assert scan_source(factory, ["ADP005"]) == []
+
+
+def test_an_element_and_a_layer_outside_its_container_are_no_pair() -> None:
+    source = """
+    from torch import nn
+
+    class M(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.stem = nn.Sequential(nn.ReLU(), nn.Conv2d(c, c, 1))
+            self.bn = nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            return self.bn(self.stem(x))
+    """
+    assert scan_source(textwrap.dedent(source), ["ADP007"]) == []
+    inside = textwrap.dedent(source).replace("nn.Conv2d(c, c, 1))", "nn.Conv2d(c, c, 1), nn.BatchNorm2d(c))")
+    assert [f.certainty for f in scan_source(inside, ["ADP007"])] == ["exact"]
