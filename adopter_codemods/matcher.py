@@ -484,8 +484,10 @@ def _match_init(match: Match) -> bool:
             return False  # rewriting __init__ needs exactly one binding of the layer, calling its type itself
         if not good:
             return False
-        if uncertain and (len(good) != len(matched) or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
-            match.certainty = "guarded"  # another binding of the layer, or its type, may be something else
+        # Another binding of the layer (other than `None`, which is never called), or its type, may be something else.
+        others = [b for b, e in matched if e is None and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
+        if uncertain and (others or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
+            match.certainty = "guarded"
         binding, env = good[0]
         match.init_matches[var] = binding
     if match.container is not None and any(b.container is not match.container for b in match.init_matches.values()):

@@ -253,3 +253,27 @@ def test_an_element_and_a_layer_outside_its_container_are_no_pair() -> None:
     assert scan_source(textwrap.dedent(source), ["ADP007"]) == []
     inside = textwrap.dedent(source).replace("nn.Conv2d(c, c, 1))", "nn.Conv2d(c, c, 1), nn.BatchNorm2d(c))")
     assert [f.certainty for f in scan_source(inside, ["ADP007"])] == ["exact"]
+
+
+def test_a_layer_also_bound_to_none_keeps_its_certain_type() -> None:
+    source = """
+    from torch import nn
+
+    class M(nn.Module):
+        def __init__(self, c, use_norm, other):
+            super().__init__()
+            self.conv = nn.Conv2d(c, c, 1)
+            if use_norm:
+                self.norm = nn.BatchNorm2d(c)
+            else:
+                self.norm = OTHER
+
+        def forward(self, x):
+            x = self.conv(x)
+            if self.norm is not None:
+                x = self.norm(x)
+            return x
+    """
+    source = textwrap.dedent(source)
+    assert [f.certainty for f in scan_source(source.replace("OTHER", "None"), ["ADP007"])] == ["exact"]
+    assert [f.certainty for f in scan_source(source.replace("OTHER", "other"), ["ADP007"])] == ["guarded"]
