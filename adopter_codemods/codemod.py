@@ -14,7 +14,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule, RuleSyntaxError
-from .engine import rewrite_module, skips_for
+from .engine import GUARDED_NOTE, findings_for, rewrite_module, skips_for
 from .provider import ModelStructureProvider
 from .rules import load_user_rules, select_rules
 
@@ -67,4 +67,7 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
+        guarded = [m for m in outcome.applied if m.certainty == "guarded"]
+        for finding in findings_for(tree, guarded, self.context.filename or "<stdin>"):
+            self.warn(f"line {finding.line}: {finding.code} in {finding.cls}: {GUARDED_NOTE}")
         return outcome.module

@@ -37,6 +37,9 @@ class Finding:
     end_line: int
     message: str
     fixable: bool = True
+    # "exact": the layer types are certain; "guarded": some is only possible or unknown (`norm_layer(planes)`), and
+    # the rewrite calls a kernel that checks the modules at run time and computes the original code otherwise.
+    certainty: str = "exact"
     # 1-based column where the first matched statement starts and (exclusive) where the last one ends, for
     # text/SARIF/Fixit positions; not part of the JSON contract (docs/DESIGN.md §6).
     col: int = 1
@@ -53,6 +56,7 @@ class Finding:
             "end_line": self.end_line,
             "message": self.message,
             "fixable": self.fixable,
+            "certainty": self.certainty,
         }
 
 
@@ -94,6 +98,12 @@ def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
     return matches
 
 
+GUARDED_NOTE = (
+    "guarded: a layer type is not certain, so the kernel checks the modules at run time and computes the original "
+    "code for any others"
+)
+
+
 def describe(match: Match) -> str:
     layers = [f"self.{b.attr}" for b in match.env.values() if isinstance(b, LayerRef)]
     detail = f" ({', '.join(dict.fromkeys(layers))})" if layers else ""
@@ -120,11 +130,14 @@ def findings_for(
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
-        function = m.anchor.site.function.split(".")[-1] if m.plan not in ("init", "container") else "__init__"
+        if m.plan == "container" and m.container is not None:
+            function = m.container.where.split(".")[-1]  # where the nn.Sequential is built
+        else:
+            function = m.anchor.site.function.split(".")[-1] if m.plan != "init" else "__init__"
         out.append(
             Finding(
                 m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
-                col=first.start.column + 1, end_col=last.end.column + 1,
+                certainty=m.certainty, col=first.start.column + 1, end_col=last.end.column + 1,
             )
         )
     out.sort(key=lambda f: (f.line, f.code))

@@ -26,7 +26,9 @@ from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
-from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
+from .structure import (
+    CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, Path, Site, Use, Value
+)
 
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
@@ -84,6 +86,9 @@ class Match:
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
     names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
     skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
+    # "exact": every matched layer's type is certain; "guarded": some is only possible or unknown, and the rule's
+    # kernel checks the modules at run time (rule header `uncertain guarded`, docs/DESIGN.md §4)
+    certainty: str = "exact"
     # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
     # `if <fallback_test>: <region as written> else: <region fused>`), and the `if`s in it the fused copy drops
     region: list[cst.BaseStatement] = field(default_factory=list)
@@ -230,7 +235,7 @@ def _match_node(
             node.qualname and qualname_matches(t, node.qualname) for t in init_pattern.types
         ):
             # Cheap type filter before argument matching; full init matching happens later.
-            if not any(b.qualname and any(qualname_matches(t, b.qualname) for t in init_pattern.types) for b in node.bindings):
+            if not any(_may_be(b.layer_type, init_pattern.types, rule) for b in node.bindings):
                 return None
         env = dict(env)
         env[pattern.layer.name] = ref
@@ -317,11 +322,23 @@ def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
                 return False
         elif pattern.layer is not None:
             init = _init_pattern_for(rule, pattern.layer.name)
-            if not summary.has_layers or (init is not None and not _any_matches(init.types, summary.layer_types)):
+            if not summary.has_layers or (
+                init is not None
+                and not _any_matches(init.types, summary.layer_types)
+                and not (rule.uncertain and _any_matches(init.types, summary.possible_types))
+            ):
                 return False
         elif not _any_matches(pattern.types, summary.names):
             return False
     return True
+
+
+def _may_be(layer_type: LayerType, types: tuple[str, ...], rule: Rule) -> bool:
+    """Whether a binding of this type may match one of the pattern's types: certain ones by name; possible ones
+    only for a rule whose kernel checks the modules at run time."""
+    if layer_type.certainty == CERTAIN or (rule.uncertain and layer_type.certainty == POSSIBLE):
+        return _any_matches(types, frozenset(layer_type.candidates))
+    return False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -358,16 +375,33 @@ def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
 
 
 def _match_init_node(
-    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding]
+    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding], uncertain: bool = False, rest_free: bool = False
 ) -> Optional[dict[str, Binding]]:
-    if binding.qualname is None or binding.subscript != pattern.subscript:
+    """`uncertain`: a binding whose type is only possible may match (its arguments read as the candidate's);
+    an unknown type never does (nothing in the code names the pattern's type: every Linear followed by some
+    caller-supplied activation would match). `rest_free`: no target reads the pattern's ``**$rest``, so arguments that are not all
+    known (``**dd``, a factory computing with its parameters) are no obstacle when the pattern names none."""
+    layer_type = binding.layer_type
+    if binding.subscript != pattern.subscript:
         return None
-    types = [t for t in pattern.types if qualname_matches(t, binding.qualname)]
+    if layer_type.certainty == CERTAIN:
+        types = [t for t in pattern.types if qualname_matches(t, layer_type.candidates[0])]
+    elif uncertain and layer_type.certainty == POSSIBLE:
+        types = [t for t in pattern.types if any(qualname_matches(t, c) for c in layer_type.candidates)]
+    else:
+        return None
     if not types:
         return None
     qualname = types[0]
-    if any(a.star for a in binding.args):
-        return None
+    if not binding.args_known or any(a.star for a in binding.args):
+        if pattern.args.positional or pattern.args.keywords or pattern.type_var is not None or not rest_free:
+            return None
+        env = dict(env)
+        if pattern.args.rest is not None:
+            env[pattern.args.rest.name] = RestArgs((), binding.args)
+        return env
+    if pattern.type_var is not None and not (binding.direct and layer_type.certainty == CERTAIN):
+        return None  # `$cls:Type(...)` binds the callee as the type: a factory or parameter is not one
     given = _init_arguments(binding, qualname)
     params = tuple(n for n, _ in SIGNATURES.get(qualname, ()))
     wanted: list[tuple[str, Atom]] = [
@@ -442,16 +476,37 @@ def _match_init(match: Match) -> bool:
             return False  # bound again elsewhere in the class family: what the layer is at the call is unknown
         elif edits and (ref.attr in match.cls.foreign_stores or "*" in match.cls.foreign_stores):
             return False  # the edited layer may be replaced from outside the class (`model.ln = nn.LayerNorm(8)`)
-        matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
+        uncertain = bool(rule.uncertain) and not edits
+        rest_free = pattern.args.rest is None or pattern.args.rest.name not in _target_vars(rule)
+        matched = [(b, _match_init_node(pattern, b, env, uncertain, rest_free)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
-        if edits and (len(ref.bindings) != 1 or not good):
-            return False  # rewriting __init__ needs exactly one binding of the layer
+        if edits and (len(ref.bindings) != 1 or not good or not good[0][0].direct):
+            return False  # rewriting __init__ needs exactly one binding of the layer, calling its type itself
         if not good:
             return False
+        # Another binding of the layer (other than `None`, which is never called), or its type, may be something else.
+        others = [b for b, e in matched if e is None and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
+        if uncertain and (others or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
+            match.certainty = "guarded"
         binding, env = good[0]
         match.init_matches[var] = binding
+    if match.container is not None and any(b.container is not match.container for b in match.init_matches.values()):
+        return False  # the drop-in container fuses its own adjacent children only, not one with a layer outside
     match.env = env
     return True
+
+
+def _target_vars(rule: Rule) -> frozenset[str]:
+    """Variables the rule's targets read (a `**$rest` bound to arguments that are not known must not be)."""
+    names: set[str] = set()
+    for item in (rule.init, rule.forward):
+        for node in (item.target or ()) if item is not None else ():
+            if isinstance(node, CallNode):
+                names.update(a.name for a in node.args.positional if isinstance(a, Var))
+                names.update(a.name for _, a in node.args.keywords if isinstance(a, Var))
+                if node.args.rest is not None:
+                    names.add(node.args.rest.name)
+    return frozenset(names)
 
 
 # ------------------------------------------------------------------------------------------ plan + checks
@@ -905,7 +960,7 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
-    for path in cls.forward_paths:
+    for path in [*cls.forward_paths, *cls.container_paths]:
         for nodes, env in _subsequences(rule.forward.source, path, rule):
             real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
             match = Match(rule, cls, path, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
@@ -950,7 +1005,11 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
         may_match = getattr(guard_registry.get(name), "may_match", None)
         if may_match is not None and not may_match(cls):
             return False
-    types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
+    bindings = [e for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements)]
+    bindings += [e for c in cls.containers for e in c.elements]
+    types = {e.qualname for e in bindings if e.qualname}
+    if rule.uncertain:
+        types |= {q for e in bindings if e.layer_type.certainty == POSSIBLE for q in e.layer_type.candidates}
     for pattern in rule.forward.source:
         if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
             return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`

@@ -29,8 +29,10 @@ from libcst.metadata import BaseMetadataProvider
 from . import cstwalk
 from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
-from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
+from .init_bindings import InitReader
+from .structure import OPAQUE, ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
 
+_SEQUENTIAL = "torch.nn.Sequential"
 MAX_PATHS = 256  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
 # Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
 MAX_OTHER_PATHS = 64
@@ -208,6 +210,7 @@ class _ClassWalker:
         self._inline = itertools.count(1)
         self._loop = itertools.count(1)
         self.bindings: dict[str, list[LayerBinding]] = {}
+        self.containers: list[LayerBinding] = []  # every nn.Sequential the class builds (init_bindings.py)
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
@@ -239,62 +242,44 @@ class _ClassWalker:
         return hit[1]
 
     # ------------------------------------------------------------------ __init__
-    def collect_bindings(self) -> None:
+    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool) -> None:
+        """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
+        build (adopter_codemods/init_bindings.py)."""
         init = self.find_method("__init__")
-        if init is None:
-            return
-        self._collect_block(init.body, conditional=False)
+        base = _sequential_base(self.info, self.table) if init is not None else None
+        reader = InitReader(self.table, functions, base, sequential_calls)
+        if init is not None:
+            reader.read_init(init)
+            if init is not self.info.methods.get("__init__"):
+                reader.containers.clear()  # an inherited __init__'s containers are the base class's findings
+        if sequential_calls:
+            for name, method in self.info.methods.items():
+                if name != "__init__":
+                    reader.read_other(method, self.qualify(name), method=True)
+        self.bindings = reader.bindings
+        self.containers = reader.containers
 
-    def _collect_block(self, suite: cst.BaseSuite, conditional: bool) -> None:
-        body = suite.body
-        for stmt in body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    self._collect_assign(small, stmt, conditional)
-            elif isinstance(stmt, cst.BaseCompoundStatement):
-                for inner in _child_suites(stmt):
-                    self._collect_block(inner, conditional=True)
-
-    def _collect_assign(self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, conditional: bool) -> None:
-        if isinstance(small, cst.Assign) and len(small.targets) == 1:
-            target, value = small.targets[0].target, small.value
-        elif isinstance(small, cst.AnnAssign) and small.value is not None:
-            target, value = small.target, small.value
-        else:
-            return
-        attr = _is_self_attr(target)
-        if attr is None:
-            return
-        binding = self._binding_for(attr, value, line, conditional)
-        self.bindings.setdefault(attr, []).append(binding)
-
-    def _binding_for(
-        self, attr: str, value: cst.BaseExpression, line: Optional[cst.SimpleStatementLine], conditional: bool
-    ) -> LayerBinding:
-        qualname: Optional[str] = None
-        args: tuple[cst.Arg, ...] = ()
-        subscript = False
-        if isinstance(value, cst.Call):
-            qualname = self.table.resolve(value.func)
-            args = tuple(value.args)
-        elif isinstance(value, cst.Subscript):
-            qualname = self.table.resolve(value.value)
-            subscript = True
-            args = tuple(
-                cst.Arg(value=el.slice.value) for el in value.slice if isinstance(el.slice, cst.Index)
-            )
-        if qualname is not None:
-            qualname = canonical_torch_name(qualname)
-        binding = LayerBinding(attr, qualname, args, subscript, value, line, conditional)
-        if qualname is not None and qualname_matches("torch.nn.Sequential", qualname) and not subscript:
-            if all(a.keyword is None and not a.star for a in args):
-                elements = []
-                for i, arg in enumerate(args):
-                    element = self._binding_for(f"{attr}.{i}", arg.value, None, conditional)
-                    element.container = binding
-                    elements.append(element)
-                binding.elements = tuple(elements)
-        return binding
+    def container_paths(self) -> list[Path]:
+        """One path per ``nn.Sequential`` built: its elements called in order, each on the previous one's output
+        (what ``nn.Sequential.forward`` does), so a rule's forward pattern matches adjacent elements."""
+        paths = []
+        for container in self.containers:
+            line = container.statement
+            assert line is not None
+            site = Site(line.body[0], line, (line,), line, container.where, (), ())
+            value = Value("var", "%in", self.new_vid(), container.value, ())
+            nodes: list[DLNode] = []
+            for element in container.elements:
+                opaque = element.layer_type.certainty == OPAQUE
+                node = DLNode(
+                    "op" if opaque else "layer", "barrier" if opaque else element.qualname,
+                    None if opaque else "self." + element.attr, () if opaque else (element,), (value,), (), None,
+                    self.new_vid(), element.value, None, False, site, len(nodes),
+                )
+                nodes.append(node)
+                value = Value("var", f"%{node.out}", node.out, element.value, ((f"%{node.out}", node.out),))
+            paths.append(Path(list(nodes), nodes))
+        return paths
 
     # ------------------------------------------------------------------ forward
     def qualify(self, function: str) -> str:
@@ -780,7 +765,7 @@ class _ClassWalker:
             qualname, positional = "torch.Tensor." + method, [call.func.value, *positional]  # type: ignore[attr-defined]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
-        if kind == "layer" and len(bindings) == 1 and bindings[0].elements:
+        if kind == "layer" and len(bindings) == 1 and bindings[0].elements and _fixed_order(bindings[0]):
             return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
         keyword = [a for a in call.args if a.keyword is not None]
         out = []
@@ -891,6 +876,24 @@ class _ClassWalker:
                 else:
                     out.append((r, Value("const", "None", 0, call, ())))
         return out
+
+
+def _fixed_order(container: LayerBinding) -> bool:
+    """Whether a container's elements are known in order (no barrier where the arms of an ``if`` meet)."""
+    return all(e.layer_type.certainty != OPAQUE for e in container.elements)
+
+
+def _sequential_base(info: _ClassInfo, table: ImportTable) -> Optional[cst.BaseExpression]:
+    """The ``nn.Sequential`` base of a class deriving from it directly and defining no ``forward`` (its calls run
+    ``nn.Sequential.forward`` over what ``super().__init__(...)`` received), as written in the class line."""
+    if info.node is None or "forward" in info.methods:
+        return None
+    for base in info.node.bases:
+        qual = table.resolve(base.value)
+        if base.keyword is None and qual is not None and qual not in table.local_classes:
+            if qualname_matches("torch.nn.Sequential", canonical_torch_name(qual)):
+                return base.value
+    return None
 
 
 def _inlinable(method: cst.FunctionDef) -> bool:
@@ -1163,6 +1166,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
     for the module's top-level functions when any of them holds a DSL node."""
     table = ImportTable.from_module(module)
     classes: dict[str, _ClassInfo] = {}
+    functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
     for stmt in module.body:
         if isinstance(stmt, cst.ClassDef):
             info = _ClassInfo(stmt)
@@ -1196,7 +1200,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         if not _is_module_class(info, classes, table, memo):
             continue
         walker = _ClassWalker(info, classes, table)
-        walker.collect_bindings()
+        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees)
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
         family = _family(name, classes, subclasses)
@@ -1213,14 +1217,22 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         structure.callees = frozenset().union(*(scans[c].callees for c in bases))
         structure.operators = frozenset().union(*(scans[c].operators for c in bases))
         structure.walk = functools.partial(_walk_class, walker)
+        structure.containers = walker.containers
+        structure.container_paths = walker.container_paths()
         result.append(structure)
-    functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
     if function_callees:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
         walker = _ClassWalker(_ClassInfo(None), classes, table)
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
         unit.operators = frozenset(function_operators)
-        unit.walk = functools.partial(_walk_functions, walker, functions)
+        unit.walk = functools.partial(_walk_functions, walker, list(functions.values()))
+        if _SEQUENTIAL in function_callees:
+            reader = InitReader(table, functions)
+            for fn in functions.values():
+                reader.read_other(fn, fn.name.value, method=False)
+            walker.containers = reader.containers
+            unit.containers = reader.containers
+            unit.container_paths = walker.container_paths()
         result.append(unit)
     for structure in result:
         structure.module = module

@@ -21,7 +21,7 @@ from .dsl import CallNode, Rule
 from .engine import Finding, Skip
 from .files import FileError
 
-JSON_VERSION = 2  # 2: the "skipped" list
+JSON_VERSION = 3  # 2: the "skipped" list; 3: each finding's "certainty"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "adopter-codemods"
 
@@ -124,9 +124,14 @@ def skip_line(skip: Skip) -> str:
 
 def format_text(results: ScanResults) -> str:
     """``path:line:col: CODE message`` per finding, then an :func:`error_line` per input that failed."""
-    out = [f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}" for f in results.findings]
+    out = [f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}{_certainty_suffix(f)}" for f in results.findings]
     out += [error_line(e) for e in results.errors]
     return "".join(line + "\n" for line in out)
+
+
+def _certainty_suffix(finding: Finding) -> str:
+    """`` [guarded]`` for a site whose layer types are not certain (docs/DESIGN.md §4, guarded rewrites)."""
+    return " [guarded]" if finding.certainty == "guarded" else ""
 
 
 def summary(results: ScanResults) -> str:
@@ -196,8 +201,9 @@ def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str
         result: dict[str, object] = {
             "ruleId": f.code,
             "level": "warning" if f.fixable else "note",
-            "message": {"text": f"{f.message} [{f.rule} in {f.cls}.{f.function}]"},
+            "message": {"text": f"{f.message} [{f.rule} in {f.cls}.{f.function}]{_certainty_suffix(f)}"},
             "locations": [location],
+            "properties": {"certainty": f.certainty},
         }
         if f.code in index:
             result["ruleIndex"] = index[f.code]

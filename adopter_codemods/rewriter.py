@@ -118,11 +118,13 @@ def plan_match(match: Match) -> EditPlan:
     if match.plan == "container":
         assert match.container is not None and rule.sequential is not None
         value = match.container.value
-        assert isinstance(value, cst.Call)
+        # `nn.Sequential(...)` becomes `FusedSequential(...)`; a subclass of nn.Sequential (value: the base in its
+        # class line) derives from the drop-in instead.
+        callee = value.func if isinstance(value, cst.Call) else value
         plan.imports.add(rule.sequential.split(".")[0])
-        _put(plan, value.func, _expr(rule.sequential))
+        _put(plan, callee, _expr(rule.sequential))
         # An __init__ edit: matches in the same container (one per pair, or from several rules) apply together.
-        plan.init_nodes.add(id(value.func))
+        plan.init_nodes.add(id(callee))
         if match.container.statement is not None:
             plan.init_statements.add(id(match.container.statement))
         return plan

@@ -322,14 +322,19 @@ TRITON = Backend(
 
 
 def unobserved(module: nn.Module) -> bool:
-    """True when no forward hook or pre-hook (the module's own or a global one) would see a call of ``module``."""
+    """True when no forward or backward hook or pre-hook (the module's own or a global one) would see a call of
+    ``module``."""
     from torch.nn.modules import module as _module  # global hook registries live here
 
     return not (
         module._forward_hooks
         or module._forward_pre_hooks
+        or module._backward_hooks  # full backward hooks wrap the call's inputs and outputs
+        or getattr(module, "_backward_pre_hooks", None)  # torch >= 2.0
         or _module._global_forward_hooks
         or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks
+        or getattr(_module, "_global_backward_pre_hooks", None)
     )
 
 

@@ -1,10 +1,24 @@
 """ADP007/ADP008 runtime: Conv2d→BatchNorm2d and Linear→BatchNorm1d with BN folded in eval.
 
-``conv_bn2d(x, conv, bn)`` = ``bn(conv(x))`` and ``linear_bn1d(x, linear, bn)`` = ``bn(linear(x))``.
+``conv_bn2d(x, conv, bn)`` = ``bn(conv(x))`` and ``linear_bn1d(x, linear, bn)`` = ``bn(linear(x))`` for ANY two
+modules, which is what a *guarded* rewrite relies on (the codemod could not tell the layers' types,
+docs/DESIGN.md §4). The folded path runs only where it is provably the same function:
 
-* Training (``bn.training``), BN without running stats, subclasses with their own forward, modules with
-  hooks, ``linear_bn1d`` on input that is not (N, C_in): the unfused composition, literally (batch
-  statistics, running-stat updates, errors all as in the original).
+* the conv/linear is an ``nn.Conv2d`` / ``nn.Linear`` whose class keeps ``forward``, ``_conv_forward``, ``__call__``
+  and ``_call_impl`` (a subclass may change what it computes without overriding ``forward``: weight
+  standardisation in ``_conv_forward``); a parametrized weight is read through the parametrization as the
+  forward reads it;
+* the norm is an eval-mode ``nn.BatchNorm2d`` / ``nn.BatchNorm1d`` with running statistics whose class keeps
+  ``forward``, ``_check_input_dim`` and the call machinery; or (conv_bn2d) a BatchNorm2d subclass listed in
+  ``_BN_THEN_CHILDREN`` whose forward has the verified text (timm's ``BatchNormAct2d``: BN, then its ``drop`` and
+  ``act`` children, which are then called as modules after the folded conv);
+* neither module has forward or backward hooks (module or global: the fused path would skip them), and
+  ``linear_bn1d``'s input is (N, C_in).
+
+Everything else (training, BN without running stats, GroupNorm, Identity, FrozenBatchNorm2d, Conv2dSame, hooks,
+...) runs the unfused composition ``bn(conv(x))``, literally (batch statistics, running-stat updates, errors all as
+in the original).
+
 * Eval with running stats: one conv/linear with folded weights, ``w' = w * s``, ``b' = (b - mean) * s + beta``,
   ``s = gamma / sqrt(var + eps)``. The arithmetic mirrors ``torch.nn.utils.fusion.fuse_conv_bn_weights`` /
   ``fuse_linear_bn_weights`` op for op (bit-identical folded weights) but returns plain tensors, because
@@ -18,7 +32,8 @@ For 3-D input (N, C, L) BatchNorm1d normalises dim 1 while the Linear maps the l
 does not apply and ``linear_bn1d`` stays unfused.
 
 ``FusedSequential`` is an ``nn.Sequential`` (same constructors, children, indexing and state-dict keys)
-whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops.
+whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops (which
+check the modules again) and calls every other child as ``nn.Sequential.forward`` does.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class SelfOutput(nn.Module):
         return self.LayerNorm(hidden_states + input_tensor)
 """
 CLEAN_SOURCE = "import torch\n\n\ndef f(x):\n    return x + 1\n"
-FINDING_KEYS = ["code", "rule", "path", "class", "function", "line", "end_line", "message", "fixable"]
+FINDING_KEYS = ["code", "rule", "path", "class", "function", "line", "end_line", "message", "fixable", "certainty"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -72,7 +72,7 @@ def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFix
     report = json.loads(out)
     assert status == 1
     assert list(report) == ["version", "files_scanned", "findings", "errors", "skipped"]
-    assert report["version"] == 2 and report["files_scanned"] == 3 and report["errors"] == []
+    assert report["version"] == 3 and report["files_scanned"] == 3 and report["errors"] == []
     assert report["skipped"] == []
     assert all(list(f) == FINDING_KEYS for f in report["findings"])
     # a thin adapter: exactly the API's findings, files in walk order
@@ -227,7 +227,7 @@ def test_progress_only_on_a_terminal(
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json"])
     assert "[2/2] src/pkg/util.py" in terminal.getvalue()
-    assert json.loads(capsys.readouterr().out)["version"] == 2  # stdout untouched by the progress line
+    assert json.loads(capsys.readouterr().out)["version"] == 3  # stdout untouched by the progress line
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json", "--no-progress"])

@@ -112,8 +112,11 @@ def _parametrized_conv() -> nn.Conv2d:
 def _hooked(module: nn.Module, kind: str) -> nn.Module:
     if kind == "forward":
         module.register_forward_hook(lambda m, args, out: out * 0.5)
-    else:
+    elif kind == "pre":
         module.register_forward_pre_hook(lambda m, args: (args[0] - 0.25,))
+    else:  # a full backward hook that changes the gradient flowing to the module's input
+        module.register_full_backward_hook(lambda m, grad_in, grad_out: tuple(
+            None if g is None else g * 3 for g in grad_in))
     return module
 
 
@@ -164,6 +167,9 @@ CASES: Dict[str, Tuple[Callable[[], Pair], bool]] = {
     "conv forward pre-hook": (lambda: (_hooked(_conv(), "pre"), nn.BatchNorm2d(6)), False),
     "BN forward hook": (lambda: (_conv(), _hooked(nn.BatchNorm2d(6), "forward")), False),
     "BN forward pre-hook": (lambda: (_conv(), _hooked(nn.BatchNorm2d(6), "pre")), False),
+    "conv backward hook": (lambda: (_hooked(_conv(), "backward"), nn.BatchNorm2d(6)), False),
+    "BN backward hook": (lambda: (_conv(), _hooked(nn.BatchNorm2d(6), "backward")), False),
+    "BN subclass keeping everything": (lambda: (_conv(), type("Renamed", (nn.BatchNorm2d,), {})(6)), True),
 }
 
 

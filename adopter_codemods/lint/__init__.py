@@ -39,7 +39,7 @@ from fixit.engine import LintRunner
 from libcst.metadata import CodePosition, CodeRange
 
 from ..dsl import Rule
-from ..engine import Finding, find_all, findings_for, rewrite_module
+from ..engine import GUARDED_NOTE, Finding, find_all, findings_for, rewrite_module
 from ..gc_pause import CollectorHold
 from ..provider import build_module_structure
 from ..report import rule_doc
@@ -162,7 +162,8 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 for f in state.findings[state.linters.index(self)]:
                     self.report(
                         original_node,
-                        f"{f.code} {f.message}{state.suffix(f)}",
+                        f"{f.code} {f.message}{' [' + GUARDED_NOTE + ']' if f.certainty == 'guarded' else ''}"
+                        f"{state.suffix(f)}",
                         position=CodeRange(CodePosition(f.line, f.col - 1), CodePosition(f.end_line, f.end_col - 1)),
                         replacement=state.fix if f is state.fix_at else None,
                     )
