@@ -78,6 +78,8 @@ class Row:
     compared: int
     max_abs_diff: float
     mismatches: list[str]
+    #: Executed pairs that did not run through the kernel, "conv -> bn" by module name.
+    missed: list[str]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -142,6 +144,10 @@ def format_table(rows: dict[str, Row]) -> str:
             else f"NO: {row.mismatches[0]}"
         lines.append(f"| {row.name} | {row.executed_pairs} | {row.source_sites} | {row.through_kernel} | "
                      f"{row.folded} | {verdict} |")
+    for row in rows.values():
+        if row.missed:
+            shown = ", ".join(row.missed[:3]) + (f", ... ({len(row.missed)} in all)" if len(row.missed) > 3 else "")
+            lines.append(f"\n{row.name}: not through the kernel: {shown}")
     return "\n".join(lines)
 
 
@@ -236,12 +242,13 @@ def _features(model: Any, torchvision: Any) -> dict[str, Any]:
 
 
 def _class_files(model: Any) -> list[list[str]]:
-    """[file relative to the vision directory, class name] of each module class of ``model`` defined there."""
+    """[file relative to the vision directory, class name] of each module class of ``model`` defined there, and of
+    their base classes (torchvision's Conv2dNormActivation builds its layers in _ConvNormActivation.__init__)."""
     found = set()
-    for module in model.modules():
-        source = Path(inspect.getsourcefile(type(module)) or "")
+    for kind in {cls for module in model.modules() for cls in type(module).__mro__[:-1]}:  # not `object`
+        source = Path(inspect.getsourcefile(kind) or "")
         if VISION_DIR in source.parents:
-            found.add((source.relative_to(VISION_DIR).as_posix(), type(module).__qualname__))
+            found.add((source.relative_to(VISION_DIR).as_posix(), kind.__qualname__))
     return sorted([file, name] for file, name in found)
 
 
@@ -345,6 +352,7 @@ def _rewritten(tree: Path, original: Path, out: Path) -> None:
             "through_kernel": through,
             "folded": len(folded),
             "other_kernel_calls": len(called) - through,
+            "missed": [f"{conv} -> {bn}" for conv, bn in executed if (conv, bn) not in called],
             "compared": report.compared,
             "max_abs_diff": max(report.max_abs_diff.values(), default=0.0),
             "mismatches": [str(m) for m in report.mismatches[:10]],
