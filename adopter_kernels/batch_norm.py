@@ -103,8 +103,8 @@ def _folded(layer: Union[nn.Conv2d, nn.Linear], bn: _BatchNorm) -> Tuple[torch.T
 # order, the fingerprints of the forward's text this was verified on, see ``_fingerprint``). A forward whose text
 # differs (another version of the library, a patched class) is not folded: the module's own forward runs.
 _BN_THEN_CHILDREN: Dict[Tuple[str, str], Tuple[Tuple[str, ...], FrozenSet[str]]] = {
-    # timm's BatchNormAct2d (verified on timm 1.0.31): F.batch_norm with the running statistics in eval, then self.drop, then
-    # self.act. Proof: tests/kernels/test_kernel_batch_norm_guarded.py (float64, eval and train, gradients).
+    # timm's BatchNormAct2d (verified on timm 1.0.31): F.batch_norm with the running statistics in eval, then
+    # self.drop, then self.act. Proof: tests/test_kernel_guarded_conv_bn.py (float64, eval and train, gradients).
     ("timm.layers.norm_act", "BatchNormAct2d.forward"): (
         ("drop", "act"),
         frozenset({"4c9877d1bff1f1b3273d3677ccc6858f40008531676f7c9201878f57a3cab026"}),
