@@ -22,6 +22,7 @@ involved unknown; a list passed to anything but ``nn.Sequential``/``append``/``e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -281,7 +282,7 @@ class InitReader:
         if binding.elements and binding.statement is not None:
             self.containers.append(binding)
 
-    def _elements(self, args: tuple[cst.Arg, ...], name: str, conditional: bool, env: dict[str, Held],
+    def _elements(self, args: Sequence[cst.Arg], name: str, conditional: bool, env: dict[str, Held],
                   container: LayerBinding) -> list[LayerBinding]:
         """The elements of ``nn.Sequential(args)`` in order; none when some argument is not understood."""
         found: list[LayerBinding] = []

@@ -43,7 +43,7 @@ import inspect
 import io
 import textwrap
 import tokenize
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -194,13 +194,11 @@ def conv_bn2d(input: torch.Tensor, conv: nn.Module, bn: nn.Module) -> torch.Tens
         and input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
         and is_plain(conv, nn.Conv2d, "_conv_forward")
     ):
-        children = _foldable(bn, nn.BatchNorm2d)
-        if (
-            children is not None
-            and conv.out_channels == bn.num_features
-            and select("conv_bn2d", input, conv.weight) == "folded"
-        ):
-            return _conv_bn2d_folded(input, conv, bn, children)
+        conv2d, children = cast(nn.Conv2d, conv), _foldable(bn, nn.BatchNorm2d)
+        if children is not None:
+            norm = cast(nn.BatchNorm2d, bn)
+            if conv2d.out_channels == norm.num_features and select("conv_bn2d", input, conv2d.weight) == "folded":
+                return _conv_bn2d_folded(input, conv2d, norm, children)
     return bn(conv(input))
 
 
@@ -213,11 +211,11 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.
         and input.dim() == 2
         and is_plain(linear, nn.Linear)
         and _foldable(bn, nn.BatchNorm1d) == ()
-        and linear.out_features == bn.num_features
-        and select("linear_bn1d", input, linear.weight) == "folded"
     ):
-        weight, bias = _folded(linear, bn)
-        return F.linear(input, weight, bias)
+        dense, norm = cast(nn.Linear, linear), cast(nn.BatchNorm1d, bn)
+        if dense.out_features == norm.num_features and select("linear_bn1d", input, dense.weight) == "folded":
+            weight, bias = _folded(dense, norm)
+            return F.linear(input, weight, bias)
     return bn(linear(input))
 
 

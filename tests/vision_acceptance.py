@@ -12,7 +12,7 @@
    with ``strict=True`` and repeats the steps: train with the folded backends forced, eval with them forced (what
    CUDA runs: ``auto`` never folds on CPU), eval with ``auto``. Everything is compared with the original at
    rtol = atol = 1e-9 (a gradient against the largest gradient of its backward pass, as
-   ``adopter_codemods.equivalence`` does). For ResNet-18 it also runs torchvision's fx
+   ``adopter_kernels.equivalence`` does). For ResNet-18 it also runs torchvision's fx
    ``create_feature_extractor`` on both and compares the features in eval and train.
 
 Counting (the per-model table of the README; ``python benchmarks/vision_pairs.py`` prints it):
@@ -303,7 +303,7 @@ def _kernel_calls() -> Iterator[tuple[list[tuple[Any, Any]], list[int]]]:
 
 
 def _compare(report: Any, mode: str, expected: dict[str, Any], actual: dict[str, Any]) -> None:
-    from adopter_codemods.equivalence import Mismatch, _compare_grad, _compare_tensor
+    from adopter_kernels.equivalence import Mismatch, _compare_grad, _compare_tensor
 
     for key in sorted(expected.keys() ^ actual.keys()):
         report.mismatches.append(Mismatch("missing", mode, key, "only in one model"))
@@ -320,7 +320,7 @@ def _compare(report: Any, mode: str, expected: dict[str, Any], actual: dict[str,
 def _rewritten(tree: Path, original: Path, out: Path) -> None:
     import adopter_kernels
     import torch
-    from adopter_codemods.equivalence import EquivalenceReport
+    from adopter_kernels.equivalence import EquivalenceReport
     from model_zoo import import_vision
 
     torchvision, timm = import_vision(tree)
