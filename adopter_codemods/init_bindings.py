@@ -275,7 +275,7 @@ class InitReader:
     def _container(self, binding: LayerBinding, call: cst.Call, name: str, conditional: bool,
                    env: dict[str, Held]) -> None:
         self._seen.add(id(call))
-        binding.elements = tuple(self._elements(call.args, name, conditional, env, binding))
+        binding.elements = tuple(self._elements(tuple(call.args), name, conditional, env, binding))
         binding.where = self.function
         if binding.statement is None:
             binding.statement = self._line  # None inside a compound statement's header: not reported
