@@ -32,7 +32,7 @@ GUARDED = [
 
 @pytest.mark.parametrize("case", GUARDED, ids=[f"{c.parent.name}/{c.name}" for c in GUARDED])
 def test_guarded_fixture_reports_and_stays_equivalent_when_folding(case: Path) -> None:
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     source = case.read_text(encoding="utf-8")
     findings = scan_source(source, [case.parent.name.split("_")[0]])
