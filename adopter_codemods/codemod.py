@@ -69,7 +69,7 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
         guarded = [m for m in outcome.applied if m.certainty == "guarded"]
-        for finding in findings_for(tree, guarded, self.context.filename or "<stdin>"):
+        for finding in findings_for(tree, guarded, path):
             self.warn(f"line {finding.line}: {finding.code} in {finding.cls}: {GUARDED_NOTE}")
         return outcome.module
 
