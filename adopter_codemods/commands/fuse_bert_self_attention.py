@@ -23,12 +23,18 @@ keeps ``isinstance`` checks true; its forward falls back to the original for ``o
 relative position embeddings, a different ``forward`` signature (with a warning) or missing attributes. Dropout
 runs only in training; its random draws differ from ``nn.Dropout``'s (same distribution).
 
-**Limitations**: classes are recognised by name: a same-named class whose forward keeps the signature but computes
-something else would be rewritten wrongly (review the diff). A subclass under another name is not rewritten (it
-may override forward). Only ``self.<attr> = Class(...)`` statements in ``__init__`` are rewritten; not local
-variables, ``nn.ModuleList`` elements, builder functions, or calls with ``*args`` / ``**kwargs`` (refused: the
-arguments cannot be checked). Generated classes are not importable by name, so ``torch.save(model)`` of a whole
-model cannot pickle them (``state_dict`` checkpoints work).
+**Limitations**: guard ``attention_class_fits_drop_in``: a class defined in the file being rewritten (with the
+classes of that file it derives from) must have a ``forward`` taking exactly the supported parameters (no decorator,
+``*args`` or ``**kwargs``) and set in ``__init__`` every attribute the fast path reads (``query``/``key``/``value``,
+``num_attention_heads``, ``position_embedding_type``, ``is_decoder``, ...); otherwise it is refused, since the
+subclass would only warn and run the original forward (transformers 4.57's copies, with
+``past_key_values``/``cache_position``, are refused so). Beyond that, classes are recognised by name (an imported class
+by its name alone): a same-named class whose forward keeps the signature but computes something else would be
+rewritten wrongly (review the diff). A subclass under another name is not rewritten (it may override forward). Only
+``self.<attr> = Class(...)`` statements in ``__init__`` are rewritten; not local variables, ``nn.ModuleList``
+elements, builder functions, or calls with ``*args`` / ``**kwargs`` (refused: the arguments cannot be checked).
+Generated classes are not importable by name, so ``torch.save(model)`` of a whole model cannot pickle them
+(``state_dict`` checkpoints work).
 
 **Performance**: measured (docs/KERNEL_PERFORMANCE.md; ``adopter_kernels.backends()`` shows the choice). On CPU the
 SDPA core ran 1.06-1.31x the speed of the eager attention in float32 at BERT-base and small sizes (quieter run;

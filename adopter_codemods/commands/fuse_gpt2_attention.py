@@ -25,11 +25,17 @@ warning) or missing attributes. Attention dropout runs only in training; its ran
 ``nn.Dropout``'s. Rows whose visible keys are all padding (left padding) give eager's outputs, but their
 (meaningless) gradients differ from eager's.
 
-**Limitations**: classes are recognised by name: a same-named class whose forward keeps the signature but computes
-something else would be rewritten wrongly (review the diff). Only ``self.<attr> = Class(...)`` statements in
-``__init__`` are rewritten; not local variables, conditional expressions, ``nn.ModuleList`` elements, builder
-functions, or calls with ``*args`` / ``**kwargs`` (refused: the arguments cannot be checked). Generated classes
-are not importable by name, so ``torch.save(model)`` of a whole model cannot pickle them.
+**Limitations**: guard ``attention_class_fits_drop_in``: a class defined in the file being rewritten (with the
+classes of that file it derives from) must have a ``forward`` taking exactly the supported parameters (no decorator,
+``*args`` or ``**kwargs``) and set in ``__init__`` every attribute the fast path reads (``c_attn``, ``c_proj``,
+``split_size``, the ``bias`` buffer, ...); otherwise it is refused, since the subclass would only warn and run the
+original forward (transformers 4.57's copies, with ``past_key_values``/``cache_position``, are refused so).
+Otherwise classes are recognised by name (an imported class by its name alone): a same-named class whose forward
+keeps the signature but computes something else would be rewritten wrongly (review the diff). Only ``self.<attr> =
+Class(...)`` statements in ``__init__`` are rewritten; not local variables, conditional expressions,
+``nn.ModuleList`` elements, builder functions, or calls with ``*args`` / ``**kwargs`` (refused: the arguments cannot
+be checked). Generated classes are not importable by name, so ``torch.save(model)`` of a whole model cannot pickle
+them.
 
 **Performance**: measured (docs/KERNEL_PERFORMANCE.md; ``adopter_kernels.backends()`` shows the choice). On CPU the
 SDPA core ran 0.99-1.21x the speed of the eager attention in float32 (``faster`` in 4 of 8 timings, never slower)

@@ -24,12 +24,18 @@ bias still carries gradients to ``relative_attention_bias``) and falls back to t
 ``output_attentions``, a layer head mask, pruned heads, a different ``forward`` signature (with a warning) or
 missing attributes. Attention dropout runs only in training; its random draws differ from ``F.dropout``'s.
 
-**Limitations**: classes are recognised by name: a same-named class whose forward keeps the signature but computes
-something else would be rewritten wrongly (review the diff). The supported forward is transformers 4.34.1's (later
-versions added ``cache_position``: the factory then warns and keeps the original computation). Only
-``self.<attr> = Class(...)`` statements in ``__init__`` are rewritten; not local variables, ``nn.ModuleList``
-elements, builder functions, or calls with ``*args`` / ``**kwargs`` (refused: the arguments cannot be checked).
-Generated classes are not importable by name, so ``torch.save(model)`` of a whole model cannot pickle them.
+**Limitations**: guard ``attention_class_fits_drop_in``: a class defined in the file being rewritten (with the
+classes of that file it derives from) must have a ``forward`` taking exactly the supported parameters (no decorator,
+``*args`` or ``**kwargs``) and set in ``__init__`` every attribute the fast path reads (``q``/``k``/``v``/``o``,
+``n_heads``, ``compute_bias``, ``pruned_heads``, ...); otherwise it is refused, since the subclass would only warn
+and run the original forward (transformers 4.57's copies, with ``past_key_values``/``cache_position``, are refused
+so). Beyond that, classes are recognised by name (an imported class by its name alone): a same-named class whose
+forward keeps the signature but computes something else would be rewritten wrongly (review the diff). The supported
+forward is transformers 4.34.1's (later versions added ``cache_position``: the factory then warns and keeps the
+original computation for an imported class). Only ``self.<attr> = Class(...)`` statements in ``__init__`` are
+rewritten; not local variables, ``nn.ModuleList`` elements, builder functions, or calls with ``*args`` /
+``**kwargs`` (refused: the arguments cannot be checked). Generated classes are not importable by name, so
+``torch.save(model)`` of a whole model cannot pickle them.
 
 **Performance**: measured (docs/KERNEL_PERFORMANCE.md; ``adopter_kernels.backends()`` shows the choice). On CPU the
 SDPA core was no faster than T5's eager attention in float32 (0.94-1.01x) and bfloat16 training (0.98-1.05x), so
