@@ -504,7 +504,7 @@ def attention_class_fits_drop_in(match: Match) -> bool:
     if key not in parsed.verdicts:
         parameters, attributes = ATTENTION_DROP_INS[match.rule.code]
         parsed.verdicts[key] = parsed.bound_once(func.value) and _fits_drop_in(parsed, func.value, parameters, attributes)
-    return parsed.verdicts[key]
+    return bool(parsed.verdicts[key])
 
 
 def _fits_drop_in(parsed: _ParsedModule, name: str, parameters: tuple[str, ...], attributes: tuple[str, ...]) -> bool:
