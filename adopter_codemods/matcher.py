@@ -258,6 +258,13 @@ def _default_expr(source: str) -> cst.BaseExpression:
     return cst.parse_expression(source)
 
 
+def _is_method_call(node: DLNode) -> bool:
+    """A tensor-method node (``x.softmax(-1)`` as ``torch.Tensor.softmax(x, -1)``): its receiver is no argument of the
+    call as written."""
+    func = node.call.func if node.call is not None else None
+    return isinstance(func, cst.Attribute) and bool(node.args) and node.args[0].expr is func.value
+
+
 def _match_call_args(
     pattern: CallNode, node: DLNode, qualname: Optional[str], env: dict[str, Binding]
 ) -> Optional[dict[str, Binding]]:
@@ -285,8 +292,11 @@ def _match_call_args(
             return None
         consumed = {id(v.expr) for n, v in _node_arguments(node, params).items() if n not in given}
         rest = tuple(a for a in node.call.args if id(a.value) not in consumed)
+        call_args = tuple(node.call.args)
+        if _is_method_call(node):  # the receiver is the first positional argument of `torch.Tensor.<name>`
+            call_args = (cst.Arg(node.args[0].expr), *call_args)
         new = dict(env)
-        new[pattern.args.rest.name] = RestArgs(rest, tuple(node.call.args))
+        new[pattern.args.rest.name] = RestArgs(rest, call_args)
         env = new
     elif pattern.args.rest is not None:
         new = dict(env)
@@ -1407,10 +1417,12 @@ def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
 
 def _layer_uses_covered(match: Match, matches: list[Match]) -> Optional[Reason]:
     for attr, binding in layers_to_delete(match):
-        # A call in a statement a branch plan copies into the other arm stays there: it is no covered use.
+        # A call in a statement a branch plan copies into the other arm stays there: it is no covered use. Nor is a
+        # call matched by a rewrite that keeps the layer (ADP005's pre-LN form passes the Dropout on).
         allowed = {
             id(n.call.func)
             for m in matches
+            if m is match or any(a == attr for a, _ in layers_to_delete(m))
             for n in m.nodes
             if n.layer == "self." + attr and n.call is not None and id(_statement_of(n, m)) not in _copied(m)
         }

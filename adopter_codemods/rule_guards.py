@@ -9,7 +9,72 @@ import libcst as cst
 from . import cstwalk
 from .guards import Refused, guard
 from .matcher import Match
-from .structure import Def, Site, Value
+from .signatures import SIGNATURES
+from .structure import Def, DLNode, Site, Use, Value
+
+
+# ------------------------------------------------------------------------------------------ ADP004 FastSoftmax
+
+# API -> parameters a call must supply: torch.softmax and Tensor.softmax have no default for `dim`.
+_SOFTMAX_REQUIRED = {"torch.nn.functional.softmax": 1, "torch.softmax": 2, "torch.Tensor.softmax": 2}
+
+
+@guard
+def softmax_arguments_fit(match: Match) -> bool:
+    """ADP004: the call binds to its API's signature (``signatures.py``): no keyword the API lacks (``_stacklevel``
+    is F.softmax's only), no more positional arguments than parameters, none given twice, the required ones given.
+    Anything else raises in the original, or is another library's ``softmax``: not a site for the fast path."""
+    (node,) = match.nodes
+    params = [name for name, _ in SIGNATURES[node.qualname or ""]]
+    if len(node.args) > len(params):
+        return False
+    given = params[: len(node.args)]
+    for name, _ in node.kwargs:
+        if name not in params or name in given:
+            return False
+        given.append(name)
+    return all(name in given for name in params[: _SOFTMAX_REQUIRED[node.qualname or ""]])
+
+
+# ------------------------------------------------------------------------------------------ ADP005 FuseDropoutLN
+
+
+@guard
+def prenorm_sum_read_later(match: Match) -> bool:
+    """ADP005 pre-LN forms (target ``($c, $b) = ...``): the sum ``$b`` and the normalised ``$c`` go to different names
+    (``output, output = ...`` would leave the sum, not the LayerNorm's output), and the sum is read after the
+    LayerNorm, by code the match does not cover: that is what makes the block pre-LN. The post-LN form passes."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
+    outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
+    if len(outputs) == 1:
+        return True
+    normed, summed = (match.env.get(v.name) for v in outputs)
+    assert isinstance(normed, Value) and isinstance(summed, Value)
+    names = [_assigned_name(match, value.vid) for value in (normed, summed)]
+    if None in names or names[0] == names[1]:
+        return False
+    matched = match.key()
+    events = match.path.events
+    start = next((i for i, e in enumerate(events) if e is match.anchor), len(events))
+    for event in events[start + 1 :]:
+        if isinstance(event, DLNode):
+            if (id(event.expr), event.layer) in matched:
+                continue
+            read = {vid for v in [*event.args, *(v for _, v in event.kwargs)] for _, vid in v.uses}
+        else:
+            read = set(event.vids) if isinstance(event, Use) else set()
+        if summed.vid in read:
+            return True
+    return False
+
+
+def _assigned_name(match: Match, vid: int) -> Optional[str]:
+    """The name of ``name = <node>`` whose node outputs `vid` among the matched nodes."""
+    node = next((n for n in match.nodes if n.out == vid), None)
+    small = node.site.small if node is not None else None
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value
+    return None
 
 
 # ------------------------------------------------------------------------------------------ ADP009 FuseQKV
