@@ -42,11 +42,14 @@ def rewrite_source(
 ) -> RewriteResult:
     """Apply rules (codes like ``ADP005`` or codemod names; None = all built-in rules) to source text.
 
+    `path` names the source in findings; when it is an existing file, base classes imported from other files are
+    resolved from there (docs/ENGINE.md, "Which classes are modules").
+
     Raises ``libcst.ParserSyntaxError`` for source that does not parse, and
     :class:`adopter_codemods.files.SourceError` for nesting too deep for LibCST's parser (checked without crashing).
     """
     module = _parse(source, path)
-    outcome = rewrite_module(module, _rules(rules, rule_files))
+    outcome = rewrite_module(module, _rules(rules, rule_files), path=path)
     if not outcome.applied:
         return RewriteResult(source)  # byte-identical, also where LibCST's str round trip is not (a leading BOM)
     findings = findings_for(module, outcome.applied, path)
@@ -62,7 +65,8 @@ def scan_source(
     path: str = "<string>",
     rule_files: Sequence[Path] = (),
 ) -> list[Finding]:
-    """Findings of every selected rule, each judged on the unmodified source; raises as :func:`rewrite_source`."""
+    """Findings of every selected rule, each judged on the unmodified source; `path` and errors as for
+    :func:`rewrite_source`."""
     module = _parse(source, path)
-    matches = find_all(build_module_structure(module), _rules(rules, rule_files))
+    matches = find_all(build_module_structure(module, path), _rules(rules, rule_files))
     return findings_for(module, matches, path, source=source.encode("utf-8"))

@@ -117,16 +117,16 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
             if cached is not None:
                 return _Scanned(path, cached[0], skipped=cached[1])
         module = load_module(path)
-        structure = build_module_structure(module)
+        structure = build_module_structure(module, path)
         source = data or _read(path)
         matches = find_all(structure, _RULES)
         findings = findings_for(module, matches, path, source=source)
         skipped = skips_for(structure, path, source)
         if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
-            cache.put(data, findings, skipped)
+            cache.put(data, findings, skipped, structure.dependencies)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
-            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure, matches).module.code)
+            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure, matches, path).module.code)
         return _Scanned(path, findings, fix=fix, skipped=skipped)
     except SourceError as exc:
         return _Scanned(path, error=exc.error)
@@ -147,8 +147,8 @@ class _Rewritten:
 def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
     try:
         module = load_module(path)
-        structure = build_module_structure(module)
-        outcome = rewrite_module(module, _RULES, structure)
+        structure = build_module_structure(module, path)
+        outcome = rewrite_module(module, _RULES, structure, path=path)
         skipped = skips_for(structure, path)  # of the input: later rounds re-walk the rewritten module
         if outcome.module.code == module.code:
             return _Rewritten(path, skipped=skipped)

@@ -1,7 +1,7 @@
 """The LibCST codemod every rule command derives from: a thin adapter over the engine.
 
-``METADATA_DEPENDENCIES`` declares :class:`ModelStructureProvider`, so the structure is computed once per file by
-LibCST's metadata machinery; the engine then matches, plans and rewrites.
+The structure is built once per file from ``context.filename`` (which base classes imported from other files are
+resolved against; LibCST's metadata providers never see the path); the engine then matches, plans and rewrites.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule, RuleSyntaxError
 from .engine import rewrite_module, skips_for
-from .provider import ModelStructureProvider
+from .provider import build_module_structure
 from .rules import load_user_rules, select_rules
 
 
@@ -38,7 +38,6 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
 
     RULES: ClassVar[tuple[str, ...]] = ("all",)
     DESCRIPTION: str = "Apply Adopter rules."
-    METADATA_DEPENDENCIES = (ModelStructureProvider,)
 
     def __init__(self, context: CodemodContext, rule_file: Optional[Sequence[str]] = None) -> None:
         super().__init__(context)
@@ -60,8 +59,8 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
         )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        structure = self.get_metadata(ModelStructureProvider, tree)
-        outcome = rewrite_module(tree, self.rules, structure)
+        structure = build_module_structure(tree, self.context.filename)
+        outcome = rewrite_module(tree, self.rules, structure, path=self.context.filename)
         # After matching: classes are only walked (and found too complex) when some rule could match them.
         for skip in skips_for(structure, self.context.filename or "<stdin>"):
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")

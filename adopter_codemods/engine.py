@@ -254,14 +254,16 @@ def rewrite_module(
     rules: Sequence[Rule],
     structure: Optional[ModuleStructure] = None,
     matches: Optional[Sequence[Match]] = None,
+    path: Optional[str] = None,
 ) -> RewriteOutcome:
     """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds. `matches`:
-    ``find_all(structure, rules)`` when the caller already has it (it is the first round's)."""
+    ``find_all(structure, rules)`` when the caller already has it (it is the first round's). `path`: the module's
+    file, for the structures of later rounds (see :func:`~adopter_codemods.provider.build_module_structure`)."""
     first: list[Match] = []
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
-            structure = build_module_structure(module)
+            structure = build_module_structure(module, path)
         found = matches if matches is not None and rounds == 0 else find_all(structure, rules)
         plans, chosen = select_compatible(found)
         if not plans:

@@ -101,7 +101,7 @@ def scan_file(path: Path, repeat: int) -> FileResult:
             return result
         t1 = time.perf_counter()
         try:
-            matches = find_all(build_module_structure(module), _RULES)
+            matches = find_all(build_module_structure(module, str(path)), _RULES)
             findings = findings_for(module, matches, str(path), source=data)
         except Exception:  # noqa: BLE001 - a bug in the engine; reported with where it happened
             last = traceback.format_exc().strip().splitlines()
@@ -179,14 +179,14 @@ def profile(files: list[Path], rule_keys: Optional[list[str]], limit: int) -> No
     for p in files:
         data = p.read_bytes()
         try:
-            modules.append((cst.parse_module(data), data))
+            modules.append((p, cst.parse_module(data), data))
         except Exception:  # noqa: BLE001 - listed by the timed run
             continue
     profiler = cProfile.Profile()
     profiler.enable()
-    for module, data in modules:
+    for path, module, data in modules:
         ensure_parser_survives("", data)
-        findings_for(module, find_all(build_module_structure(module), rules), "", source=data)
+        findings_for(module, find_all(build_module_structure(module, str(path)), rules), "", source=data)
     profiler.disable()
     print("\n== cProfile of the analysis (cumulative)")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(limit)

@@ -56,9 +56,9 @@ def main() -> int:
         try:
             t0 = time.perf_counter()
             module = cst.parse_module(data)
-            findings = findings_for(module, find_all(build_module_structure(module), rules), str(path))
+            findings = findings_for(module, find_all(build_module_structure(module, str(path)), rules), str(path))
             t1 = time.perf_counter()
-            outcome = rewrite_module(module, rules)
+            outcome = rewrite_module(module, rules, path=str(path))
             t2 = time.perf_counter()
         except Exception as exc:  # the report lists every failure instead of stopping at the first
             failures.append((str(path), f"{type(exc).__name__}: {exc}"[:300]))
@@ -70,7 +70,7 @@ def main() -> int:
             changed += 1
             code = outcome.module.code
             try:
-                again = rewrite_module(cst.parse_module(code), rules)
+                again = rewrite_module(cst.parse_module(code), rules, path=str(path))
             except cst.ParserSyntaxError as exc:
                 failures.append((str(path), f"rewritten file does not parse: {exc}"))
                 continue

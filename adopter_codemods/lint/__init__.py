@@ -57,6 +57,7 @@ class _FileState:
     module: cst.Module
     structure: ModuleStructure
     lint_only: bool  # `fixit lint` without `--diff`: the fix would go unused, so it is not built
+    path: Optional[str]  # the linted file, for bases imported from other files
     linters: list[LintRule] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
     pending: int = 0
@@ -75,7 +76,7 @@ class _FileState:
         self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
         fixable = [f for f in found if f.fixable]
         if fixable and not self.lint_only:
-            outcome = rewrite_module(self.module, self.rules, self.structure, matches)
+            outcome = rewrite_module(self.module, self.rules, self.structure, matches, self.path)
             if outcome.rounds:
                 self.fix, self.fix_at = outcome.module, fixable[0]
 
@@ -89,15 +90,24 @@ class _FileState:
 
 
 def _parsed_source(module: cst.Module) -> Optional[bytes]:
-    """The bytes Fixit parsed `module` from, which place the reported statements faster (as in ``scan``): Fixit
-    hands a rule the tree only, so take them from its ``LintRunner`` up the stack, if it holds this very module."""
+    """The bytes Fixit parsed `module` from, which place the reported statements faster (as in ``scan``)."""
+    runner = _runner(module)
+    return runner.source if runner is not None and isinstance(runner.source, bytes) else None
+
+
+def _linted_path(module: cst.Module) -> Optional[str]:
+    """The file Fixit lints `module` from, which base classes imported from other files are resolved against."""
+    runner = _runner(module)
+    return str(runner.path) if runner is not None else None
+
+
+def _runner(module: cst.Module) -> Optional[LintRunner]:
+    """Fixit hands a rule the tree only: its ``LintRunner`` up the stack, if it holds this very module."""
     frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code is _COLLECT_VIOLATIONS:
             runner = frame.f_locals.get("self")
-            if isinstance(runner, LintRunner) and runner.module is module and isinstance(runner.source, bytes):
-                return runner.source
-            return None
+            return runner if isinstance(runner, LintRunner) and runner.module is module else None
         frame = frame.f_back
     return None
 
@@ -149,7 +159,8 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 lint_only = lint_without_diff()
                 if lint_only:
                     _COLLECTOR.begin(id(node))
-                state = _FILES[id(node)] = _FileState(node, build_module_structure(node), lint_only)
+                path = _linted_path(node)
+                state = _FILES[id(node)] = _FileState(node, build_module_structure(node, path), lint_only, path)
             state.linters.append(self)
             state.rules.append(self.RULE)
             state.pending += 1
