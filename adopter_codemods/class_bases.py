@@ -116,7 +116,7 @@ def _dotted(node: ast.expr) -> Optional[str]:
 def _module_name(path: Path) -> str:
     directory = path.parent
     parts = [] if path.name == "__init__.py" else [path.stem]
-    while (directory / "__init__.py").is_file() and directory.parent != directory:
+    while os.path.isfile(directory / "__init__.py") and directory.parent != directory:
         parts.append(directory.name)
         directory = directory.parent
     return ".".join(reversed(parts))
@@ -125,7 +125,7 @@ def _module_name(path: Path) -> str:
 def _package_root(path: Path) -> Path:
     """The directory above the outermost ``__init__.py`` package holding `path` (its own directory if none)."""
     directory = path.parent
-    while (directory / "__init__.py").is_file() and directory.parent != directory:
+    while os.path.isfile(directory / "__init__.py") and directory.parent != directory:
         directory = directory.parent
     return directory
 
@@ -253,16 +253,17 @@ class BaseResolver:
         todo = [start]
         while todo and len(seen) < MAX_CLASSES:
             ref = todo.pop()
-            summary = self._summary(ref.path)
-            if ref in seen or summary is None or self._is_torch_base(summary, ref):
+            found = self._class(ref)
+            if ref in seen or found is None or self._is_torch_base(found[0], ref):
                 continue
             seen.add(ref)
-            class_reads, class_stores = summary.classes[ref.name].attributes()
+            class_reads, class_stores = found[1].attributes()
             reads |= class_reads
             stores |= class_stores
-            todo.extend(self._resolved_bases(summary, ref))
-        found = self._attributes[start] = (frozenset(reads), frozenset(stores))
-        return found
+            bases = (self._lookup(found[0], b.split("."), MAX_HOPS, frozenset()) for b in found[1].bases if b)
+            todo.extend(b for b in bases if b is not None)
+        result = self._attributes[start] = (frozenset(reads), frozenset(stores))
+        return result
 
     def dependencies(self) -> dict[str, object]:
         """What the results depend on besides the analysed file's text, as JSON (see :func:`dependencies_unchanged`):
@@ -297,7 +298,7 @@ class BaseResolver:
                 package = package.parent
             dirs: Optional[tuple[str, ...]] = (str(package),)
             init = package / "__init__.py"
-            current: Optional[str] = str(init) if init.is_file() else None
+            current: Optional[str] = str(init) if os.path.isfile(init) else None
         else:
             dirs, current = tuple(self.search_path()), None
         index = 0
@@ -342,14 +343,15 @@ class BaseResolver:
         """Whether a class of another file is a module class (`active`: the classes being judged, for cycles)."""
         if ref in self._verdicts:
             return self._verdicts[ref]
-        summary = self._summary(ref.path)
-        if summary is None or ref in active or len(active) >= MAX_HOPS:
+        found_class = self._class(ref)
+        if found_class is None or ref in active or len(active) >= MAX_HOPS:
             return False
+        summary, info = found_class
         if self._is_torch_base(summary, ref):
             return True  # torch's own class, reached through torch's sources
         active = active | {ref}
         result = False
-        for base in summary.classes[ref.name].bases:
+        for base in info.bases:
             if base is None:
                 continue
             qualname = self._qualified(summary, base)
@@ -366,9 +368,10 @@ class BaseResolver:
         self._verdicts[ref] = result
         return result
 
-    def _resolved_bases(self, summary: FileSummary, ref: ClassRef) -> list[ClassRef]:
-        found = (self._lookup(summary, b.split("."), MAX_HOPS, frozenset()) for b in summary.classes[ref.name].bases if b)
-        return [f for f in found if f is not None]
+    def _class(self, ref: ClassRef) -> Optional[tuple[FileSummary, ClassSummary]]:
+        summary = self._summary(ref.path)
+        info = summary.classes.get(ref.name) if summary is not None else None  # gone if the file changed meanwhile
+        return None if summary is None or info is None else (summary, info)
 
     @staticmethod
     def _is_torch_base(summary: FileSummary, ref: ClassRef) -> bool:
@@ -414,7 +417,7 @@ def locate(name: str, dirs: tuple[str, ...]) -> Optional[Located]:
     importing anything; None when absent or not Python source (a C extension, bytecode only)."""
     try:
         spec = importlib.machinery.PathFinder.find_spec(name, list(dirs))
-    except (ImportError, ValueError, OSError):
+    except Exception:  # noqa: BLE001 - a path hook failing on an odd sys.path entry: the name stays unresolved
         return None
     if spec is None:
         return None
@@ -459,7 +462,7 @@ def _existing_file(path: Optional[str]) -> Optional[Path]:
         return None
     try:
         resolved = Path(path).resolve()
-        return resolved if resolved.is_file() else None
+        return resolved if os.path.isfile(resolved) else None  # never raises
     except (OSError, RuntimeError, ValueError):
         return None
 

@@ -1311,7 +1311,9 @@ def _descendants(name: str, subclasses: dict[str, set[str]]) -> list[str]:
 class ModelStructureProvider(BaseMetadataProvider[ModuleStructure]):
     """LibCST metadata provider: ``wrapper.resolve(ModelStructureProvider)[module]`` is the ModuleStructure.
 
-    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``.
+    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``. A provider gets
+    no file path, so bases imported from other files are judged by name only; the codemods build the structure
+    with ``context.filename`` instead.
     """
 
     def _gen_impl(self, module: cst.Module) -> None:
