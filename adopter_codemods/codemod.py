@@ -1,7 +1,9 @@
 """The LibCST codemod every rule command derives from: a thin adapter over the engine.
 
-The structure is built once per file from ``context.filename`` (which base classes imported from other files are
-resolved against; LibCST's metadata providers never see the path); the engine then matches, plans and rewrites.
+The engine builds the structure once per file from ``context.filename``, which base classes imported from other
+files are resolved against (a LibCST metadata provider never sees the path), then matches, plans and rewrites.
+:func:`rule_codemod` makes the codemod class of a built-in rule from its rule files
+(``adopter_codemods.commands.builtin``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule, RuleSyntaxError
-from .engine import rewrite_module, skips_for
-from .provider import build_module_structure
-from .rules import load_user_rules, select_rules
+from .engine import analyse
+from .rules import load_user_rules, rule_doc, rule_targets, select_rules
 
 
 def _checked_rule_file(path: str) -> str:
@@ -59,11 +60,25 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
         )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        structure = build_module_structure(tree, self.context.filename)
-        outcome = rewrite_module(tree, self.rules, structure, path=self.context.filename)
-        # After matching: classes are only walked (and found too complex) when some rule could match them.
-        for skip in skips_for(structure, self.context.filename or "<stdin>"):
+        path = self.context.filename or "<stdin>"
+        analysis = analyse(tree, self.rules, path)
+        outcome = analysis.rewrite()
+        for skip in analysis.skips():
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
         return outcome.module
+
+
+def rule_codemod(rule: Rule, module: str) -> type[AdopterCodemod]:
+    """The codemod class of one rule, named after it, defined as ``module.<rule name>``: its docstring is the rule's
+    documentation (``rules/<CODE>_<name>.md``), its description the rule's summary and kernel targets."""
+    targets = ", ".join(rule_targets(rule))
+    attributes = {
+        "__doc__": rule_doc(rule) or f"{rule.code} {rule.name}: {rule.summary}",
+        "__module__": module,
+        "__qualname__": rule.name,
+        "DESCRIPTION": f"{rule.code}: {rule.summary}" + (f" (into {targets})." if targets else "."),
+        "RULES": (rule.code,),
+    }
+    return type(rule.name, (AdopterCodemod,), attributes)

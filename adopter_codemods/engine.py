@@ -1,17 +1,22 @@
 """Run rules over one parsed module: findings for reports, rewritten modules for codemods.
 
-This is the one place that ties provider, matcher and rewriter together; every front-end (codemods, Fixit rules,
-``scan``, pre-commit, the Python API) calls it.
+This is the one place that ties parser, provider, matcher and rewriter together. Every front-end (codemods, Fixit
+rules, ``scan``/``rewrite``, pre-commit, the Python API) and benchmark starts with one entry point, which parses
+with the crash screen (when given text), builds the model structure and matches the rules once:
+:func:`analyse_file` (a path), :func:`analyse_source` (source text or bytes) or :func:`analyse` (a module LibCST
+or Fixit already parsed). The :class:`Analysis` it returns gives the findings (with positions), the skipped
+units and the rewritten module, each computed on first use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
 from .matcher import LayerRef, Match, find_matches, may_match
@@ -105,22 +110,21 @@ def findings_for(
     module: cst.Module,
     matches: Sequence[Match],
     path: str,
-    positions: Optional[object] = None,
     source: Optional[bytes] = None,
 ) -> list[Finding]:
     """Findings with line numbers; computes positions only when there is something to report (faster when the
     module's `source` bytes are given: see :func:`positions.statement_positions`)."""
     if not matches:
         return []
-    if positions is None:
-        positions = _positions(module, matches, source)
+    positions = _positions(module, matches, source)
     out = []
     for m in matches:
-        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]  # type: ignore[operator]
+        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
-        function = m.anchor.site.function.split(".")[-1] if m.plan not in ("init", "container") else "__init__"
+        anchor = m.anchor if m.plan not in ("init", "container") else None
+        function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
         out.append(
             Finding(
                 m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
@@ -138,7 +142,7 @@ def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = N
     if not units:
         return []
     module = structure.module
-    tops = [cls.node for cls, _, _ in units if cls.node is not None]
+    tops: list[cst.CSTNode] = [cls.node for cls, _, _ in units if cls.node is not None]
     tops += [node for cls, node, _ in units if cls.node is None]
     nodes = [node for _, node, _ in units]
     positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, nodes, source)
@@ -171,7 +175,7 @@ def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[by
     """Positions inside the top-level classes/functions holding the matches; PositionProvider renders the whole
     module (slower than parsing it), so it is the fallback for a node found nowhere else."""
     functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
-    tops = [m.cls.node for m in matches if m.cls.node is not None]
+    tops: list[cst.CSTNode] = [m.cls.node for m in matches if m.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
     reported = [s for m in matches for s in _reported_nodes(m)]
     positions = statement_positions(module, tops, reported, source)
@@ -235,10 +239,16 @@ def _same_init_edits(plans: Sequence[EditPlan]) -> bool:
     empty = cst.Module([])
     for plan in plans:
         for key in plan.init_nodes:
-            code = empty.code_for_node(plan.replace[key]) if key in plan.replace else "<deleted>"
+            code = _code(empty, plan.replace[key]) if key in plan.replace else "<deleted>"
             if seen.setdefault(key, code) != code:
                 return False
     return True
+
+
+def _code(module: cst.Module, node: Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]) -> str:
+    if isinstance(node, cst.FlattenSentinel):
+        return "".join(module.code_for_node(n) for n in node.nodes)
+    return module.code_for_node(node)
 
 
 @dataclass
@@ -274,3 +284,63 @@ def rewrite_module(
         structure = None
         rounds += 1
     return RewriteOutcome(module, first, rounds)
+
+
+@dataclass
+class Analysis:
+    """The rules matched on one parsed file, each judged on the unmodified module. `source`: the bytes the module
+    was parsed from, when known (positions are then found faster); `path` names the file in findings and skips."""
+
+    module: cst.Module
+    rules: Sequence[Rule]
+    path: str
+    source: Optional[bytes]
+    structure: ModuleStructure
+    matches: list[Match]
+    _rewritten: Optional[RewriteOutcome] = field(default=None, init=False, repr=False)
+
+    def findings(self, matches: Optional[Sequence[Match]] = None) -> list[Finding]:
+        """Findings of the matches (or of `matches`, some of them, such as ``rewrite().applied``)."""
+        return findings_for(self.module, self.matches if matches is None else matches, self.path, source=self.source)
+
+    def skips(self) -> list[Skip]:
+        """The units of the input the walk gave up on (later rewrite rounds re-walk the rewritten module)."""
+        return skips_for(self.structure, self.path, self.source)
+
+    def rewrite(self) -> RewriteOutcome:
+        """Every rule applied until nothing changes (:func:`rewrite_module`); the first round is these matches."""
+        if self._rewritten is None:
+            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches, self.path or None)
+        return self._rewritten
+
+
+def analyse(
+    module: cst.Module,
+    rules: Sequence[Rule],
+    path: Optional[str] = None,
+    *,
+    source: Optional[bytes] = None,
+    structure: Optional[ModuleStructure] = None,
+) -> Analysis:
+    """Match `rules` on a parsed module. `structure`: the module's, when a LibCST metadata provider already built it
+    (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
+    are resolved from it (:mod:`.class_bases`)."""
+    if structure is None:
+        structure = build_module_structure(module, path)
+    return Analysis(module, rules, path or "", source, structure, find_all(structure, rules))
+
+
+def analyse_source(source: Union[str, bytes], rules: Sequence[Rule], path: str = "<string>") -> Analysis:
+    """Parse source (:func:`files.parse`: raises :class:`files.SourceError` for nesting that would crash LibCST's
+    parser, ``libcst.ParserSyntaxError`` for invalid syntax) and match `rules` on it."""
+    module = files.parse(source, path)
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    return analyse(module, rules, path, source=data)
+
+
+def analyse_file(path: str, rules: Sequence[Rule], data: Optional[bytes] = None) -> Analysis:
+    """Read (unless its bytes are given as `data`), decode and parse a file (:func:`files.parse_file`: every problem
+    is a located :class:`files.SourceError`) and match `rules` on it."""
+    if data is None:
+        data = files.read_source(path)
+    return analyse(files.parse_file(path, data), rules, path, source=data)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Iterable, Iterator, Literal, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -28,6 +28,8 @@ from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
 
+# Sets and dicts here key CST nodes by id(): LibCST nodes hash by identity too, but through a Python-level __hash__
+# several times slower than id(), on the paths of every class (the scan's hot loop).
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
 
@@ -67,6 +69,12 @@ class RestArgs:
 Binding = Union[Value, LayerRef, InitArg, RestArgs]
 
 
+# How a match is rewritten (docs/ENGINE.md): "" until planned; "inline" (nested in the anchor call), "block"
+# (statements of the anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the
+# region kept as written under conditions), "init" (an instantiation rule), "container" (an nn.Sequential).
+Plan = Literal["", "inline", "block", "branch", "fallback", "init", "container"]
+
+
 @dataclass(eq=False)
 class Match:
     rule: Rule
@@ -76,7 +84,7 @@ class Match:
     env: dict[str, Binding]
     init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
     anchor: Optional[DLNode] = None
-    plan: str = ""  # "inline" | "block" | "branch" | "init" (init-only rule) | "container" (nn.Sequential)
+    plan: Plan = ""
     deleted: list[cst.CSTNode] = field(default_factory=list)  # forward small statements that disappear
     branch_if: Optional[cst.If] = None
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
@@ -471,7 +479,8 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     """(intermediate value ids, target output ids) of the matched nodes."""
     assert match.rule.forward is not None and match.rule.forward.target is not None
     target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
-    inter, outs = set(), set()
+    inter: set[int] = set()
+    outs: set[int] = set()
     for i, pattern in enumerate(match.rule.forward.source):
         if isinstance(pattern, Wildcard) or i in match.skipped:
             continue
@@ -482,7 +491,7 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     return inter, outs
 
 
-def _plan(match: Match) -> Optional[str]:
+def _plan(match: Match) -> Optional[Plan]:
     """Decide where the fused call goes and which statements disappear; None when no safe plan exists."""
     nodes = match.nodes
     anchor = max(nodes, key=lambda n: n.index)
@@ -960,7 +969,7 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
             init = _init_pattern_for(rule, pattern.layer.name)
             wanted, present = (init.types if init is not None else ()), types
         else:
-            wanted, present = pattern.types, cls.callees | types  # a function pattern also matches a layer's type
+            wanted, present = pattern.types, types | cls.callees  # a function pattern also matches a layer's type
         if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
             return False
     return True

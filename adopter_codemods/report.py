@@ -1,66 +1,38 @@
 """Output formats of the command-line front-end: linter-style text, the JSON contract (docs/DESIGN.md §6), SARIF 2.1.0.
 
-Also the rule metadata every front-end shows (codemod docstring, kernel targets) and text diffs, all derived from
-the rule registry so nothing is hand-maintained per rule.
+Also text diffs; the rule metadata shown (documentation, kernel targets) comes from the rule registry
+(:mod:`.rules`), so nothing is hand-maintained per rule.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-import inspect
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 from urllib.parse import quote
 
-from . import CODEMODS, __version__
-from .dsl import CallNode, Rule
+from . import __version__
+from .dsl import Rule
 from .engine import Finding, Skip
 from .files import FileError
+from .rules import rule_doc, rule_targets
 
 JSON_VERSION = 2  # 2: the "skipped" list
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "adopter-codemods"
 
 
-# ------------------------------------------------------------------------------------------- rule metadata
+_INLINE_CODE = re.compile(r"`([^`]+)`")
 
 
-def rule_doc(rule: Rule) -> Optional[str]:
-    """The docstring of the rule's codemod class (``adopter_codemods.commands``), cleaned; None for user rules."""
-    module = CODEMODS.get(rule.name)
-    if module is None:
-        return None
-    cls = getattr(importlib.import_module(f"adopter_codemods.commands.{module}"), rule.name, None)
-    doc = inspect.getdoc(cls) if cls is not None else None
-    return doc or None
-
-
-def doc_sections(doc: str) -> list[tuple[str, str]]:
-    """Split a rule docstring into ``(title, text)`` sections at ``**Title**:`` paragraphs; the intro has title ""."""
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    for line in doc.splitlines():
-        if line.startswith("**") and "**" in line[2:]:
-            title, rest = line[2:].split("**", 1)
-            sections.append((title.strip(), [rest.lstrip(":").strip()] if rest.lstrip(":").strip() else []))
-        else:
-            sections[-1][1].append(line)
-    return [(title, "\n".join(lines).strip("\n")) for title, lines in sections if "".join(lines).strip()]
-
-
-def rule_targets(rule: Rule) -> list[str]:
-    """The kernels a rule rewrites to: the callables named in its target patterns, and its drop-in container."""
-    names: list[str] = []
-    for variant in (rule, *rule.alternatives):
-        for item in (variant.init, variant.forward):
-            if item is not None and item.target is not None:
-                names.extend(t for node in item.target if isinstance(node, CallNode) for t in node.types)
-        if variant.sequential:
-            names.append(variant.sequential)
-    return list(dict.fromkeys(names))
+def plain(markdown: str) -> str:
+    """A rule's Markdown documentation as plain text (a terminal, SARIF's ``text`` fields): inline code without its
+    backquotes; indented code blocks stay as written."""
+    return _INLINE_CODE.sub(r"\1", markdown)
 
 
 # ------------------------------------------------------------------------------------------------- diffs
@@ -175,8 +147,8 @@ def _rule_descriptor(rule: Rule) -> dict[str, object]:
     }
     doc = rule_doc(rule)
     if doc:
-        descriptor["fullDescription"] = {"text": doc.split("\n\n", 1)[0]}
-        descriptor["help"] = {"text": doc}
+        descriptor["fullDescription"] = {"text": plain(doc.split("\n\n", 1)[0])}
+        descriptor["help"] = {"text": plain(doc), "markdown": doc}
     return descriptor
 
 

@@ -89,7 +89,7 @@ def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optiona
         elif isinstance(expr, cst.Call):
             func = expr.func
             receiver = _root_name(func.value) if isinstance(func, cst.Attribute) else None
-            if receiver is not None and held(receiver):
+            if isinstance(func, cst.Attribute) and receiver is not None and held(receiver):
                 expr = func.value  # a method of a tracked tensor
             else:
                 positional = [a.value for a in expr.args if a.keyword is None and not a.star]

@@ -119,7 +119,8 @@ class _ParsedModule:
         for stmt in module.body:
             if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
                 self.defs.setdefault(stmt.name.value, []).append(stmt)
-        self.verdicts: dict[tuple[object, ...], int] = {}  # memo of the guards' checks per definition
+        # memo of the guards' checks per definition: a verdict (bool) or a method count (int)
+        self.verdicts: dict[tuple[object, ...], int] = {}
         self._asts: dict[str, ast.AST] = {}
         self._rotations: Optional[set[str]] = None
         self._bindings: Optional[dict[str, int]] = None
@@ -329,7 +330,7 @@ def rms_norm_class_is_exact(match: Match) -> bool:
     key = ("rms_norm", value.func.value, cast, weight, eps)
     if key not in parsed.verdicts:
         parsed.verdicts[key] = _rms_norm_class(parsed, value.func.value, cast, weight, eps)
-    return parsed.verdicts[key]
+    return bool(parsed.verdicts[key])
 
 
 def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
@@ -418,7 +419,7 @@ def rotate_half_is_exact(match: Match) -> bool:
         templates = ROTATE_EVERY_TWO_TEMPLATES if interleaved else ROTATE_HALF_TEMPLATES
         exact = dump is not None and any(dump == _template_dumps(t)[1] for t in templates)
         parsed.verdicts[key] = exact and parsed.bound_once(name)
-    return parsed.verdicts[key]
+    return bool(parsed.verdicts[key])
 
 
 def _interleaved(match: Match) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from adopter_codemods import cli
+from adopter_codemods import cli, files
 from adopter_codemods.api import rewrite_source, scan_source
 from adopter_codemods.class_bases import BaseResolver, dependencies_unchanged
 from adopter_codemods.provider import build_module_structure
@@ -241,7 +241,7 @@ def test_init_inherited_from_another_file_is_not_read(tmp_path: Path) -> None:
 
 def test_rewrite_through_a_base_in_another_file_runs_the_same(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from adopter_codemods.equivalence import compare_models, load_source_as_module
+    from adopter_kernels.equivalence import compare_models, load_source_as_module
 
     write(tmp_path, {"pkg/__init__.py": "", "pkg/base.py": MODULE_BASE, "pkg/model.py": block("from .base import Base")})
     path = tmp_path / "pkg" / "model.py"
@@ -312,8 +312,8 @@ def test_scan_cache_misses_when_a_base_file_changes(tmp_path: Path, monkeypatch:
 
     assert scan() == ["ADP005"]
     parsed: list[str] = []
-    real = cli.load_module
-    monkeypatch.setattr(cli, "load_module", lambda p: parsed.append(p) or real(p))
+    real = files.parse_file
+    monkeypatch.setattr(files, "parse_file", lambda p, data: parsed.append(p) or real(p, data))
     assert scan() == ["ADP005"] and parsed == []  # served from the cache
     (tmp_path / "pkg" / "base.py").write_text("class Base:\n    pass\n", encoding="utf-8")  # no longer a module
     assert scan() == [] and parsed == ["pkg/model.py"]

@@ -24,7 +24,7 @@ import transformers
 
 from adopter_codemods.api import rewrite_source
 from adopter_codemods.class_bases import BaseResolver
-from adopter_codemods.equivalence import compare_models, load_source_as_module
+from adopter_kernels.equivalence import compare_models, load_source_as_module
 from adopter_codemods.provider import build_module_structure
 
 SMALL = dict(vocab_size=50, max_position_embeddings=64)

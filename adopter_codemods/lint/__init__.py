@@ -39,12 +39,9 @@ from fixit.engine import LintRunner
 from libcst.metadata import CodePosition, CodeRange
 
 from ..dsl import Rule
-from ..engine import Finding, find_all, findings_for, rewrite_module
+from ..engine import Finding, analyse
 from ..gc_pause import CollectorHold
-from ..provider import build_module_structure
-from ..report import rule_doc
-from ..rules import builtin_rules
-from ..structure import ModuleStructure
+from ..rules import builtin_rules, rule_doc
 from .mode import lint_without_diff
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"  # source checkouts only
@@ -55,9 +52,7 @@ class _FileState:
     """What the Adopter rules linting one file share; dropped when the last of them leaves the module."""
 
     module: cst.Module
-    structure: ModuleStructure
     lint_only: bool  # `fixit lint` without `--diff`: the fix would go unused, so it is not built
-    path: Optional[str]  # the linted file, for bases imported from other files
     linters: list[LintRule] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
     pending: int = 0
@@ -71,12 +66,15 @@ class _FileState:
         both by the engine, so the fix never rewrites a silenced site."""
         if self.findings is not None:
             return
-        matches = find_all(self.structure, self.rules)
-        found = findings_for(self.module, matches, "", source=_parsed_source(self.module))  # one positions pass for all
+        runner = _runner(self.module)
+        source = runner.source if runner is not None and isinstance(runner.source, bytes) else None
+        # The linted file's path: bases imported from other files are resolved from it.
+        analysis = analyse(self.module, self.rules, str(runner.path) if runner else None, source=source)
+        found = analysis.findings()  # one positions pass for all
         self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
         fixable = [f for f in found if f.fixable]
         if fixable and not self.lint_only:
-            outcome = rewrite_module(self.module, self.rules, self.structure, matches, self.path)
+            outcome = analysis.rewrite()
             if outcome.rounds:
                 self.fix, self.fix_at = outcome.module, fixable[0]
 
@@ -89,20 +87,10 @@ class _FileState:
         return f" (autofix: the fix of line {self.fix_at.line})" if self.fix_at else ""
 
 
-def _parsed_source(module: cst.Module) -> Optional[bytes]:
-    """The bytes Fixit parsed `module` from, which place the reported statements faster (as in ``scan``)."""
-    runner = _runner(module)
-    return runner.source if runner is not None and isinstance(runner.source, bytes) else None
-
-
-def _linted_path(module: cst.Module) -> Optional[str]:
-    """The file Fixit lints `module` from, which base classes imported from other files are resolved against."""
-    runner = _runner(module)
-    return str(runner.path) if runner is not None else None
-
-
 def _runner(module: cst.Module) -> Optional[LintRunner]:
-    """Fixit hands a rule the tree only: its ``LintRunner`` up the stack, if it holds this very module."""
+    """Fixit's ``LintRunner`` of `module`, for the bytes it parsed (which place the reported statements faster, as
+    in ``scan``) and the file's path: Fixit hands a rule the tree only, so take it from up the stack, if it holds
+    this very module."""
     frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code is _COLLECT_VIOLATIONS:
@@ -159,8 +147,7 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 lint_only = lint_without_diff()
                 if lint_only:
                     _COLLECTOR.begin(id(node))
-                path = _linted_path(node)
-                state = _FILES[id(node)] = _FileState(node, build_module_structure(node, path), lint_only, path)
+                state = _FILES[id(node)] = _FileState(node, lint_only)
             state.linters.append(self)
             state.rules.append(self.RULE)
             state.pending += 1
