@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from .dsl import Rule
-from .engine import Finding, analyse_source
+from .engine import Finding, RefusedSite, analyse_source
 from .rules import select_rules
 
 
@@ -56,3 +56,15 @@ def scan_source(
 ) -> list[Finding]:
     """Findings of every selected rule, each judged on the unmodified source; raises as :func:`rewrite_source`."""
     return analyse_source(source, _rules(rules, rule_files), path).findings()
+
+
+def refused_sites(
+    source: str,
+    rules: Optional[Iterable[str]] = None,
+    *,
+    path: str = "<string>",
+    rule_files: Sequence[Path] = (),
+) -> list[RefusedSite]:
+    """The sites each selected rule matched structurally but refused, with the reason (what ``scan
+    --show-refused`` lists); raises as :func:`rewrite_source`."""
+    return analyse_source(source, _rules(rules, rule_files), path, with_refusals=True).refused()

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO, TypeVar
 from . import __version__, guards, matcher
 from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
-from .engine import Finding, Skip, analyse_file, analyse_source
+from .engine import Finding, RefusedSite, Skip, analyse_file, analyse_source
 from .files import FileError, SourceError, atomic_write, discover
 from .init_config import CONFIG_NAME, write_config
 from .report import (
@@ -94,9 +94,10 @@ class _Scanned:
     error: Optional[FileError] = None
     fix: list[Replacement] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    refused: list[RefusedSite] = field(default_factory=list)
 
 
-def _scan_file(path: str, with_fix: bool) -> _Scanned:
+def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
         cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
         data = _readable(path) if cache else None
@@ -104,14 +105,14 @@ def _scan_file(path: str, with_fix: bool) -> _Scanned:
             cached = cache.get(data, path)
             if cached is not None:
                 return _Scanned(path, cached[0], skipped=cached[1])
-        analysis = analyse_file(path, _RULES, data)
+        analysis = analyse_file(path, _RULES, data, with_refusals=show_refused)
         findings, skipped = analysis.findings(), analysis.skips()
         if cache and data is not None:  # judged on these very bytes, even if the file was edited meanwhile
             cache.put(data, findings, skipped, analysis.structure.dependencies)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
             fix = text_replacements(analysis.module.code, analysis.rewrite().module.code)
-        return _Scanned(path, findings, fix=fix, skipped=skipped)
+        return _Scanned(path, findings, fix=fix, skipped=skipped, refused=analysis.refused())
     except SourceError as exc:
         return _Scanned(path, error=exc.error)
     except Exception as exc:  # one file crashing the engine must not hide the results of the others
@@ -206,8 +207,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     # As ruff does: no PATH means the current directory, except for the pre-commit hook, which lists the files.
     roots = args.paths or ([] if args.no_default_path else [os.curdir])
     paths, errors = discover(roots, args.exclude)
-    worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
-    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
+    worker = functools.partial(_scan_file, with_fix=args.format == "sarif", show_refused=args.show_refused)
+    use_cache = not args.no_cache and not args.show_refused  # refusals are not stored in the cache
+    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, use_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
     results = ScanResults(
         files_scanned=sum(s.error is None for s in scanned),
@@ -215,6 +217,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         errors=errors,
         fixes={s.path: s.fix for s in scanned if s.fix},
         skipped=[u for s in scanned for u in s.skipped],
+        refused=[r for s in scanned for r in s.refused] if args.show_refused else None,
     )
     if args.format == "json":
         sys.stdout.write(format_json(results))
@@ -438,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
         "report rewrite sites (text, JSON or SARIF); changes no file (keeps a re-run cache in ./.adopter_cache)",
         "Report every place a rule can rewrite. Text goes to stdout as `path:line:col: CODE message` with a summary "
         "on stderr; --format json prints the machine-readable report, --format sarif a SARIF 2.1.0 log for GitHub "
-        "code scanning.",
+        "code scanning. --show-refused also lists each site a rule matched structurally but refused, with the "
+        "reason and the line causing it.",
         cmd_scan,
     )
     _add_file_options(scan, "default: the current directory")
@@ -450,6 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rule_options(scan)
     scan.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
+    )
+    scan.add_argument(
+        "--show-refused",
+        action="store_true",
+        help="also list each site a rule matched structurally but refused, with the reason and the line causing it "
+        "(text: `CODE refused at path:line:col: reason (line N)`; JSON: a \"refused\" list; SARIF: note results); "
+        "sites silenced by # noqa are listed too; bypasses the cache",
     )
     scan.add_argument(
         "--no-cache",

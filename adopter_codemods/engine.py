@@ -19,7 +19,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import LayerRef, Match, find_matches, may_match
+from .matcher import LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
 from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -83,10 +83,50 @@ class Skip:
         return {"path": self.path, "class": self.cls, "function": self.function, "line": self.line, "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class RefusedSite:
+    """A site a rule matched structurally but refused (``scan --show-refused``): where it is reported (as a finding
+    would be), the reason category and sentence, and the line of the cause (None when the check names none)."""
+
+    code: str
+    rule: str
+    path: str
+    cls: str
+    function: str
+    line: int
+    end_line: int
+    category: RefusalCategory
+    reason: str
+    cause_line: Optional[int] = None
+    # As Finding's: for text and SARIF positions, not part of the JSON contract.
+    col: int = 1
+    end_col: int = 1
+    cause_col: int = 1
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "rule": self.rule,
+            "path": self.path,
+            "class": self.cls,
+            "function": self.function,
+            "line": self.line,
+            "end_line": self.end_line,
+            "category": self.category.value,
+            "reason": self.reason,
+            "cause_line": self.cause_line,
+        }
+
+
 @collector_paused
-def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
+def find_all(
+    structure: ModuleStructure, rules: Sequence[Rule], refusals: Optional[list[Refusal]] = None
+) -> list[Match]:
     """Every safe match of every rule, each rule judged on the unmodified module. Sites silenced by a suppression
-    comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them."""
+    comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them.
+
+    With a `refusals` list, also appends the sites each rule matched structurally but refused (silenced ones
+    included, as :attr:`RefusalCategory.SUPPRESSED`; a rule silenced for the whole file is not run at all)."""
     matches: list[Match] = []
     fallback = [v for rule in rules for v in (rule, *rule.alternatives) if v.fallback and v.forward is not None]
     for cls in structure.classes:
@@ -95,7 +135,7 @@ def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
         if file_suppressed(structure.module, (rule.code, rule.name)):
             continue
         for cls in structure.classes:
-            matches.extend(find_matches(rule, cls))
+            matches.extend(find_matches(rule, cls, refusals))
     return matches
 
 
@@ -132,6 +172,36 @@ def findings_for(
             )
         )
     out.sort(key=lambda f: (f.line, f.code))
+    return out
+
+
+@collector_paused
+def refusals_for(
+    module: cst.Module, refusals: Sequence[Refusal], path: str, source: Optional[bytes] = None
+) -> list[RefusedSite]:
+    """:class:`RefusedSite` per refusal, positioned as :func:`findings_for` positions findings."""
+    if not refusals:
+        return []
+    wanted = [n for r in refusals for n in (*r.statements, *((r.cause,) if r.cause is not None else ()))]
+    tops = [s for s in module.body if isinstance(s, (cst.ClassDef, cst.FunctionDef))]
+    positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, wanted, source)
+    if not all(n in positions for n in wanted):  # a cause inside a statement (a `self.layer` reference)
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    out = []
+    for r in refusals:
+        ranges = [positions[s] for s in r.statements]
+        first = min(ranges, key=lambda c: (c.start.line, c.start.column))
+        last = max(ranges, key=lambda c: (c.end.line, c.end.column))
+        cause = positions[r.cause] if r.cause is not None else None
+        out.append(
+            RefusedSite(
+                r.code, r.rule, path, r.cls, r.function, first.start.line, last.end.line, r.category, r.reason,
+                cause.start.line if cause is not None else None,
+                col=first.start.column + 1, end_col=last.end.column + 1,
+                cause_col=cause.start.column + 1 if cause is not None else 1,
+            )
+        )
+    out.sort(key=lambda r: (r.line, r.code))
     return out
 
 
@@ -297,11 +367,16 @@ class Analysis:
     source: Optional[bytes]
     structure: ModuleStructure
     matches: list[Match]
+    refusals: Optional[list[Refusal]] = None  # collected only when asked for (`analyse(..., with_refusals=True)`)
     _rewritten: Optional[RewriteOutcome] = field(default=None, init=False, repr=False)
 
     def findings(self, matches: Optional[Sequence[Match]] = None) -> list[Finding]:
         """Findings of the matches (or of `matches`, some of them, such as ``rewrite().applied``)."""
         return findings_for(self.module, self.matches if matches is None else matches, self.path, source=self.source)
+
+    def refused(self) -> list[RefusedSite]:
+        """The sites a rule matched structurally but refused, with the reason; [] unless collected."""
+        return refusals_for(self.module, self.refusals or [], self.path, self.source)
 
     def skips(self) -> list[Skip]:
         """The units of the input the walk gave up on (later rewrite rounds re-walk the rewritten module)."""
@@ -321,26 +396,34 @@ def analyse(
     *,
     source: Optional[bytes] = None,
     structure: Optional[ModuleStructure] = None,
+    with_refusals: bool = False,
 ) -> Analysis:
     """Match `rules` on a parsed module. `structure`: the module's, when a LibCST metadata provider already built it
     (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
-    are resolved from it (:mod:`.class_bases`)."""
+    are resolved from it (:mod:`.class_bases`); `with_refusals`: also collect the refused sites
+    (:meth:`Analysis.refused`)."""
     if structure is None:
         structure = build_module_structure(module, path)
-    return Analysis(module, rules, path or "", source, structure, find_all(structure, rules))
+    refusals: Optional[list[Refusal]] = [] if with_refusals else None
+    matches = find_all(structure, rules, refusals)
+    return Analysis(module, rules, path or "", source, structure, matches, refusals)
 
 
-def analyse_source(source: Union[str, bytes], rules: Sequence[Rule], path: str = "<string>") -> Analysis:
+def analyse_source(
+    source: Union[str, bytes], rules: Sequence[Rule], path: str = "<string>", *, with_refusals: bool = False
+) -> Analysis:
     """Parse source (:func:`files.parse`: raises :class:`files.SourceError` for nesting that would crash LibCST's
     parser, ``libcst.ParserSyntaxError`` for invalid syntax) and match `rules` on it."""
     module = files.parse(source, path)
     data = source.encode("utf-8") if isinstance(source, str) else source
-    return analyse(module, rules, path, source=data)
+    return analyse(module, rules, path, source=data, with_refusals=with_refusals)
 
 
-def analyse_file(path: str, rules: Sequence[Rule], data: Optional[bytes] = None) -> Analysis:
+def analyse_file(
+    path: str, rules: Sequence[Rule], data: Optional[bytes] = None, *, with_refusals: bool = False
+) -> Analysis:
     """Read (unless its bytes are given as `data`), decode and parse a file (:func:`files.parse_file`: every problem
     is a located :class:`files.SourceError`) and match `rules` on it."""
     if data is None:
         data = files.read_source(path)
-    return analyse(files.parse_file(path, data), rules, path, source=data)
+    return analyse(files.parse_file(path, data), rules, path, source=data, with_refusals=with_refusals)
