@@ -347,14 +347,16 @@ def rewrite_module(
     rules: Sequence[Rule],
     structure: Optional[ModuleStructure] = None,
     matches: Optional[Sequence[Match]] = None,
+    path: Optional[str] = None,
 ) -> RewriteOutcome:
     """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds. `matches`:
-    ``find_all(structure, rules)`` when the caller already has it (it is the first round's)."""
+    ``find_all(structure, rules)`` when the caller already has it (it is the first round's). `path`: the module's
+    file, for the structures of later rounds (see :func:`~adopter_codemods.provider.build_module_structure`)."""
     first: list[Match] = []
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
-            structure = build_module_structure(module)
+            structure = build_module_structure(module, path)
         found = matches if matches is not None and rounds == 0 else find_all(structure, rules)
         plans, chosen = select_compatible(found)
         if not plans:
@@ -396,7 +398,7 @@ class Analysis:
     def rewrite(self) -> RewriteOutcome:
         """Every rule applied until nothing changes (:func:`rewrite_module`); the first round is these matches."""
         if self._rewritten is None:
-            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches)
+            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches, self.path or None)
         return self._rewritten
 
 
@@ -410,10 +412,11 @@ def analyse(
     with_refusals: bool = False,
 ) -> Analysis:
     """Match `rules` on a parsed module. `structure`: the module's, when a LibCST metadata provider already built it
-    (the codemods); `path`: the file's name, "" when unknown; `with_refusals`: also collect the refused sites
+    (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
+    are resolved from it (:mod:`.class_bases`); `with_refusals`: also collect the refused sites
     (:meth:`Analysis.refused`)."""
     if structure is None:
-        structure = build_module_structure(module)
+        structure = build_module_structure(module, path)
     refusals: Optional[list[Refusal]] = [] if with_refusals else None
     matches = find_all(structure, rules, refusals)
     return Analysis(module, rules, path or "", source, structure, matches, refusals)

@@ -3,8 +3,10 @@
 Computed once per file (a LibCST metadata provider keyed on the Module node) and shared by every rule, codemod,
 lint rule and ``scan``. The walk is a plain recursive descent over the CST, not scope analysis:
 
-* nn.Module classes are found through the import table (``nn.Module``, ``torch.nn.Module``, ``*PreTrainedModel``,
-  and classes in the same file that derive from one of those);
+* nn.Module classes are those deriving from ``torch.nn.Module`` (or ``Sequential``/``ModuleList``/``ModuleDict``),
+  named through the import table, through classes in the same file, or through classes of other files, which
+  ``class_bases`` resolves statically from the file's path (a base it cannot find counts only when named
+  ``*PreTrainedModel`` or ``modeling_layers.GradientCheckpointingLayer``);
 * ``__init__``: every ``self.<attr> = <value>`` (also under ``if``), ``nn.Sequential(...)`` elements included;
 * ``forward``: every control-flow path (if/elif/else, early return/raise, loops expanded once for matching and
   twice for the safety checks, try/with bodies, match cases), with calls to ``self`` helper methods inlined
@@ -27,6 +29,7 @@ import libcst as cst
 from libcst.metadata import BaseMetadataProvider
 
 from . import cstwalk
+from .class_bases import BaseResolver, ClassRef
 from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .init_bindings import InitReader
@@ -61,7 +64,6 @@ _BINARY_OPS: dict[type, str] = {
 # these: every other method call stays an opaque expression, and a compound statement holding only method calls is
 # still folded (they do not count in `_has_dsl_call`), so the number of paths does not change.
 TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
-_MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
 _TRANSPARENT_DECORATORS = (
     "staticmethod",
@@ -204,6 +206,7 @@ class _ClassInfo:
     node: Optional[cst.ClassDef]  # None: the module's top-level functions
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
     bases: list[str] = field(default_factory=list)  # local base class names
+    external_bases: list[ClassRef] = field(default_factory=list)  # bases resolved to classes of other files
 
     @property
     def name(self) -> str:
@@ -1152,8 +1155,14 @@ def _stored_by_call(call: cst.Call) -> Optional[tuple[bool, str]]:
 
 
 def _is_module_class(
-    info: _ClassInfo, classes: dict[str, _ClassInfo], table: ImportTable, memo: dict[str, bool]
+    info: _ClassInfo,
+    classes: dict[str, _ClassInfo],
+    table: ImportTable,
+    memo: dict[str, bool],
+    resolver: BaseResolver,
 ) -> bool:
+    """Whether a class derives from torch.nn.Module through local classes or through classes of other files
+    (`class_bases`); the latter are added to `info.external_bases`."""
     node = info.node
     assert node is not None  # a class definition, not the top-level functions' unit
     name = node.name.value
@@ -1164,26 +1173,24 @@ def _is_module_class(
     for base in node.bases:
         qual = table.resolve(base.value)
         if qual is not None and qual not in table.local_classes:
-            qual = canonical_torch_name(qual)
-            # transformers >= 4.52 derives decoder layers from modeling_layers.GradientCheckpointingLayer (a Module).
-            if (
-                any(qualname_matches(b, qual) for b in _MODULE_BASES)
-                or qual.endswith("PreTrainedModel")
-                or qual.endswith("modeling_layers.GradientCheckpointingLayer")
-            ):
-                result = True
+            is_module, ref = resolver.base_is_module(canonical_torch_name(qual))
+            result = result or is_module
+            if ref is not None:
+                info.external_bases.append(ref)
         bname = dotted_name(base.value)
-        if bname in classes and _is_module_class(classes[bname], classes, table, memo):
+        if bname in classes and _is_module_class(classes[bname], classes, table, memo, resolver):
             result = True
     memo[name] = result
     return result
 
 
 @collector_paused
-def build_module_structure(module: cst.Module) -> ModuleStructure:
+def build_module_structure(module: cst.Module, path: Optional[str] = None) -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
-    for the module's top-level functions when any of them holds a DSL node."""
+    for the module's top-level functions when any of them holds a DSL node. `path`: the module's file, from which
+    bases imported from other files are resolved (`class_bases`); without it only their names decide."""
     table = ImportTable.from_module(module)
+    resolver = BaseResolver(path)
     classes: dict[str, _ClassInfo] = {}
     functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
     for stmt in module.body:
@@ -1216,7 +1223,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
                 subclasses[base].add(name)
     result: list[ClassStructure] = []
     for name, info in classes.items():
-        if not _is_module_class(info, classes, table, memo):
+        if not _is_module_class(info, classes, table, memo, resolver):
             continue
         walker = _ClassWalker(info, classes, table)
         walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees)
@@ -1233,6 +1240,13 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.
         bases = _family(name, classes, {})
+        external = [ref for c in bases for ref in classes[c].external_bases]
+        if external:
+            # Methods of bases in other files run on this class's instances: a layer they read is not removed, and
+            # one they bind is not relied on (they are not walked, so their uses cannot be checked).
+            reads, stores = resolver.attributes(external)
+            structure.rebound |= stores
+            structure.foreign_attributes |= reads
         structure.callees = frozenset().union(*(scans[c].callees for c in bases))
         structure.operators = frozenset().union(*(scans[c].operators for c in bases))
         structure.walk = functools.partial(_walk_class, walker)
@@ -1255,7 +1269,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         result.append(unit)
     for structure in result:
         structure.module = module
-    return ModuleStructure(result, module)
+    return ModuleStructure(result, module, resolver.dependencies())
 
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
@@ -1328,7 +1342,9 @@ def _descendants(name: str, subclasses: dict[str, set[str]]) -> list[str]:
 class ModelStructureProvider(BaseMetadataProvider[ModuleStructure]):
     """LibCST metadata provider: ``wrapper.resolve(ModelStructureProvider)[module]`` is the ModuleStructure.
 
-    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``.
+    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``. A provider gets
+    no file path, so bases imported from other files are judged by name only; the codemods build the structure
+    with ``context.filename`` instead.
     """
 
     def _gen_impl(self, module: cst.Module) -> None:

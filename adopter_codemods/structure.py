@@ -236,3 +236,6 @@ class ClassStructure:
 class ModuleStructure:
     classes: list[ClassStructure]
     module: cst.Module
+    # Besides the module's text, what class discovery read in other files (`class_bases.BaseResolver.dependencies`;
+    # empty when no base was looked up there): `scan`'s cache checks it before reusing findings.
+    dependencies: dict[str, object] = field(default_factory=dict)

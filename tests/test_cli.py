@@ -174,10 +174,10 @@ def test_internal_error_in_one_file_does_not_hide_the_others(
 ) -> None:
     real = engine.build_module_structure
 
-    def build(module):  # type: ignore[no-untyped-def]
+    def build(module, path=None):  # type: ignore[no-untyped-def]
         if "def f(x)" in module.code:
             raise RuntimeError("boom")
-        return real(module)
+        return real(module, path)
 
     monkeypatch.setattr(engine, "build_module_structure", build)
     status, out, _ = run(capsys, "scan", "src", "--format", "json")
