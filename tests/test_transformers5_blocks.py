@@ -11,7 +11,9 @@ What does not fire in 5.x, and why (extend EXPECTED when it does):
 - ADP013 on LLaMA: 5.x decorates ``apply_rotary_pos_emb`` with ``@use_kernel_forward_from_hub``, a decorator that
   may replace the function, so the engine leaves its body alone;
 - ADP005 on BART: 5.x applies ``nn.functional.dropout`` before the residual add, not an ``nn.Dropout`` layer;
-- ADP006 on ``GPT2MLP``: its projections are ``Conv1D``, not ``nn.Linear``.
+- ADP006 on ``GPT2MLP``: its projections are ``Conv1D``, not ``nn.Linear``;
+- ADP003 on ``GPT2Block``: 5.x's ``GPT2Attention.forward`` does not take the drop-in's parameters, so the drop-in
+  could not run its fast path (the ``attention_class_fits_drop_in`` guard refuses it).
 """
 
 from __future__ import annotations
@@ -31,14 +33,11 @@ pytest.importorskip("torch")
 EXPECTED: dict[str, dict[str, object]] = {
     "gpt2": {
         "findings": {
-            # GPT2Block's attn and crossattention: SDPA drop-in subclass. 5.x changed GPT2Attention.forward's
-            # signature, so the drop-in keeps the original computation (it warns so at construction).
-            "ADP003:GPT2Block.__init__": 2,
             "ADP004:.eager_attention_forward": 1,
             "ADP004:GPT2Attention._upcast_and_reordered_attn": 1,  # float32-only path: not executed here
         },
         "layers": ["GPT2Block"],
-        "kernel_modules": ["adopter_kernels.SDPAGPT2Attention"],
+        "kernel_modules": [],
     },
     "bart": {
         "findings": {
