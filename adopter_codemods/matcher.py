@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -27,6 +27,9 @@ from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
+
+if TYPE_CHECKING:
+    from .hoist import Hoist
 
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
@@ -76,7 +79,7 @@ class Match:
     env: dict[str, Binding]
     init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
     anchor: Optional[DLNode] = None
-    plan: str = ""  # "inline" | "block" | "branch" | "init" (init-only rule) | "container" (nn.Sequential)
+    plan: str = ""  # "inline" | "block" | "branch" | "fallback" | "hoist" | "init" (init-only rule) | "container" (nn.Sequential)
     deleted: list[cst.CSTNode] = field(default_factory=list)  # forward small statements that disappear
     branch_if: Optional[cst.If] = None
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
@@ -89,6 +92,7 @@ class Match:
     region: list[cst.BaseStatement] = field(default_factory=list)
     region_ifs: list[cst.If] = field(default_factory=list)
     fallback_test: Optional[cst.BaseExpression] = None
+    hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -928,17 +932,19 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
             if plan is None and rule.fallback:
                 if not _plan_absorbing(match, nodes):
                     continue
-            elif plan is None or not _outputs_assigned(match):
+            elif not (plan is not None and _outputs_assigned(match) and _checked(match, plan)) and not hoist.plan_hoist(match):
                 continue
-            else:
-                match.plan = plan
-                if not _check_paths(match) and not (rule.fallback and plan == "block" and _plan_fallback(match)):
-                    continue
             if not all(guard_registry.get(name)(match) for name in rule.guards):
                 continue
             taken |= key
             found.append(match)
     return found
+
+
+def _checked(match: Match, plan: str) -> bool:
+    """Whether the statements-deleting plan passes the path checks (or, failing them, a fallback plan does)."""
+    match.plan = plan
+    return _check_paths(match) or (match.rule.fallback and plan == "block" and _plan_fallback(match))
 
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
@@ -1283,3 +1289,7 @@ def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:
 
 def _bound_name(bound: Optional[Binding]) -> Optional[str]:
     return bound.text if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%") else None
+
+
+# Plan "hoist" lives in its own module, which reads this one's checks (so it is imported last, as a module).
+from . import hoist  # noqa: E402
