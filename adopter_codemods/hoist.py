@@ -36,7 +36,7 @@ import libcst as cst
 
 from . import cstwalk
 from .dsl import Wildcard
-from .matcher import Match, _EffectScan, _names_at_anchor, _read_vids, _target_inputs
+from .matcher import Match, _EffectScan, _names_at_anchor, _read_vids, _target_inputs, matches_on_path
 from .structure import Def, DLNode, Path, Value
 
 # Expressions whose parts may run zero or several times: a matched node inside one cannot move out of it.
@@ -207,6 +207,8 @@ def _path_safe(
     match: Match, path: Path, occ: list[DLNode], line: cst.SimpleStatementLine, replaces: Optional[cst.Assign], layers: set[str]
 ) -> bool:
     by_key = {(id(n.expr), n.layer): n for n in occ}
+    if not matches_on_path(match, by_key):
+        return False
     start = next(
         i
         for i, e in enumerate(path.events)

@@ -720,6 +720,8 @@ def _check_complete_path(
     match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int], ignore: frozenset[int] = frozenset()
 ) -> bool:
     by_key = {(id(n.expr), n.layer): n for n in occ}
+    if not matches_on_path(match, by_key):
+        return False
     anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
     first = min(n.index for n in occ)
     # Re-bind the pattern's values to this path's value ids via the representative match.
@@ -766,6 +768,28 @@ def _check_complete_path(
         if state.get(name, path_vid) != path_vid:
             return False
     return not _moved_reads_touched(path, anchor, keys, deleted)
+
+
+def matches_on_path(match: Match, by_key: dict[tuple[int, Optional[str]], DLNode]) -> bool:
+    """Whether this path's copies of the matched nodes match the pattern with consistent bindings too. A match is
+    found on one path; on another, the same statements may read different values (``qk = h; v_in = h`` then
+    ``if rotary: qk = rot(qk)``: q/k/v of one input on one path, not on the other)."""
+    rule = match.rule
+    assert rule.forward is not None
+    nodes = iter(match.nodes)
+    env: Optional[dict[str, Binding]] = {}
+    for i, pattern in enumerate(rule.forward.source):
+        if isinstance(pattern, Wildcard):
+            continue
+        if i in match.skipped:
+            assert isinstance(pattern, (CallNode, OpNode))
+            env = _pass_through(pattern, env)
+        else:
+            node = next(nodes)
+            env = _match_node(pattern, by_key[(id(node.expr), node.layer)], env, rule)
+        if env is None:
+            return False
+    return True
 
 
 def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int, Optional[str]]]:
