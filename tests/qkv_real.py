@@ -56,6 +56,18 @@ def _pixels() -> tuple[tuple, dict[str, Any]]:
     return (torch.randn(2, 3, 8, 8),), {}
 
 
+_SWIN = dict(image_size=8, patch_size=2, num_channels=3, embed_dim=8, depths=[1, 1], num_heads=[2, 2], window_size=2)
+_PEGASUS_X = dict(
+    vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+    encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32, num_global_tokens=2, block_size=4,
+)  # fmt: skip
+
+
+def _encoder_decoder_tokens() -> tuple[tuple, dict[str, Any]]:
+    ids = torch.randint(0, 40, (2, 8))
+    return (), {"input_ids": ids, "decoder_input_ids": ids[:, :5]}
+
+
 # model dir -> (model class, config class, config arguments, inputs)
 MODELS: dict[str, tuple[str, str, dict[str, Any], Callable[[], tuple[tuple, dict[str, Any]]]]] = {
     "llama": ("LlamaModel", "LlamaConfig", _DECODER, _decoder_tokens),
@@ -63,6 +75,9 @@ MODELS: dict[str, tuple[str, str, dict[str, Any], Callable[[], tuple[tuple, dict
     "qwen2": ("Qwen2Model", "Qwen2Config", _DECODER, _decoder_tokens),
     "bert": ("BertModel", "BertConfig", _ENCODER, _tokens),
     "vit": ("ViTModel", "ViTConfig", _VISION, _pixels),
+    "clip": ("CLIPVisionModel", "CLIPVisionConfig", _VISION, _pixels),
+    "swin": ("SwinModel", "SwinConfig", _SWIN, _pixels),
+    "pegasus_x": ("PegasusXModel", "PegasusXConfig", _PEGASUS_X, _encoder_decoder_tokens),
 }
 
 

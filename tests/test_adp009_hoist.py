@@ -214,6 +214,11 @@ def test_real_models_transformers_4_34_1_with_every_rule() -> None:
     assert vit["ADP009:ViTSelfAttention"] == 1
     bert = check_model("bert", rule_codes("all"))
     assert bert["ADP001:BertAttention"] == 1 and not any(k.startswith("ADP009") for k in bert)
+    # CLIP: `self._shape(self.k_proj(h), -1, bsz)`; Swin: `self.transpose_for_scores(self.key(h))`; PEGASUS-X: two
+    # triples (local tokens, global tokens) in one function, the second packed in a second round.
+    assert check_model("clip", ["ADP009"]) == {"ADP009:CLIPAttention": 1}
+    assert check_model("swin", ["ADP009"]) == {"ADP009:SwinSelfAttention": 1}
+    assert check_model("pegasus_x", ["ADP009"]) == {"ADP009:PegasusXGlobalLocalAttention": 1}
 
 
 @pytest.mark.skipif(not (NEWEST_DIR / "transformers").is_dir(), reason=f"{NEWEST_DIR} is missing (make newest-transformers)")
