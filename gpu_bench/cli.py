@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="untimed calls before timing, at least 1 (default: 3, tiny: 1)")
     parser.add_argument("--batch-size", type=int, default=None, help="override every model's batch size")
     parser.add_argument("--seq-len", type=int, default=None, help="override the sequence length of text models")
+    parser.add_argument("--interleave", action="store_true",
+                        help="time each variant call by call in alternation with vanilla and report the median of "
+                             "the per-call speedups with its quartiles: robust to a changing machine load (shared "
+                             "CPUs); holds two models at once; memory is then taken from one separate call")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights, inputs, dropout and cotangents")
     parser.add_argument("--no-equivalence", dest="equivalence", action="store_false",
                         help="skip the equivalence check (timing only)")
@@ -112,6 +116,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         equivalence=args.equivalence,
         rtol=args.rtol,
         atol=args.atol,
+        interleave=args.interleave,
     )
 
 
@@ -166,7 +171,7 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
             "size": config.size, "device": str(config.device), "dtype": config.dtype,
             "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,
             "compile": config.compile, "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
-            "equivalence": config.equivalence, "rtol": rtol, "atol": atol,
+            "equivalence": config.equivalence, "rtol": rtol, "atol": atol, "interleave": config.interleave,
             "memory_method": _memory_method(models),
             "loss": "sum over outputs requiring grad of mean(output.float()**2)", "optimizer": "AdamW(lr=1e-5)",
         },

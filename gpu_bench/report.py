@@ -93,10 +93,15 @@ def add_ratios(models: Sequence[dict[str, Any]]) -> None:
                 ours, theirs = variant.get(mode), (base or {}).get(mode)
                 if not ours or not theirs:
                     continue
-                variant["speedup"][mode] = ours["samples_per_s"] / theirs["samples_per_s"]
-                # A difference counts as measured when the interquartile ranges of the times do not overlap.
-                distinct = ours["q3_s"] < theirs["q1_s"] or ours["q1_s"] > theirs["q3_s"]
-                variant.setdefault("beyond_noise", {})[mode] = distinct
+                paired = variant.get("paired", {}).get(mode)
+                if paired is not None:  # --interleave: the median per-call ratio against its own vanilla twin
+                    variant["speedup"][mode] = paired["median"]
+                    variant.setdefault("beyond_noise", {})[mode] = paired["beyond_noise"]
+                else:
+                    variant["speedup"][mode] = ours["samples_per_s"] / theirs["samples_per_s"]
+                    # A difference counts as measured when the interquartile ranges of the times do not overlap.
+                    distinct = ours["q3_s"] < theirs["q1_s"] or ours["q1_s"] > theirs["q3_s"]
+                    variant.setdefault("beyond_noise", {})[mode] = distinct
                 if ours["peak_mem_bytes"] and theirs["peak_mem_bytes"]:
                     variant["memory_ratio"][mode] = ours["peak_mem_bytes"] / theirs["peak_mem_bytes"]
 
@@ -138,7 +143,10 @@ def markdown(payload: dict[str, Any]) -> str:
         f"relative to eager vanilla in the same run. Memory: {settings.get('memory_method') or '-'}. "
         f"Equivalence: outputs, input and parameter gradients and buffers in eval and train mode "
         f"(dropout off), rtol={settings['rtol']:g}, atol={settings['atol']:g}; the cell shows the max abs diff. "
-        f"`~` after a speedup: the interquartile ranges of variant and vanilla overlap (within noise)."
+        + (f"Interleaved timing: each variant ran call by call in alternation with a vanilla twin; its speedup is "
+           f"the median of the per-call ratios, `~` when their interquartile range includes 1 (within noise). "
+           if settings.get("interleave") else
+           f"`~` after a speedup: the interquartile ranges of variant and vanilla overlap (within noise).")
         + (f" 1-minute load average at start {env['load_average'][0]:.2f}, at end {env['load_average'][1]:.2f} "
            f"(per measurement in results.json)." if env.get("load_average") else ""),
         "",
@@ -166,7 +174,8 @@ def markdown(payload: dict[str, Any]) -> str:
                 cells += [
                     f"{figures['samples_per_s']:,.1f}",
                     f"{figures['iqr_rel']:.1%}",
-                    _fmt(variant["speedup"].get(mode), ".2f") + "x" + _noise_mark(variant, mode),
+                    _fmt(variant["speedup"].get(mode), ".2f") + "x" + _ratio_range(variant, mode)
+                    + _noise_mark(variant, mode),
                     _mib(figures["peak_mem_bytes"]),
                     _fmt(variant["memory_ratio"].get(mode), ".2f"),
                 ]
@@ -179,6 +188,11 @@ def markdown(payload: dict[str, Any]) -> str:
     if notes:
         lines += ["", "## Notes and problems", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _ratio_range(variant: dict[str, Any], mode: str) -> str:
+    paired = variant.get("paired", {}).get(mode)
+    return "" if paired is None else f" [{paired['q1']:.2f}-{paired['q3']:.2f}]"
 
 
 def _noise_mark(variant: dict[str, Any], mode: str) -> str:

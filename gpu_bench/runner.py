@@ -16,7 +16,7 @@ from torch import nn
 
 from adopter_codemods.equivalence import compare_models, load_source_as_module
 from gpu_bench.suite import SUITE, Inputs, ModelSpec, SourceUnavailable, synthetic_loss
-from gpu_bench.timing import Timing, measure
+from gpu_bench.timing import Timing, measure, measure_paired, paired_speedup
 from gpu_bench.variants import Rewriter, make_variants
 
 #: Equivalence tolerances per benchmark dtype (rtol, atol), applied to outputs, gradients and buffers.
@@ -44,6 +44,7 @@ class BenchConfig:
     equivalence: bool = True
     rtol: float | None = None
     atol: float | None = None
+    interleave: bool = False
 
     @property
     def tolerances(self) -> tuple[float, float]:
@@ -102,29 +103,45 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def time_model(model: nn.Module, inputs: Inputs, config: BenchConfig, batch_size: int) -> dict[str, Timing]:
-    """Time inference (eval, ``inference_mode``) then a training step (forward, backward, AdamW step)."""
+def _steps(model: nn.Module, inputs: Inputs, config: BenchConfig) -> dict[str, Callable[[], None]]:
+    """The timed calls per mode: inference (eval, ``inference_mode``) and a training step (forward, backward,
+    AdamW step). Each sets the model's mode itself, so two models can be timed in alternation."""
     args, kwargs = inputs
     autocast = _autocast(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def infer() -> None:
+        model.eval()
         with torch.inference_mode(), autocast():
             model(*args, **kwargs)
 
     def train_step() -> None:
+        model.train()
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             output = model(*args, **kwargs)
         synthetic_loss(output).backward()
         optimizer.step()
 
+    return {"inference": infer, "train": train_step}
+
+
+def time_model(model: nn.Module, inputs: Inputs, config: BenchConfig, batch_size: int) -> dict[str, Timing]:
+    """Time inference, then a training step."""
     settings = dict(device=config.device, batch_size=batch_size, warmup=config.warmup, repeats=config.repeats)
-    model.eval()
-    inference = measure(infer, **settings)
-    model.train()
-    training = measure(train_step, **settings)
+    steps = _steps(model, inputs, config)
+    inference = measure(steps["inference"], **settings)
+    training = measure(steps["train"], **settings)
     return {"train": training, "inference": inference}
+
+
+def time_pair(
+    vanilla: nn.Module, variant: nn.Module, inputs: Inputs, config: BenchConfig, batch_size: int
+) -> dict[str, tuple[Timing, Timing]]:
+    """Time vanilla and a variant in alternation, call by call (``measure_paired``), inference then training."""
+    settings = dict(device=config.device, batch_size=batch_size, warmup=config.warmup, repeats=config.repeats)
+    ours, theirs = _steps(vanilla, inputs, config), _steps(variant, inputs, config)
+    return {mode: measure_paired((ours[mode], theirs[mode]), **settings) for mode in ("inference", "train")}
 
 
 def _check(
@@ -223,11 +240,18 @@ def run_model(spec: ModelSpec, config: BenchConfig, rewrite: Rewriter, log: Log)
         name = f"{variant.name}+compile" if compiled else variant.name
         # Compiled anchors are timed only; their eager variant carries the equivalence result.
         entry = entries.setdefault(name, {**entries[variant.name], "name": name, "compiled": True, "equivalence": None})
+        reference = modules["vanilla"] if config.interleave and (variant.name != "vanilla" or compiled) else None
         entry.update(_timed(spec, config, modules[variant.name], vanilla_state, inputs, batch_size, compiled, log,
-                            f"{spec.name}/{name}"))
+                            f"{spec.name}/{name}", reference))
         _free(config.device)
     result["variants"] = list(entries.values())
     return result
+
+
+def _build(spec: ModelSpec, config: BenchConfig, module: types.ModuleType, state: dict[str, torch.Tensor]) -> nn.Module:
+    model = _seeded(config.seed, lambda: spec.build(module, config.size, True))
+    model.load_state_dict(state, strict=True)
+    return model.to(config.device)
 
 
 def _timed(
@@ -240,21 +264,40 @@ def _timed(
     compiled: bool,
     log: Log,
     label: str,
+    reference: types.ModuleType | None = None,
 ) -> dict[str, Any]:
-    """Build, load the vanilla weights with ``strict=True``, optionally compile, and time one variant."""
+    """Build, load the vanilla weights with ``strict=True``, optionally compile, and time one variant: alone, or
+    (``reference`` given: ``--interleave``) in alternation with an eager model built from ``reference`` and the same
+    weights, whose per-call ratios give the speedup; memory is then measured in a separate single call."""
     try:
-        model = _seeded(config.seed, lambda: spec.build(module, config.size, True))
-        model.load_state_dict(state, strict=True)
-        model.to(config.device)
+        model = _build(spec, config, module, state)
         runnable = torch.compile(model) if compiled else model
-        timings = time_model(runnable, inputs, config, batch_size)
+        if reference is None:
+            timings = time_model(runnable, inputs, config, batch_size)
+            paired = None
+        else:
+            vanilla = _build(spec, config, reference, state)
+            pairs = time_pair(vanilla, runnable, inputs, config, batch_size)
+            del vanilla
+            _free(config.device)
+            timings = {mode: pair[1] for mode, pair in pairs.items()}
+            paired = {mode: {**paired_speedup(*pair), "vanilla_samples_per_s": pair[0].samples_per_s}
+                      for mode, pair in pairs.items()}
+            single = dataclasses.replace(config, warmup=1, repeats=1)
+            for mode, timing in time_model(runnable, inputs, single, batch_size).items():
+                timings[mode].peak_mem_bytes, timings[mode].memory_method = timing.peak_mem_bytes, timing.memory_method
     except Exception as exc:  # record and go on with the next variant
         log(f"[{label}] FAILED: {_error(exc)}\n{traceback.format_exc()}")
         return {"error": _error(exc)}
     finally:
         if compiled:
             torch._dynamo.reset()  # drop compiled graphs (and their memory) before the next variant
-    summary = {mode: timing.summary() for mode, timing in timings.items()}
+    summary: dict[str, Any] = {mode: timing.summary() for mode, timing in timings.items()}
+    if paired is not None:
+        summary["paired"] = paired
+        log(f"[{label}] speedup vs interleaved vanilla: train {paired['train']['median']:.3f}x "
+            f"[{paired['train']['q1']:.3f}, {paired['train']['q3']:.3f}], inference {paired['inference']['median']:.3f}x "
+            f"[{paired['inference']['q1']:.3f}, {paired['inference']['q3']:.3f}]")
     log(f"[{label}] train {summary['train']['samples_per_s']:.1f} samples/s, "
         f"inference {summary['inference']['samples_per_s']:.1f} samples/s")
     return summary

@@ -165,6 +165,58 @@ def measure(
     return Timing(times, batch_size, first_call_s, memory.peak_bytes, memory.method, load)
 
 
+def measure_paired(
+    fns: tuple[Callable[[], object], Callable[[], object]],
+    *,
+    device: torch.device,
+    batch_size: int,
+    warmup: int,
+    repeats: int,
+) -> tuple[Timing, Timing]:
+    """Time two callables call by call in alternation: round ``i`` runs ``a, b`` when ``i`` is even, ``b, a`` when
+    odd, so a change in machine load between rounds hits both equally and the ``i``-th times of ``a`` and ``b`` form
+    a pair (their ratio is what ``paired_speedup`` summarises). Peak memory is not measured here: the two models
+    share the process, so neither peak could be told apart; ``measure`` gives it."""
+    if warmup < 1 or repeats < 1:
+        raise ValueError("warmup and repeats must be at least 1 (the first call compiles and allocates)")
+    cuda = device.type == "cuda"
+    load_before = _load()
+    first: list[float] = []
+    for fn in fns:
+        start = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        first.append(time.perf_counter() - start)
+        for _ in range(warmup - 1):
+            fn()
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(repeats):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for which in order:
+            if cuda:
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            fns[which]()
+            if cuda:
+                torch.cuda.synchronize(device)
+            times[which].append(time.perf_counter() - start)
+    load_after = _load()
+    load = (load_before, load_after) if load_before is not None and load_after is not None else None
+    return (
+        Timing(times[0], batch_size, first[0], None, "not measured (interleaved timing)", load),
+        Timing(times[1], batch_size, first[1], None, "not measured (interleaved timing)", load),
+    )
+
+
+def paired_speedup(reference: Timing, candidate: Timing) -> dict[str, float | bool]:
+    """Per-round speedups ``reference / candidate`` of a ``measure_paired`` run: median and quartiles. The
+    difference counts as measured (``beyond_noise``) when the interquartile range of the ratios excludes 1."""
+    ratios = sorted(r / c for r, c in zip(reference.times_s, candidate.times_s))
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    return {"median": statistics.median(ratios), "q1": q1, "q3": q3, "beyond_noise": q1 > 1.0 or q3 < 1.0}
+
+
 def _load() -> float | None:
     try:
         return os.getloadavg()[0]

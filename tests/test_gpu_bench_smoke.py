@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from gpu_bench import cli  # noqa: E402
 from gpu_bench.report import markdown  # noqa: E402
 from gpu_bench.suite import SUITE  # noqa: E402
-from gpu_bench.timing import measure  # noqa: E402
+from gpu_bench.timing import Timing, measure, measure_paired, paired_speedup  # noqa: E402
 from gpu_bench.variants import make_variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +145,40 @@ def test_measure_counts_calls_and_reports_memory() -> None:
     assert timing.peak_mem_bytes is not None and timing.memory_method
     with pytest.raises(ValueError, match="at least 1"):
         measure(lambda: None, device=torch.device("cpu"), batch_size=1, warmup=0, repeats=1)
+
+
+def test_measure_paired_alternates_the_order_of_each_round() -> None:
+    calls: list[str] = []
+    first, second = measure_paired((lambda: calls.append("a"), lambda: calls.append("b")),
+                                   device=torch.device("cpu"), batch_size=2, warmup=2, repeats=4)
+    # warm-up: a twice, b twice; then rounds a b | b a | a b | b a
+    assert "".join(calls) == "aabb" + "abbaabba"
+    assert len(first.times_s) == len(second.times_s) == 4 and first.peak_mem_bytes is None
+
+
+def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
+    def timing(times: list[float]) -> Timing:
+        return Timing(times, 1, 0.0, None, "")
+
+    # Round 3 is slow for both (a load spike): the ratio stays 2, unlike the ratio of medians of unpaired runs.
+    fast = paired_speedup(timing([2.0, 2.0, 20.0, 2.0]), timing([1.0, 1.0, 10.0, 1.0]))
+    assert fast["median"] == 2.0 and fast["beyond_noise"]
+    same = paired_speedup(timing([1.0, 1.1, 0.9, 1.0]), timing([1.0, 1.0, 1.0, 1.05]))
+    assert same["q1"] <= 1.0 <= same["q3"] and not same["beyond_noise"]
+
+
+def test_interleaved_run_reports_paired_speedups(tmp_path: Path) -> None:
+    code, payload = _run(tmp_path, "--models", "resnet", "--interleave", "--repeats", "3")
+    assert code == 0 and payload["settings"]["interleave"]
+    vanilla, rewritten = payload["models"][0]["variants"]
+    assert "paired" not in vanilla
+    for mode in ("train", "inference"):
+        paired = rewritten["paired"][mode]
+        assert paired["q1"] <= paired["median"] <= paired["q3"]
+        assert rewritten["speedup"][mode] == paired["median"]
+        assert len(rewritten[mode]["times_s"]) == 3 and rewritten[mode]["peak_mem_bytes"] is not None
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "Interleaved timing" in table and re.search(r"\dx \[\d\.\d\d-\d\.\d\d\]", table)
 
 
 def test_markdown_lists_skipped_models() -> None:
