@@ -68,6 +68,12 @@ def _encoder_decoder_tokens() -> tuple[tuple, dict[str, Any]]:
     return (), {"input_ids": ids, "decoder_input_ids": ids[:, :5]}
 
 
+def _layout_tokens() -> tuple[tuple, dict[str, Any]]:
+    _, kwargs = _tokens()
+    corners = torch.randint(0, 50, (2, 7, 2))
+    return (), {**kwargs, "bbox": torch.cat([corners, corners + 10], dim=-1)}
+
+
 # model dir -> (model class, config class, config arguments, inputs)
 MODELS: dict[str, tuple[str, str, dict[str, Any], Callable[[], tuple[tuple, dict[str, Any]]]]] = {
     "llama": ("LlamaModel", "LlamaConfig", _DECODER, _decoder_tokens),
@@ -77,6 +83,7 @@ MODELS: dict[str, tuple[str, str, dict[str, Any], Callable[[], tuple[tuple, dict
     "vit": ("ViTModel", "ViTConfig", _VISION, _pixels),
     "clip": ("CLIPVisionModel", "CLIPVisionConfig", _VISION, _pixels),
     "swin": ("SwinModel", "SwinConfig", _SWIN, _pixels),
+    "layoutlm": ("LayoutLMModel", "LayoutLMConfig", _ENCODER, _layout_tokens),
     "pegasus_x": ("PegasusXModel", "PegasusXConfig", _PEGASUS_X, _encoder_decoder_tokens),
 }
 
