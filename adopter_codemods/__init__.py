@@ -12,32 +12,29 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# codemod class -> module under adopter_codemods.commands
-CODEMODS: dict[str, str] = {
-    "FuseBertSelfAttention": "fuse_bert_self_attention",
-    "FuseT5Attention": "fuse_t5_attention",
-    "FuseGPT2Attention": "fuse_gpt2_attention",
-    "FuseDropoutLN": "fuse_dropout_ln",
-    "FastSoftmax": "fast_softmax",
-    "FuseBiasGeLU": "fuse_bias_gelu",
-    "FuseConvBN": "fuse_conv_bn",
-    "FuseLinearBN": "fuse_linear_bn",
-    "FuseQKV": "fuse_qkv",
-    "FuseAttentionCore": "fuse_attention_core",
-    "FuseRMSNorm": "fuse_rms_norm",
-    "FuseGatedMLP": "fuse_gated_mlp",
-    "FuseRotaryEmbedding": "fuse_rotary_embedding",
-    "AdoptAll": "adopt_all",
-    "ApplyRuleFiles": "apply_rule_files",
-}
+# The codemods not made from a rule file, and their modules under adopter_codemods.commands; every built-in rule's
+# codemod comes from adopter_codemods.commands.builtin, made from its rule files (CONTRIBUTING.md, "Adding a rule").
+_FRONT_END_CODEMODS: dict[str, str] = {"AdoptAll": "adopt_all", "ApplyRuleFiles": "apply_rule_files"}
+
+
+def codemod_names() -> list[str]:
+    """Every codemod class importable from the package root: one per built-in rule, then AdoptAll, ApplyRuleFiles."""
+    from .rules import builtin_rules
+
+    return [r.name for r in builtin_rules()] + list(_FRONT_END_CODEMODS)
 
 
 def __getattr__(name: str) -> Any:
-    module = CODEMODS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'adopter_codemods' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"adopter_codemods.commands.{module}"), name)
+    # Codemod classes are CamelCase (a rule's `rule <Name>` header); anything else, e.g. a submodule looked up by
+    # `from adopter_codemods import cli` before it is imported, must not import the codemods.
+    if name in _FRONT_END_CODEMODS:
+        return getattr(importlib.import_module(f"adopter_codemods.commands.{_FRONT_END_CODEMODS[name]}"), name)
+    if name[:1].isupper():
+        codemod = importlib.import_module("adopter_codemods.commands.builtin").CODEMODS.get(name)
+        if codemod is not None:
+            return codemod
+    raise AttributeError(f"module 'adopter_codemods' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *CODEMODS])
+    return sorted([*globals(), *codemod_names()])

@@ -6,11 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-import libcst as cst
-
-from .engine import Finding, find_all, findings_for, rewrite_module
-from .files import ensure_parser_survives
-from .provider import build_module_structure
+from .dsl import Rule
+from .engine import Finding, RefusedSite, analyse_source
 from .rules import select_rules
 
 
@@ -24,13 +21,8 @@ class RewriteResult:
         return bool(self.findings)
 
 
-def _rules(rules: Optional[Iterable[str]], rule_files: Sequence[Path]):  # type: ignore[no-untyped-def]
+def _rules(rules: Optional[Iterable[str]], rule_files: Sequence[Path]) -> list[Rule]:
     return select_rules(list(rules) if rules is not None else None, rule_files)
-
-
-def _parse(source: str, path: str) -> cst.Module:
-    ensure_parser_survives(path, source.encode("utf-8"))
-    return cst.parse_module(source)
 
 
 def rewrite_source(
@@ -45,11 +37,11 @@ def rewrite_source(
     Raises ``libcst.ParserSyntaxError`` for source that does not parse, and
     :class:`adopter_codemods.files.SourceError` for nesting too deep for LibCST's parser (checked without crashing).
     """
-    module = _parse(source, path)
-    outcome = rewrite_module(module, _rules(rules, rule_files))
+    analysis = analyse_source(source, _rules(rules, rule_files), path)
+    outcome = analysis.rewrite()
     if not outcome.applied:
         return RewriteResult(source)  # byte-identical, also where LibCST's str round trip is not (a leading BOM)
-    findings = findings_for(module, outcome.applied, path)
+    findings = analysis.findings(outcome.applied)  # the first round's (positions in the input)
     # LibCST drops the BOM of str input (only bytes input keeps it, in `Module.bytes`): put the text's own back.
     bom = "\ufeff" if source.startswith("\ufeff") else ""
     return RewriteResult(bom + outcome.module.code, findings)
@@ -63,6 +55,16 @@ def scan_source(
     rule_files: Sequence[Path] = (),
 ) -> list[Finding]:
     """Findings of every selected rule, each judged on the unmodified source; raises as :func:`rewrite_source`."""
-    module = _parse(source, path)
-    matches = find_all(build_module_structure(module), _rules(rules, rule_files))
-    return findings_for(module, matches, path, source=source.encode("utf-8"))
+    return analyse_source(source, _rules(rules, rule_files), path).findings()
+
+
+def refused_sites(
+    source: str,
+    rules: Optional[Iterable[str]] = None,
+    *,
+    path: str = "<string>",
+    rule_files: Sequence[Path] = (),
+) -> list[RefusedSite]:
+    """The sites each selected rule matched structurally but refused, with the reason (what ``scan
+    --show-refused`` lists); raises as :func:`rewrite_source`."""
+    return analyse_source(source, _rules(rules, rule_files), path, with_refusals=True).refused()

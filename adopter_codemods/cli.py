@@ -20,31 +20,26 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO, TypeVar
 
-import libcst as cst
-
 from . import __version__, guards, matcher
 from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
-from .engine import Finding, Skip, find_all, findings_for, rewrite_module, skips_for
-from .files import FileError, SourceError, atomic_write, discover, load_module
+from .engine import Finding, RefusedSite, Skip, analyse_file, analyse_source
+from .files import FileError, SourceError, atomic_write, discover
 from .init_config import CONFIG_NAME, write_config
-from .provider import build_module_structure
 from .report import (
     Replacement,
     ScanResults,
-    doc_sections,
     error_line,
     format_json,
     format_sarif,
     format_text,
-    rule_doc,
-    rule_targets,
+    plain,
     skip_line,
     summary,
     text_replacements,
     unified_diff,
 )
-from .rules import builtin_rules, select_rules
+from .rules import builtin_rules, doc_sections, rule_doc, rule_targets, select_rules
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXAMPLE = ("examples", "bert_like.py")  # inside the package, so `demo` works from an installed wheel
@@ -88,13 +83,6 @@ def _init_worker(keys: Optional[list[str]], rule_files: Sequence[str], use_cache
     _CACHE[:] = [ScanCache.default(_RULES)] if use_cache else []
 
 
-def _read(path: str) -> Optional[bytes]:
-    try:
-        return Path(path).read_bytes()
-    except OSError:
-        return None  # load_module reports it
-
-
 def _internal_error(path: str, exc: Exception) -> FileError:
     return FileError(path, None, f"internal error ({type(exc).__name__}: {exc}); please report it with this file")
 
@@ -106,32 +94,36 @@ class _Scanned:
     error: Optional[FileError] = None
     fix: list[Replacement] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    refused: list[RefusedSite] = field(default_factory=list)
 
 
-def _scan_file(path: str, with_fix: bool) -> _Scanned:
+def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
         cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
-        data = _read(path) if cache else None
+        data = _readable(path) if cache else None
         if cache and data is not None:
             cached = cache.get(data, path)
             if cached is not None:
                 return _Scanned(path, cached[0], skipped=cached[1])
-        module = load_module(path)
-        structure = build_module_structure(module)
-        source = data or _read(path)
-        matches = find_all(structure, _RULES)
-        findings = findings_for(module, matches, path, source=source)
-        skipped = skips_for(structure, path, source)
-        if cache and data is not None and _read(path) == data:  # not edited meanwhile: findings are data's
+        analysis = analyse_file(path, _RULES, data, with_refusals=show_refused)
+        findings, skipped = analysis.findings(), analysis.skips()
+        if cache and data is not None:  # judged on these very bytes, even if the file was edited meanwhile
             cache.put(data, findings, skipped)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
-            fix = text_replacements(module.code, rewrite_module(module, _RULES, structure, matches).module.code)
-        return _Scanned(path, findings, fix=fix, skipped=skipped)
+            fix = text_replacements(analysis.module.code, analysis.rewrite().module.code)
+        return _Scanned(path, findings, fix=fix, skipped=skipped, refused=analysis.refused())
     except SourceError as exc:
         return _Scanned(path, error=exc.error)
     except Exception as exc:  # one file crashing the engine must not hide the results of the others
         return _Scanned(path, error=_internal_error(path, exc))
+
+
+def _readable(path: str) -> Optional[bytes]:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None  # analyse_file reports it
 
 
 @dataclass
@@ -146,10 +138,9 @@ class _Rewritten:
 
 def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
     try:
-        module = load_module(path)
-        structure = build_module_structure(module)
-        outcome = rewrite_module(module, _RULES, structure)
-        skipped = skips_for(structure, path)  # of the input: later rounds re-walk the rewritten module
+        analysis = analyse_file(path, _RULES)
+        module, outcome = analysis.module, analysis.rewrite()
+        skipped = analysis.skips()  # of the input: later rounds re-walk the rewritten module
         if outcome.module.code == module.code:
             return _Rewritten(path, skipped=skipped)
         diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
@@ -216,8 +207,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     # As ruff does: no PATH means the current directory, except for the pre-commit hook, which lists the files.
     roots = args.paths or ([] if args.no_default_path else [os.curdir])
     paths, errors = discover(roots, args.exclude)
-    worker = functools.partial(_scan_file, with_fix=args.format == "sarif")
-    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, not args.no_cache), not args.no_progress)
+    worker = functools.partial(_scan_file, with_fix=args.format == "sarif", show_refused=args.show_refused)
+    use_cache = not args.no_cache and not args.show_refused  # refusals are not stored in the cache
+    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, use_cache), not args.no_progress)
     errors += [s.error for s in scanned if s.error]
     results = ScanResults(
         files_scanned=sum(s.error is None for s in scanned),
@@ -225,6 +217,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         errors=errors,
         fixes={s.path: s.fix for s in scanned if s.fix},
         skipped=[u for s in scanned for u in s.skipped],
+        refused=[r for s in scanned for r in s.refused] if args.show_refused else None,
     )
     if args.format == "json":
         sys.stdout.write(format_json(results))
@@ -303,10 +296,10 @@ def _fixture_example(rule: Rule) -> Optional[tuple[str, str]]:
         if case.name.endswith(".expected.py") or case.name.startswith("neg_"):
             continue
         try:
-            module = load_module(str(case))
+            analysis = analyse_file(str(case), [rule])
         except SourceError:
             continue
-        rewritten = rewrite_module(module, [rule]).module
+        module, rewritten = analysis.module, analysis.rewrite().module
         if rewritten.code != module.code:
             label = case.relative_to(FIXTURES.parent).as_posix()
             return label, unified_diff(module.code, rewritten.code, label)
@@ -342,15 +335,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for title, text in sections:
         if title == "":
             text = text.split("\n", 1)[1].strip() if "\n" in text else ""  # the first line repeats the summary
-        if title.lower() != "example":  # a literal block: shown as written
-            text = _plain(text)
+        if title.lower() != "example":  # a code block: shown as written
+            text = plain(text)
         if text and not (title.lower() == "example" and example):
             out += [f"{title}:" if title else "", textwrap.indent(text, "    ") if title else text, ""]
     if example:
         label, diff = example
         out += [f"Example (generated by running {rule.name} on {label}):", diff]
     elif not any(title.lower() == "example" for title, _ in sections):
-        out.append("Example: none available (no fixture found and no example in the codemod docstring).")
+        out.append("Example: none available (no fixture found and no example in the rule's documentation).")
     sys.stdout.write("\n".join(line for line in out).rstrip("\n") + "\n")
     return EXIT_OK
 
@@ -366,13 +359,14 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     data = resources.files("adopter_codemods").joinpath(*EXAMPLE).read_bytes()
-    module = cst.parse_module(data)
+    label = "/".join(("adopter_codemods", *EXAMPLE))
+    analysis = analyse_source(data, select_rules(), label)
+    module = analysis.module
     if args.source:
         sys.stdout.write(module.code)
         return EXIT_OK
-    label = "/".join(("adopter_codemods", *EXAMPLE))
     print(f"# AdoptAll (every rule) on the bundled example {label}; nothing is written.", file=sys.stderr)
-    rewritten = rewrite_module(module, select_rules()).module
+    rewritten = analysis.rewrite().module
     sys.stdout.write(unified_diff(module.code, rewritten.code, label))
     return EXIT_OK
 
@@ -447,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
         "report rewrite sites (text, JSON or SARIF); changes no file (keeps a re-run cache in ./.adopter_cache)",
         "Report every place a rule can rewrite. Text goes to stdout as `path:line:col: CODE message` with a summary "
         "on stderr; --format json prints the machine-readable report, --format sarif a SARIF 2.1.0 log for GitHub "
-        "code scanning.",
+        "code scanning. --show-refused also lists each site a rule matched structurally but refused, with the "
+        "reason and the line causing it.",
         cmd_scan,
     )
     _add_file_options(scan, "default: the current directory")
@@ -459,6 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rule_options(scan)
     scan.add_argument(
         "--format", choices=("text", "json", "sarif"), default="text", help="output format (default: text)"
+    )
+    scan.add_argument(
+        "--show-refused",
+        action="store_true",
+        help="also list each site a rule matched structurally but refused, with the reason and the line causing it "
+        "(text: `CODE refused at path:line:col: reason (line N)`; JSON: a \"refused\" list; SARIF: note results); "
+        "sites silenced by # noqa are listed too; bypasses the cache",
     )
     scan.add_argument(
         "--no-cache",

@@ -1,7 +1,8 @@
 """The LibCST codemod every rule command derives from: a thin adapter over the engine.
 
 ``METADATA_DEPENDENCIES`` declares :class:`ModelStructureProvider`, so the structure is computed once per file by
-LibCST's metadata machinery; the engine then matches, plans and rewrites.
+LibCST's metadata machinery; the engine then matches, plans and rewrites. :func:`rule_codemod` makes the codemod
+class of a built-in rule from its rule files (``adopter_codemods.commands.builtin``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule, RuleSyntaxError
-from .engine import rewrite_module, skips_for
+from .engine import analyse
 from .provider import ModelStructureProvider
-from .rules import load_user_rules, select_rules
+from .rules import load_user_rules, rule_doc, rule_targets, select_rules
 
 
 def _checked_rule_file(path: str) -> str:
@@ -60,11 +61,25 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
         )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        structure = self.get_metadata(ModelStructureProvider, tree)
-        outcome = rewrite_module(tree, self.rules, structure)
-        # After matching: classes are only walked (and found too complex) when some rule could match them.
-        for skip in skips_for(structure, self.context.filename or "<stdin>"):
+        path = self.context.filename or "<stdin>"
+        analysis = analyse(tree, self.rules, path, structure=self.get_metadata(ModelStructureProvider, tree))
+        outcome = analysis.rewrite()
+        for skip in analysis.skips():
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
         return outcome.module
+
+
+def rule_codemod(rule: Rule, module: str) -> type[AdopterCodemod]:
+    """The codemod class of one rule, named after it, defined as ``module.<rule name>``: its docstring is the rule's
+    documentation (``rules/<CODE>_<name>.md``), its description the rule's summary and kernel targets."""
+    targets = ", ".join(rule_targets(rule))
+    attributes = {
+        "__doc__": rule_doc(rule) or f"{rule.code} {rule.name}: {rule.summary}",
+        "__module__": module,
+        "__qualname__": rule.name,
+        "DESCRIPTION": f"{rule.code}: {rule.summary}" + (f" (into {targets})." if targets else "."),
+        "RULES": (rule.code,),
+    }
+    return type(rule.name, (AdopterCodemod,), attributes)

@@ -268,8 +268,8 @@ class _Parser:
                 sections[tok.text] = self.parse_item(tok)
             elif tok.text == _VARIANT:
                 self.i += 1
-                label = self.tok
-                if label.kind != "string":
+                quoted = self.tok
+                if quoted.kind != "string":
                     raise self.error("expected a quoted label after 'variant'")
                 self.i += 1
                 if sections and not variants:
@@ -277,7 +277,7 @@ class _Parser:
                         self.path, tok.line, tok.col, "sections before the first 'variant' line: label them too"
                     )
                 sections = {}
-                variants.append((label.text[1:-1], tok, sections))
+                variants.append((quoted.text[1:-1], tok, sections))
             elif tok.text in _HEADER_KEYS:
                 self.i += 1
                 value = self.tok
@@ -311,12 +311,12 @@ class _Parser:
         for label, tok, group in variants or [("", self.tok, sections)]:
             init = group.get("init")
             if "forward" not in group and (init is None or init.target is None):
-                where = f" in variant {label!r}" if label else ""
+                in_variant = f" in variant {label!r}" if label else ""
                 raise RuleSyntaxError(
                     self.path,
                     tok.line,
                     1,
-                    f"missing section 'forward:'{where} (only a rewriting 'init:' may stand alone)",
+                    f"missing section 'forward:'{in_variant} (only a rewriting 'init:' may stand alone)",
                 )
             rule = Rule(
                 name=header["rule"],
@@ -338,7 +338,7 @@ class _Parser:
 
     def parse_item(self, section: Token) -> RuleItem:
         source = self.parse_sequence()
-        target: Optional[tuple[Node, ...]] = None
+        target: Optional[list[Node]] = None
         self.skip_newlines()
         if self.tok.kind == "implies":
             self.i += 1

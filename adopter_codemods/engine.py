@@ -1,20 +1,25 @@
 """Run rules over one parsed module: findings for reports, rewritten modules for codemods.
 
-This is the one place that ties provider, matcher and rewriter together; every front-end (codemods, Fixit rules,
-``scan``, pre-commit, the Python API) calls it.
+This is the one place that ties parser, provider, matcher and rewriter together. Every front-end (codemods, Fixit
+rules, ``scan``/``rewrite``, pre-commit, the Python API) and benchmark starts with one entry point, which parses
+with the crash screen (when given text), builds the model structure and matches the rules once:
+:func:`analyse_file` (a path), :func:`analyse_source` (source text or bytes) or :func:`analyse` (a module LibCST
+or Fixit already parsed). The :class:`Analysis` it returns gives the findings (with positions), the skipped
+units and the rewritten module, each computed on first use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import LayerRef, Match, find_matches, may_match
+from .matcher import LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
 from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -78,10 +83,50 @@ class Skip:
         return {"path": self.path, "class": self.cls, "function": self.function, "line": self.line, "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class RefusedSite:
+    """A site a rule matched structurally but refused (``scan --show-refused``): where it is reported (as a finding
+    would be), the reason category and sentence, and the line of the cause (None when the check names none)."""
+
+    code: str
+    rule: str
+    path: str
+    cls: str
+    function: str
+    line: int
+    end_line: int
+    category: RefusalCategory
+    reason: str
+    cause_line: Optional[int] = None
+    # As Finding's: for text and SARIF positions, not part of the JSON contract.
+    col: int = 1
+    end_col: int = 1
+    cause_col: int = 1
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "rule": self.rule,
+            "path": self.path,
+            "class": self.cls,
+            "function": self.function,
+            "line": self.line,
+            "end_line": self.end_line,
+            "category": self.category.value,
+            "reason": self.reason,
+            "cause_line": self.cause_line,
+        }
+
+
 @collector_paused
-def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
+def find_all(
+    structure: ModuleStructure, rules: Sequence[Rule], refusals: Optional[list[Refusal]] = None
+) -> list[Match]:
     """Every safe match of every rule, each rule judged on the unmodified module. Sites silenced by a suppression
-    comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them."""
+    comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them.
+
+    With a `refusals` list, also appends the sites each rule matched structurally but refused (silenced ones
+    included, as :attr:`RefusalCategory.SUPPRESSED`; a rule silenced for the whole file is not run at all)."""
     matches: list[Match] = []
     fallback = [v for rule in rules for v in (rule, *rule.alternatives) if v.fallback and v.forward is not None]
     for cls in structure.classes:
@@ -90,7 +135,7 @@ def find_all(structure: ModuleStructure, rules: Sequence[Rule]) -> list[Match]:
         if file_suppressed(structure.module, (rule.code, rule.name)):
             continue
         for cls in structure.classes:
-            matches.extend(find_matches(rule, cls))
+            matches.extend(find_matches(rule, cls, refusals))
     return matches
 
 
@@ -105,22 +150,21 @@ def findings_for(
     module: cst.Module,
     matches: Sequence[Match],
     path: str,
-    positions: Optional[object] = None,
     source: Optional[bytes] = None,
 ) -> list[Finding]:
     """Findings with line numbers; computes positions only when there is something to report (faster when the
     module's `source` bytes are given: see :func:`positions.statement_positions`)."""
     if not matches:
         return []
-    if positions is None:
-        positions = _positions(module, matches, source)
+    positions = _positions(module, matches, source)
     out = []
     for m in matches:
-        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]  # type: ignore[operator]
+        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
-        function = m.anchor.site.function.split(".")[-1] if m.plan not in ("init", "container") else "__init__"
+        anchor = m.anchor if m.plan not in ("init", "container") else None
+        function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
         out.append(
             Finding(
                 m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
@@ -131,6 +175,36 @@ def findings_for(
     return out
 
 
+@collector_paused
+def refusals_for(
+    module: cst.Module, refusals: Sequence[Refusal], path: str, source: Optional[bytes] = None
+) -> list[RefusedSite]:
+    """:class:`RefusedSite` per refusal, positioned as :func:`findings_for` positions findings."""
+    if not refusals:
+        return []
+    wanted = [n for r in refusals for n in (*r.statements, *((r.cause,) if r.cause is not None else ()))]
+    tops = [s for s in module.body if isinstance(s, (cst.ClassDef, cst.FunctionDef))]
+    positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, wanted, source)
+    if not all(n in positions for n in wanted):  # a cause inside a statement (a `self.layer` reference)
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    out = []
+    for r in refusals:
+        ranges = [positions[s] for s in r.statements]
+        first = min(ranges, key=lambda c: (c.start.line, c.start.column))
+        last = max(ranges, key=lambda c: (c.end.line, c.end.column))
+        cause = positions[r.cause] if r.cause is not None else None
+        out.append(
+            RefusedSite(
+                r.code, r.rule, path, r.cls, r.function, first.start.line, last.end.line, r.category, r.reason,
+                cause.start.line if cause is not None else None,
+                col=first.start.column + 1, end_col=last.end.column + 1,
+                cause_col=cause.start.column + 1 if cause is not None else 1,
+            )
+        )
+    out.sort(key=lambda r: (r.line, r.code))
+    return out
+
+
 def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = None) -> list[Skip]:
     """The units of `structure` the walk gave up on (too many control-flow paths, nesting too deep). Read it after
     matching: classes are walked lazily, only where some rule needed their paths."""
@@ -138,7 +212,7 @@ def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = N
     if not units:
         return []
     module = structure.module
-    tops = [cls.node for cls, _, _ in units if cls.node is not None]
+    tops: list[cst.CSTNode] = [cls.node for cls, _, _ in units if cls.node is not None]
     tops += [node for cls, node, _ in units if cls.node is None]
     nodes = [node for _, node, _ in units]
     positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, nodes, source)
@@ -171,7 +245,7 @@ def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[by
     """Positions inside the top-level classes/functions holding the matches; PositionProvider renders the whole
     module (slower than parsing it), so it is the fallback for a node found nowhere else."""
     functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
-    tops = [m.cls.node for m in matches if m.cls.node is not None]
+    tops: list[cst.CSTNode] = [m.cls.node for m in matches if m.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
     reported = [s for m in matches for s in _reported_nodes(m)]
     positions = statement_positions(module, tops, reported, source)
@@ -235,10 +309,16 @@ def _same_init_edits(plans: Sequence[EditPlan]) -> bool:
     empty = cst.Module([])
     for plan in plans:
         for key in plan.init_nodes:
-            code = empty.code_for_node(plan.replace[key]) if key in plan.replace else "<deleted>"
+            code = _code(empty, plan.replace[key]) if key in plan.replace else "<deleted>"
             if seen.setdefault(key, code) != code:
                 return False
     return True
+
+
+def _code(module: cst.Module, node: Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]) -> str:
+    if isinstance(node, cst.FlattenSentinel):
+        return "".join(module.code_for_node(n) for n in node.nodes)
+    return module.code_for_node(node)
 
 
 @dataclass
@@ -272,3 +352,75 @@ def rewrite_module(
         structure = None
         rounds += 1
     return RewriteOutcome(module, first, rounds)
+
+
+@dataclass
+class Analysis:
+    """The rules matched on one parsed file, each judged on the unmodified module. `source`: the bytes the module
+    was parsed from, when known (positions are then found faster); `path` names the file in findings and skips."""
+
+    module: cst.Module
+    rules: Sequence[Rule]
+    path: str
+    source: Optional[bytes]
+    structure: ModuleStructure
+    matches: list[Match]
+    refusals: Optional[list[Refusal]] = None  # collected only when asked for (`analyse(..., with_refusals=True)`)
+    _rewritten: Optional[RewriteOutcome] = field(default=None, init=False, repr=False)
+
+    def findings(self, matches: Optional[Sequence[Match]] = None) -> list[Finding]:
+        """Findings of the matches (or of `matches`, some of them, such as ``rewrite().applied``)."""
+        return findings_for(self.module, self.matches if matches is None else matches, self.path, source=self.source)
+
+    def refused(self) -> list[RefusedSite]:
+        """The sites a rule matched structurally but refused, with the reason; [] unless collected."""
+        return refusals_for(self.module, self.refusals or [], self.path, self.source)
+
+    def skips(self) -> list[Skip]:
+        """The units of the input the walk gave up on (later rewrite rounds re-walk the rewritten module)."""
+        return skips_for(self.structure, self.path, self.source)
+
+    def rewrite(self) -> RewriteOutcome:
+        """Every rule applied until nothing changes (:func:`rewrite_module`); the first round is these matches."""
+        if self._rewritten is None:
+            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches)
+        return self._rewritten
+
+
+def analyse(
+    module: cst.Module,
+    rules: Sequence[Rule],
+    path: Optional[str] = None,
+    *,
+    source: Optional[bytes] = None,
+    structure: Optional[ModuleStructure] = None,
+    with_refusals: bool = False,
+) -> Analysis:
+    """Match `rules` on a parsed module. `structure`: the module's, when a LibCST metadata provider already built it
+    (the codemods); `path`: the file's name, "" when unknown; `with_refusals`: also collect the refused sites
+    (:meth:`Analysis.refused`)."""
+    if structure is None:
+        structure = build_module_structure(module)
+    refusals: Optional[list[Refusal]] = [] if with_refusals else None
+    matches = find_all(structure, rules, refusals)
+    return Analysis(module, rules, path or "", source, structure, matches, refusals)
+
+
+def analyse_source(
+    source: Union[str, bytes], rules: Sequence[Rule], path: str = "<string>", *, with_refusals: bool = False
+) -> Analysis:
+    """Parse source (:func:`files.parse`: raises :class:`files.SourceError` for nesting that would crash LibCST's
+    parser, ``libcst.ParserSyntaxError`` for invalid syntax) and match `rules` on it."""
+    module = files.parse(source, path)
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    return analyse(module, rules, path, source=data, with_refusals=with_refusals)
+
+
+def analyse_file(
+    path: str, rules: Sequence[Rule], data: Optional[bytes] = None, *, with_refusals: bool = False
+) -> Analysis:
+    """Read (unless its bytes are given as `data`), decode and parse a file (:func:`files.parse_file`: every problem
+    is a located :class:`files.SourceError`) and match `rules` on it."""
+    if data is None:
+        data = files.read_source(path)
+    return analyse(files.parse_file(path, data), rules, path, source=data, with_refusals=with_refusals)

@@ -1,7 +1,8 @@
 """File handling shared by the command-line front-ends: discovery, decoding/parsing with located errors, atomic writes.
 
-Nothing here knows about rules; a front-end reads a file with :func:`load_module`, hands the module to the engine and
-writes ``module.bytes`` back with :func:`atomic_write`, which keeps the original encoding and newline style.
+Nothing here knows about rules; the engine reads and parses a file with :func:`read_source` and :func:`parse_file`
+(``engine.analyse_file``), and a front-end writes ``module.bytes`` back with :func:`atomic_write`, which keeps the
+original encoding and newline style.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from itertools import accumulate, compress
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -216,15 +217,28 @@ def _line_of_offset(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def load_module(path: str) -> cst.Module:
-    """Read and parse a file; raises :class:`SourceError` with the line of the problem where there is one.
+def parse(source: Union[str, bytes], path: str) -> cst.Module:
+    """The one way the engine's front-ends parse: the crash screen of :func:`ensure_parser_survives` (raises
+    :class:`SourceError`), then LibCST (raises ``libcst.ParserSyntaxError``). Bytes are decoded as a file's content
+    (PEP 263 cookie or BOM, kept for ``module.bytes``), str taken as text."""
+    ensure_parser_survives(path, source.encode("utf-8") if isinstance(source, str) else source)
+    return cst.parse_module(source)
+
+
+def read_source(path: str) -> bytes:
+    """A file's bytes; raises :class:`SourceError` naming the file when it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise SourceError(FileError(path, None, f"cannot read file: {exc.strerror or exc}")) from None
+
+
+def parse_file(path: str, data: bytes) -> cst.Module:
+    """Parse a file's bytes (see :func:`parse`); raises :class:`SourceError` with the line of the problem where there
+    is one, also for an unknown encoding, undecodable bytes and syntax errors.
 
     The module keeps the file's encoding (PEP 263 cookie or BOM) and newline style, so ``module.bytes`` round-trips.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise SourceError(FileError(path, None, f"cannot read file: {exc.strerror or exc}")) from None
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
@@ -233,9 +247,8 @@ def load_module(path: str) -> cst.Module:
     except UnicodeDecodeError as exc:
         line = _line_of_offset(data, exc.start)
         raise SourceError(FileError(path, line, f"cannot decode file as {encoding}: {exc.reason}")) from None
-    ensure_parser_survives(path, data)
     try:
-        return cst.parse_module(data)
+        return parse(data, path)
     except cst.ParserSyntaxError as exc:
         raise SourceError(FileError(path, *_syntax_error(text, exc))) from None
 

@@ -7,7 +7,9 @@
    checks on *every* path through the matched statements: no intermediate value used outside the match, every
    input of the fused call still holds the same value where the call is placed, no removed layer used elsewhere.
 
-Matches that fail a check are dropped, not reported: precision first.
+Matches that fail a check are not rewritten: precision first. Each check returns a :class:`Reason` (a category,
+a sentence, and the statement that causes it) instead of a bare "no", so ``scan --show-refused`` can say why a
+structural match was refused (:class:`Refusal`); collecting them is asked for per call and costs nothing otherwise.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Union
+from enum import Enum
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -26,11 +29,13 @@ from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
-from .structure import ClassStructure, Def, DLNode, LayerBinding, Path, Site, Use, Value
+from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, Path, Site, Use, Value
 
 if TYPE_CHECKING:
     from .hoist import Hoist
 
+# Sets and dicts here key CST nodes by id(): LibCST nodes hash by identity too, but through a Python-level __hash__
+# several times slower than id(), on the paths of every class (the scan's hot loop).
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
 
@@ -70,6 +75,12 @@ class RestArgs:
 Binding = Union[Value, LayerRef, InitArg, RestArgs]
 
 
+# How a match is rewritten (docs/ENGINE.md): "" until planned; "inline" (nested in the anchor call), "block"
+# (statements of the anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the
+# region kept as written under conditions), "init" (an instantiation rule), "container" (an nn.Sequential).
+Plan = Literal["", "inline", "block", "branch", "fallback", "hoist", "init", "container"]
+
+
 @dataclass(eq=False)
 class Match:
     rule: Rule
@@ -79,7 +90,7 @@ class Match:
     env: dict[str, Binding]
     init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
     anchor: Optional[DLNode] = None
-    plan: str = ""  # "inline" | "block" | "branch" | "fallback" | "hoist" | "init" (init-only rule) | "container" (nn.Sequential)
+    plan: Plan = ""
     deleted: list[cst.CSTNode] = field(default_factory=list)  # forward small statements that disappear
     branch_if: Optional[cst.If] = None
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
@@ -96,6 +107,86 @@ class Match:
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
+
+
+# ------------------------------------------------------------------------------------------ refusals
+
+
+class RefusalCategory(str, Enum):
+    """Why a structural match was not rewritten (the ``category`` of a refusal in every report)."""
+
+    INIT_MISMATCH = "init-mismatch"  # a layer's __init__ binding does not fit the rule's init pattern
+    LAYER_REBOUND = "layer-rebound"  # the layer is bound again (or may be, from outside): what it is is unknown
+    ARGUMENT_POSITION = "argument-position"  # a passed-through positional argument would bind another parameter
+    NOT_PLACEABLE = "not-placeable"  # no single place for the fused call / the replaced statements cannot go
+    BRANCH_NOT_DUPLICABLE = "branch-not-duplicable"  # statements before an `if` cannot be copied into its arms
+    PARTIAL_PATH = "partial-path"  # some path runs only part of the matched calls
+    INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"  # a value the fusion hides is read outside it
+    OUTPUT_READ_EARLY = "output-read-early"  # an output the fused call produces later is read before
+    INPUT_REDEFINED = "input-redefined"  # an input holds another value where the fused call goes
+    INPUT_MAY_BE_MUTATED = "input-may-be-mutated"  # a call between may modify in place what a moved statement reads
+    LAYER_USED_ELSEWHERE = "layer-used-elsewhere"  # a layer the rewrite removes from __init__ is used elsewhere
+    GUARD = "guard"  # a rule guard (a semantic precondition) refused
+    SUPPRESSED = "suppressed"  # a suppression comment (# noqa, # lint-ignore) silences the site
+
+
+@dataclass(frozen=True)
+class Reason:
+    """What a check found wrong: a category, a sentence, and the statement (or node) that causes it, if known.
+    ``text`` may be a function returning the sentence where wording it costs a walk (naming a value): it is only
+    called when refusals are listed."""
+
+    category: RefusalCategory
+    text: Union[str, Callable[[], str]]
+    cause: Optional[cst.CSTNode] = None
+    listed: bool = True  # False: declined, but not worth listing (a guard returned a bare False)
+
+    @property
+    def sentence(self) -> str:
+        return self.text if isinstance(self.text, str) else self.text()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A site a rule matched structurally but did not rewrite. ``statements``: the statements the site is reported
+    at (as a finding would be); ``cause``: the node of the line that causes the refusal, when the check knows it."""
+
+    code: str
+    rule: str
+    cls: str
+    function: str
+    category: RefusalCategory
+    reason: str
+    statements: tuple[cst.CSTNode, ...]
+    cause: Optional[cst.CSTNode] = None
+
+
+Refused = list[tuple[Match, Reason]]  # refusals being collected, with the match they refuse
+
+
+def _site_key(match: Match) -> frozenset[tuple[int, Optional[str]]]:
+    """What identifies a site for deduplication: its forward nodes, else its reported ``__init__`` statements."""
+    return match.key() or frozenset((id(s), None) for s in reported_statements(match))
+
+
+def _refusal(match: Match, reason: Reason) -> Refusal:
+    if match.nodes and match.plan not in ("init", "container"):
+        function = max(match.nodes, key=lambda n: n.index).site.function.split(".")[-1]
+    else:
+        function = "__init__"
+    rule = match.rule
+    return Refusal(
+        rule.code, rule.name, match.cls.name, function, reason.category, reason.sentence,
+        tuple(reported_statements(match)), reason.cause,
+    )
+
+
+def _name_of(vids: set[int], path: Path, cls: ClassStructure) -> Optional[str]:
+    """The variable one of `vids` was first assigned to on `path` (not a later alias such as ``self.map = probs``),
+    or the parameter holding it on entry; an inlined helper's scope prefix dropped."""
+    names = [e.name for e in path.events if isinstance(e, Def) and e.vid in vids and not e.name.startswith("%")]
+    names = names or [cls.entry_names[v] for v in vids if v in cls.entry_names]
+    return names[0].rsplit("::", 1)[-1] if names else None
 
 
 # ------------------------------------------------------------------------------------------ atoms
@@ -362,15 +453,23 @@ def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
 
 
 def _match_init_node(
-    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding]
+    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding], why: Optional[list[str]] = None
 ) -> Optional[dict[str, Binding]]:
+    """The bindings of an ``init`` pattern node matched against a layer binding; None if it does not fit, and then,
+    given a `why` list, what does not fit in words appended to it (only then: most bindings do not fit)."""
     if binding.qualname is None or binding.subscript != pattern.subscript:
+        if why is not None:
+            why.append("it is not a call of a known layer type" if binding.qualname is None else "it is subscripted")
         return None
     types = [t for t in pattern.types if qualname_matches(t, binding.qualname)]
     if not types:
+        if why is not None:
+            why.append(f"it builds {binding.qualname}, not {' or '.join(pattern.types)}")
         return None
     qualname = types[0]
     if any(a.star for a in binding.args):
+        if why is not None:
+            why.append("it passes *args or **kwargs")
         return None
     given = _init_arguments(binding, qualname)
     params = tuple(n for n, _ in SIGNATURES.get(qualname, ()))
@@ -392,20 +491,28 @@ def _match_init_node(
         else:
             text = default_source(qualname, name) or ""
             if not text:
+                if why is not None:
+                    why.append(f"it leaves out {name}, which has no known default")
                 return None
             bound = InitArg(None, text)
         if isinstance(atom, Const):
             if _literal(text) != atom.value:
+                if why is not None:
+                    why.append(f"{name}={text}, where the rule needs {name}={atom.value!r}")
                 return None
             continue
         previous = env.get(atom.name)
         if previous is not None:
             if not isinstance(previous, InitArg) or _init_text(previous) != text:
+                if why is not None:
+                    why.append(f"{name}={text} differs from what another matched layer passes")
                 return None
             continue
         env[atom.name] = bound
     rest = tuple(arg for name, arg in given.items() if name not in consumed)
     if rest and pattern.args.rest is None:
+        if why is not None:
+            why.append(f"it passes {', '.join(n for n in given if n not in consumed)}, which the rule does not take")
         return None
     if pattern.args.rest is not None:
         env[pattern.args.rest.name] = RestArgs(tuple(a for a in binding.args if a in rest), binding.args)
@@ -422,10 +529,10 @@ def _init_text(arg: InitArg) -> str:
     return cst.Module([]).code_for_node(arg.expr) if arg.expr is not None else (arg.default or "")
 
 
-def _match_init(match: Match) -> bool:
+def _match_init(match: Match) -> Optional[Reason]:
     rule = match.rule
     if rule.init is None:
-        return True
+        return None
     edits = rule.init.target is not None
     env = match.env
     for pattern in rule.init.source:
@@ -435,27 +542,58 @@ def _match_init(match: Match) -> bool:
         if ref is None and not edits and _called_by_optional_only(rule, var):
             continue  # only an absent optional node calls this layer: nothing to constrain
         if not isinstance(ref, LayerRef) or not ref.bindings:
-            return False
+            layer = f"self.{ref.attr}" if isinstance(ref, LayerRef) else f"${var}"
+            return Reason(RefusalCategory.INIT_MISMATCH, f"{layer} is not bound in __init__")
         container = ref.bindings[0].container
         if container is not None:
             # Elements of an nn.Sequential: only a rule with a `sequential` drop-in rewrites them, all in one container.
-            if rule.sequential is None or (match.container is not None and match.container is not container):
-                return False
+            if rule.sequential is None:
+                return Reason(
+                    RefusalCategory.INIT_MISMATCH,
+                    f"self.{ref.attr} is an element of an nn.Sequential, which this rule does not rewrite",
+                    container.statement,
+                )
+            if match.container is not None and match.container is not container:
+                return Reason(
+                    RefusalCategory.INIT_MISMATCH, "the matched layers are elements of different containers",
+                    container.statement,
+                )
             match.container = container
         elif ref.attr in match.cls.rebound or "*" in match.cls.rebound:
-            return False  # bound again elsewhere in the class family: what the layer is at the call is unknown
+            # bound again elsewhere in the class family: what the layer is at the call is unknown
+            return Reason(
+                RefusalCategory.LAYER_REBOUND,
+                f"self.{ref.attr} is bound again outside __init__ (or by a computed setattr), so what it is at the "
+                "call is unknown",
+            )
         elif edits and (ref.attr in match.cls.foreign_stores or "*" in match.cls.foreign_stores):
-            return False  # the edited layer may be replaced from outside the class (`model.ln = nn.LayerNorm(8)`)
-        matched = [(b, _match_init_node(pattern, b, env)) for b in ref.bindings]
+            # the edited layer may be replaced from outside the class (`model.ln = nn.LayerNorm(8)`)
+            return Reason(
+                RefusalCategory.LAYER_REBOUND,
+                f"this module assigns an attribute {ref.attr!r} on another object, so self.{ref.attr} may be replaced "
+                "from outside the class",
+            )
+        why: list[str] = []
+        matched = [(b, _match_init_node(pattern, b, env, why)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
-        if edits and (len(ref.bindings) != 1 or not good):
-            return False  # rewriting __init__ needs exactly one binding of the layer
+        if edits and len(ref.bindings) != 1:
+            # rewriting __init__ needs exactly one binding of the layer
+            return Reason(
+                RefusalCategory.LAYER_REBOUND,
+                f"self.{ref.attr} is bound {len(ref.bindings)} times in __init__; rewriting it needs exactly one "
+                "binding",
+                ref.bindings[1].statement,
+            )
         if not good:
-            return False
+            return Reason(
+                RefusalCategory.INIT_MISMATCH,
+                f"the __init__ binding of self.{ref.attr} does not fit the rule: {why[0]}",
+                ref.bindings[0].statement,
+            )
         binding, env = good[0]
         match.init_matches[var] = binding
     match.env = env
-    return True
+    return None
 
 
 # ------------------------------------------------------------------------------------------ plan + checks
@@ -475,7 +613,8 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     """(intermediate value ids, target output ids) of the matched nodes."""
     assert match.rule.forward is not None and match.rule.forward.target is not None
     target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
-    inter, outs = set(), set()
+    inter: set[int] = set()
+    outs: set[int] = set()
     for i, pattern in enumerate(match.rule.forward.source):
         if isinstance(pattern, Wildcard) or i in match.skipped:
             continue
@@ -486,14 +625,17 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     return inter, outs
 
 
-def _plan(match: Match) -> Optional[str]:
-    """Decide where the fused call goes and which statements disappear; None when no safe plan exists."""
+def _plan(match: Match) -> Union[Plan, Reason]:
+    """Decide where the fused call goes and which statements disappear; the reason when no safe plan exists."""
     nodes = match.nodes
     anchor = max(nodes, key=lambda n: n.index)
     match.anchor = anchor
     sites = {id(n.site.small) for n in nodes}
     if any(n.site.loop_copy != anchor.site.loop_copy for n in nodes):
-        return None
+        return Reason(
+            RefusalCategory.NOT_PLACEABLE, "the matched calls run in different loop iterations or loops",
+            anchor.site.line,
+        )
     by_expr = {id(n.expr): n for n in nodes}
     deleted: list[Site] = []
     for n in sorted(nodes, key=lambda n: n.index, reverse=True):
@@ -503,14 +645,25 @@ def _plan(match: Match) -> Optional[str]:
             continue  # nested inside another matched node: goes away with it
         site = _statement_site(n, anchor, match.cls)
         if site is None:
-            return None
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                "this statement does more than assign a matched call to a name, so it cannot be removed",
+                n.site.line,
+            )
         deleted.append(site)
     if any(n.site.inline_stack != anchor.site.inline_stack for n in nodes if n.site not in deleted) and not deleted:
-        return None
+        return Reason(
+            RefusalCategory.NOT_PLACEABLE, "the matched calls are split between a method and a helper it calls",
+            anchor.site.line,
+        )
     match.deleted = list({id(s.small): s.small for s in deleted}.values())
     match.names = _names_at_anchor(match)
     if not deleted:
-        return "inline" if len(sites) == 1 else None
+        if len(sites) == 1:
+            return "inline"
+        return Reason(
+            RefusalCategory.NOT_PLACEABLE, "the matched calls span statements that cannot be removed", anchor.site.line
+        )
     anchor_block = anchor.site.block
     if all(s.block is anchor_block for s in deleted):
         return "block"
@@ -518,27 +671,53 @@ def _plan(match: Match) -> Optional[str]:
     prefix_lines = [s.line for s in deleted]
     outer = deleted[0]
     if any(s.block is not outer.block for s in deleted):
-        return None
+        return _not_before_if(anchor)
     block = list(outer.block)
     indices = sorted(block.index(line) for line in set(prefix_lines))  # type: ignore[arg-type]
     after = indices[-1] + 1
     if after >= len(block) or not isinstance(block[after], cst.If):
-        return None
+        return _not_before_if(anchor)
     if indices != list(range(indices[0], after)):
-        return None
+        return _not_before_if(anchor)
     if_stmt = block[after]
     assert isinstance(if_stmt, cst.If)
     if if_stmt.orelse is not None and isinstance(if_stmt.orelse, cst.If):
-        return None  # elif chains: copying into every arm would reorder the elif tests
+        # elif chains: copying into every arm would reorder the elif tests
+        return Reason(
+            RefusalCategory.BRANCH_NOT_DUPLICABLE,
+            "the statements before this `if` would be copied into every arm of its elif chain, which reorders the "
+            "tests",
+            if_stmt,
+        )
     owner = anchor.site.owner
     in_body = owner is if_stmt.body
     in_else = if_stmt.orelse is not None and owner is if_stmt.orelse.body
-    if not (in_body or in_else) or not _simple_test(if_stmt.test):
-        return None
+    if not (in_body or in_else):
+        return Reason(
+            RefusalCategory.BRANCH_NOT_DUPLICABLE,
+            "the fused call would go deeper than an arm of this `if`, so the statements before it cannot be copied "
+            "into its arms",
+            if_stmt,
+        )
+    if not _simple_test(if_stmt.test):
+        return Reason(
+            RefusalCategory.BRANCH_NOT_DUPLICABLE,
+            "the test of this `if` makes a call (or assigns), so the statements before it cannot move into its arms",
+            if_stmt,
+        )
     match.branch_if = if_stmt
     match.branch_owner = owner
     match.prefix_lines = [block[i] for i in indices]
     return "branch"
+
+
+def _not_before_if(anchor: DLNode) -> Reason:
+    return Reason(
+        RefusalCategory.NOT_PLACEABLE,
+        "the fused call would go in another block than the statements it replaces, which do not directly precede "
+        "the `if` holding it",
+        anchor.site.line,
+    )
 
 
 def _statement_site(node: DLNode, anchor: DLNode, cls: ClassStructure) -> Optional[Site]:
@@ -672,8 +851,8 @@ def _simple_test(test: cst.BaseExpression) -> bool:
     return not scan.unsafe
 
 
-def _check_paths(match: Match) -> bool:
-    """The safety checks on every path of the class that runs any matched statement."""
+def _check_paths(match: Match) -> Optional[Reason]:
+    """The safety checks on every path of the class that runs any matched statement; the first failure's reason."""
     keys = {(id(n.expr), n.layer) for n in match.nodes}
     anchor_key = (id(match.anchor.expr), match.anchor.layer)  # type: ignore[union-attr]
     deleted = {id(s) for s in match.deleted}
@@ -687,20 +866,46 @@ def _check_paths(match: Match) -> bool:
             if match.plan == "branch" and all(id(n.site.small) in prefix for n in occ):
                 continue  # this path takes the other branch, where the prefix is copied unchanged
             # The deleted statements run on this path without the fused call: their results must be unused.
-            if _used_outside(path, {n.out for n in occ}, keys, 0, len(path.events)):
-                return False
+            outs = {n.out for n in occ}
+            use = _used_outside(path, outs, keys, 0, len(path.events))
+            if use is not None:
+                return _used_reason(
+                    RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, path, match.cls, outs,
+                    "on a path that skips the last matched call, {name} is used here",
+                )
             continue
         if present != keys:
-            return False
-        if not _check_complete_path(match, path, occ, keys, deleted):
-            return False
-    return True
+            return _partial_path(match, present)
+        reason = _check_complete_path(match, path, occ, keys, deleted)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _partial_path(match: Match, present: set[tuple[int, Optional[str]]]) -> Reason:
+    missing = next(n for n in match.nodes if (id(n.expr), n.layer) not in present)
+    return Reason(
+        RefusalCategory.PARTIAL_PATH, "some path runs the other matched calls but not the one here", missing.site.line
+    )
+
+
+def _used_reason(
+    category: RefusalCategory, use: Event, path: Path, cls: ClassStructure, vids: set[int], text: str
+) -> Reason:
+    """`text` with ``{name}``: the variable holding the value `use` reads, quoted, or a description of it."""
+
+    def sentence() -> str:
+        name = _name_of(vids & _read_vids(use, all_names=True), path, cls)
+        return text.format(name=f"`{name}`" if name else "a matched call's result")
+
+    return Reason(category, sentence, use.site.line)
 
 
 def _used_outside(
     path: Path, vids: set[int], keys: set, start: int, stop: int, ignore: frozenset[int] = frozenset()
-) -> bool:
-    """Whether an event outside the matched nodes reads one of `vids` (events of the statements in `ignore` aside)."""
+) -> Optional[Event]:
+    """The first event outside the matched nodes that reads one of `vids` (events of the statements in `ignore`
+    aside), if any."""
     for event in path.events[start:stop]:
         if id(event.site.small) in ignore:
             continue
@@ -708,20 +913,18 @@ def _used_outside(
             if (id(event.expr), event.layer) in keys:
                 continue
             if any(v.vid in vids or any(u[1] in vids for u in v.uses) for v in event.args):
-                return True
+                return event
             if any(v.vid in vids or any(u[1] in vids for u in v.uses) for _, v in event.kwargs):
-                return True
+                return event
         elif isinstance(event, Use) and vids.intersection(event.vids):
-            return True
-    return False
+            return event
+    return None
 
 
 def _check_complete_path(
     match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int], ignore: frozenset[int] = frozenset()
-) -> bool:
+) -> Optional[Reason]:
     by_key = {(id(n.expr), n.layer): n for n in occ}
-    if not matches_on_path(match, by_key):
-        return False
     anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
     first = min(n.index for n in occ)
     # Re-bind the pattern's values to this path's value ids via the representative match.
@@ -730,16 +933,26 @@ def _check_complete_path(
     inter = {rep_to_path.get(v, v) for v in inter_rep}
     outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
     # (i) intermediates are used by matched nodes only (and by what disappears with them)
-    if _used_outside(path, inter, keys | _absorbed(path, occ, deleted), 0, len(path.events), ignore):
-        return False
+    use = _used_outside(path, inter, keys | _absorbed(path, occ, deleted), 0, len(path.events), ignore)
+    if use is not None:
+        return _used_reason(
+            RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, path, match.cls, inter,
+            "{name}, an intermediate result the fused call hides, is used here",
+        )
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
-    if outs and _used_outside(path, outs, keys, first, anchor.index):
-        return False
+    use = _used_outside(path, outs, keys, first, anchor.index) if outs else None
+    if use is not None:
+        return _used_reason(
+            RefusalCategory.OUTPUT_READ_EARLY, use, path, match.cls, outs,
+            "{name} is read here, before the place where the fused call would produce it",
+        )
     # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
     state: dict[str, int] = {}
+    assigned_at: dict[str, Def] = {}  # where each name got the value it holds at the anchor
     for event in path.events[: anchor.index]:
         if isinstance(event, Def) and id(event.site.small) not in deleted:
             state[event.name] = event.vid
+            assigned_at[event.name] = event
         elif isinstance(event, DLNode):
             state[f"%{event.out}"] = event.out
     anchor_stmt = id(anchor.site.small)
@@ -752,8 +965,14 @@ def _check_complete_path(
     producers = {n.out: n for n in path.nodes}
     todo: list[tuple[str, int]] = []
     for value in _target_inputs(match):
-        if value.kind == "expr" and not value.pure and _value_site_moves(match, value, anchor_stmt):
-            return False
+        if value.kind == "expr" and not value.pure:
+            moved_from = _value_site_moves(match, value, anchor_stmt)
+            if moved_from is not None:
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    "an argument here makes a call, and the fused call would evaluate it at another statement",
+                    moved_from,
+                )
         twin_value = twins.get(id(value))
         todo.extend(twin_value.uses if twin_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
     while todo:
@@ -766,8 +985,20 @@ def _check_complete_path(
                     todo.extend(arg.uses)
             continue
         if state.get(name, path_vid) != path_vid:
-            return False
-    return not _moved_reads_touched(path, anchor, keys, deleted)
+            redefined = assigned_at.get(name)
+            return Reason(
+                RefusalCategory.INPUT_REDEFINED,
+                f"`{name.rsplit('::', 1)[-1]}` is assigned again here, so at the fused call's place it would hold "
+                "another value",
+                redefined.site.line if redefined is not None else None,
+            )
+    if not matches_on_path(match, by_key):
+        return Reason(
+            RefusalCategory.INPUT_REDEFINED,
+            "on another path through these statements the matched calls read different values",
+            match.nodes[0].site.small,
+        )
+    return _moved_reads_touched(path, match.cls, anchor, keys, deleted)
 
 
 def matches_on_path(match: Match, by_key: dict[tuple[int, Optional[str]], DLNode]) -> bool:
@@ -805,7 +1036,9 @@ def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int
     return out
 
 
-def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int]) -> bool:
+def _moved_reads_touched(
+    path: Path, cls: ClassStructure, anchor: DLNode, keys: set, deleted: set[int]
+) -> Optional[Reason]:
     """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between,
     which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``, ``nn.init.zeros_(x)``)."""
     moved: set[int] = set()
@@ -815,7 +1048,7 @@ def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int
             start = i if start is None else start
             moved |= _read_vids(event)
     if start is None:
-        return False
+        return None
     skip = deleted | {id(anchor.site.small)}
     for event in path.events[start + 1 : anchor.index]:
         if id(event.site.small) in deleted or (isinstance(event, DLNode) and (id(event.expr), event.layer) in keys):
@@ -827,27 +1060,48 @@ def _moved_reads_touched(path: Path, anchor: DLNode, keys: set, deleted: set[int
             event.site.small.visit(scan)
             impure = scan.unsafe
         if impure and moved & _read_vids(event):
-            return True
+            touched = moved & _read_vids(event)
+
+            def sentence(touched: set[int] = touched) -> str:
+                name = _name_of(touched, path, cls)
+                return (
+                    f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement "
+                    "moved to the fused call's place reads"
+                )
+
+            return Reason(RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
     before = _CallBefore(anchor.expr)
     anchor.site.small.visit(before)
-    return before.found  # opaque calls of the anchor's statement that run before it leave no event to judge
+    if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge
+        return Reason(
+            RefusalCategory.INPUT_MAY_BE_MUTATED,
+            "this statement makes a call before the last matched call, which may modify in place what the moved "
+            "statements read",
+            anchor.site.line,
+        )
+    return None
 
 
-def _read_vids(event: Union[DLNode, Use, Def]) -> set[int]:
+def _read_vids(event: Union[DLNode, Use, Def], all_names: bool = False) -> set[int]:
+    """Value ids an event reads (of a node: through variables; with `all_names` also nested nodes' results)."""
     if isinstance(event, DLNode):
-        return {vid for v in [*event.args, *(v for _, v in event.kwargs)] for name, vid in v.uses if not name.startswith("%")}
+        values = [*event.args, *(v for _, v in event.kwargs)]
+        return {vid for v in values for name, vid in v.uses if all_names or not name.startswith("%")} | (
+            {v.vid for v in values} if all_names else set()
+        )
     return set(event.vids) if isinstance(event, Use) else set()
 
 
-def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> bool:
+def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> Optional[cst.CSTNode]:
+    """The statement a non-anchor matched node reading `value` (an expression with calls) sits in, if any."""
     for n in match.nodes:
         for v in list(n.args) + [kv for _, kv in n.kwargs]:
             if v is value:
-                return id(n.site.small) != anchor_stmt
-    return False
+                return n.site.line if id(n.site.small) != anchor_stmt else None
+    return None
 
 
-def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
+def _find_init_only(rule: Rule, cls: ClassStructure, refused: Optional[Refused] = None) -> list[Match]:
     """Rules without a forward section rewrite each matching ``__init__`` binding (e.g. attention classes)."""
     assert rule.init is not None
     pattern = rule.init.source[0]
@@ -862,30 +1116,50 @@ def _find_init_only(rule: Rule, cls: ClassStructure) -> list[Match]:
                 continue
             env[pattern.outputs[0].name] = LayerRef(attr, (binding,))
             match = Match(rule, cls, Path([], []), [], env, {pattern.outputs[0].name: binding}, plan="init")
-            if _rest_args_fit(match) and all(guard_registry.get(name)(match) for name in rule.guards):
+            reason = _rest_args_fit(match) or _guards_refusal(match)
+            if reason is None:
                 found.append(match)
+            elif refused is not None:
+                refused.append((match, reason))
     return found
 
 
-def _outputs_assigned(match: Match) -> bool:
+def _guards_refusal(match: Match) -> Optional[Reason]:
+    """The reason of the first of the rule's guards that refuses the match (its own words, else its docstring's)."""
+    for name in match.rule.guards:
+        verdict = guard_registry.get(name)(match)
+        if not verdict:
+            return guard_registry.reason(name, verdict)
+    return None
+
+
+def _outputs_assigned(match: Match) -> Optional[Reason]:
     """A tuple target (``q, k, v = fused(...)``) takes the names its outputs were assigned to: each output node must
     be the whole value of ``name = node`` in the anchor's function (``v = self.v(x).view(s)`` would lose the view)."""
     assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
     outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     if len(outputs) == 1:
-        return True
+        return None
     for var in outputs:
         bound = match.env.get(var.name)
         node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
-        if node is None or not node.whole_statement or node.site.inline_stack != match.anchor.site.inline_stack:
-            return False
-        small = node.site.small
-        if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
-            return False
-    return True
+        small = node.site.small if node is not None else None
+        if (
+            node is None
+            or not node.whole_statement
+            or node.site.inline_stack != match.anchor.site.inline_stack
+            or not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name))
+        ):
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                "a matched call here is not the whole value of `name = call`, so the fused call's tuple target "
+                "cannot take its name",
+                node.site.line if node is not None else match.anchor.site.line,
+            )
+    return None
 
 
-def _rest_args_fit(match: Match) -> bool:
+def _rest_args_fit(match: Match) -> Optional[Reason]:
     """A target call puts ``**$rest`` after its own positional arguments: refuse when that moves a positional
     argument (``F.relu(h, True)`` must not become ``fused(x, linear, F.relu, True)``)."""
     rule = match.rule
@@ -897,23 +1171,46 @@ def _rest_args_fit(match: Match) -> bool:
         if isinstance(target, CallNode) and target.args.rest is not None:
             rest = match.env.get(target.args.rest.name)
             if isinstance(rest, RestArgs) and not rest.positions_kept(len(target.args.positional)):
-                return False
-    return True
+                return Reason(
+                    RefusalCategory.ARGUMENT_POSITION,
+                    "a positional argument the rule passes through would bind another parameter of the fused call",
+                )
+    return None
 
 
-def find_matches(rule: Rule, cls: ClassStructure) -> list[Match]:
-    """Every safe, non-overlapping match of `rule` in one class; its variants are tried in file order."""
+def find_matches(rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusal]] = None) -> list[Match]:
+    """Every safe, non-overlapping match of `rule` in one class; its variants are tried in file order.
+
+    With a `refusals` list, also appends a :class:`Refusal` per site that matched structurally but was refused:
+    one per site (its first reason), none for a site that some variant matches safely."""
+    refused: Optional[Refused] = [] if refusals is not None else None
     found: list[Match] = []
     taken: set[tuple[int, Optional[str]]] = set()
     for variant in (rule, *rule.alternatives):
-        for match in _variant_matches(variant, cls, taken):
+        for match in _variant_matches(variant, cls, taken, refused):
             # Instantiation matches have no forward nodes: one finding per __init__ binding.
             bindings = {id(b) for b in match.init_matches.values()}
             if match.plan != "init" or all(bindings != {id(b) for b in m.init_matches.values()} for m in found):
                 found.append(match)
     # Before the removal check: a declined site keeps calling its layers, so a match deleting them must go too.
-    kept = [m for m in found if not suppression.site_suppressed(reported_statements(m), (rule.code, rule.name))]
-    return _drop_unremovable_layers(kept)
+    kept = []
+    late: Refused = []  # sites refused after they matched safely: their reasons come first
+    for m in found:
+        directive = suppression.suppressing_statement(reported_statements(m), (rule.code, rule.name))
+        if directive is None:
+            kept.append(m)
+        elif refused is not None:
+            late.append((m, Reason(RefusalCategory.SUPPRESSED, "a suppression comment silences this site", directive)))
+    accepted = _drop_unremovable_layers(kept, late if refused is not None else None)
+    if refusals is not None and refused is not None:
+        done: set[tuple[int, Optional[str]]] = set().union(*(_site_key(m) for m in accepted))
+        for m, reason in late + refused:
+            key = _site_key(m)
+            if not key & done:
+                done |= key
+                if reason.listed:
+                    refusals.append(_refusal(m, reason))
+    return accepted
 
 
 def reported_statements(match: Match) -> list[cst.CSTNode]:
@@ -926,10 +1223,13 @@ def reported_statements(match: Match) -> list[cst.CSTNode]:
     return [b.statement for b in match.init_matches.values() if b.statement is not None]
 
 
-def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]]) -> list[Match]:
-    """The matches of one variant whose forward nodes are not in `taken` (which grows with them)."""
+def _variant_matches(
+    rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]], refused: Optional[Refused] = None
+) -> list[Match]:
+    """The matches of one variant whose forward nodes are not in `taken` (which grows with them); the structural
+    matches it refuses go to `refused` with their reason, when given."""
     if rule.forward is None:
-        return _find_init_only(rule, cls) if rule.init is not None and len(rule.init.source) == 1 else []
+        return _find_init_only(rule, cls, refused) if rule.init is not None and len(rule.init.source) == 1 else []
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
@@ -940,35 +1240,46 @@ def _variant_matches(rule: Rule, cls: ClassStructure, taken: set[tuple[int, Opti
             key = match.key()
             if key & taken:
                 continue
-            if not _match_init(match) or not _rest_args_fit(match):
-                continue
-            if match.container is not None:
+            reason = _match_init(match) or _rest_args_fit(match)
+            if reason is None and match.container is not None:
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
                 match.plan = "container"
                 match.anchor = match.nodes[-1]
                 # One match per pair of elements, however many times forward calls the container.
                 elements = frozenset((id(match.container), n.layer) for n in match.nodes)
-                if not elements & taken and all(guard_registry.get(name)(match) for name in rule.guards):
+                if elements & taken:
+                    continue
+                reason = _guards_refusal(match)
+                if reason is None:
                     taken |= key | elements
                     found.append(match)
-                continue
-            plan = _plan(match)
-            if plan is None and rule.fallback:
-                if not _plan_absorbing(match, nodes):
-                    continue
-            elif not (plan is not None and _outputs_assigned(match) and _checked(match, plan)) and not hoist.plan_hoist(match):
-                continue
-            if not all(guard_registry.get(name)(match) for name in rule.guards):
-                continue
-            taken |= key
-            found.append(match)
+            elif reason is None:
+                reason = _forward_refusal(match, nodes)
+                if reason is None:
+                    taken |= key
+                    found.append(match)
+            if reason is not None and refused is not None:
+                refused.append((match, reason))
     return found
 
 
-def _checked(match: Match, plan: str) -> bool:
-    """Whether the statements-deleting plan passes the path checks (or, failing them, a fallback plan does)."""
-    match.plan = plan
-    return _check_paths(match) or (match.rule.fallback and plan == "block" and _plan_fallback(match))
+def _forward_refusal(match: Match, aligned: list[Optional[DLNode]]) -> Optional[Reason]:
+    """Plan a forward match and run the checks on it (and the rule's guards); the reason it is refused, if it is."""
+    rule = match.rule
+    plan = _plan(match)
+    if isinstance(plan, Reason) and rule.fallback:
+        if not _plan_absorbing(match, aligned):
+            return plan
+    else:
+        reason = plan if isinstance(plan, Reason) else _outputs_assigned(match)
+        if reason is None:
+            match.plan = plan  # type: ignore[assignment]
+            reason = _check_paths(match)
+            if reason is not None and rule.fallback and plan == "block" and _plan_fallback(match):
+                reason = None
+        if reason is not None and not hoist.plan_hoist(match):
+            return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
+    return _guards_refusal(match)
 
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
@@ -990,20 +1301,26 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
             init = _init_pattern_for(rule, pattern.layer.name)
             wanted, present = (init.types if init is not None else ()), types
         else:
-            wanted, present = pattern.types, cls.callees | types  # a function pattern also matches a layer's type
+            wanted, present = pattern.types, types | cls.callees  # a function pattern also matches a layer's type
         if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
             return False
     return True
 
 
-def _drop_unremovable_layers(matches: list[Match]) -> list[Match]:
+def _drop_unremovable_layers(matches: list[Match], refused: Optional[Refused] = None) -> list[Match]:
     """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls.
 
     Judged over all matches together (one Dropout shared by the two arms of an ``if`` is fine when both arms are
-    rewritten); dropping a match can invalidate another, so iterate to a fixpoint.
+    rewritten); dropping a match can invalidate another, so iterate to a fixpoint. Dropped matches go to `refused`.
     """
     while True:
-        kept = [m for m in matches if _layer_uses_covered(m, matches)]
+        kept = []
+        for m in matches:
+            reason = _layer_uses_covered(m, matches)
+            if reason is None:
+                kept.append(m)
+            elif refused is not None:
+                refused.append((m, reason))
         if len(kept) == len(matches):
             return kept
         matches = kept
@@ -1039,7 +1356,7 @@ def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
     return site.small if site is not None else node.site.small
 
 
-def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
+def _layer_uses_covered(match: Match, matches: list[Match]) -> Optional[Reason]:
     for attr, binding in layers_to_delete(match):
         # A call in a statement a branch plan copies into the other arm stays there: it is no covered use.
         allowed = {
@@ -1054,11 +1371,21 @@ def _layer_uses_covered(match: Match, matches: list[Match]) -> bool:
                 allowed.update(id(t.target) for t in small.targets)
             elif isinstance(small, cst.AnnAssign):
                 allowed.add(id(small.target))
-        if any(id(node) not in allowed for node in match.cls.self_references.get(attr, [])):
-            return False
+        other = next((node for node in match.cls.self_references.get(attr, []) if id(node) not in allowed), None)
+        if other is not None:
+            return Reason(
+                RefusalCategory.LAYER_USED_ELSEWHERE,
+                f"self.{attr}, which the rewrite removes from __init__, is also used here",
+                other,
+            )
         if attr in match.cls.foreign_attributes:
-            return False  # maybe reached from outside the class (`self.embeddings.dropout(x)`)
-    return True
+            # maybe reached from outside the class (`self.embeddings.dropout(x)`)
+            return Reason(
+                RefusalCategory.LAYER_USED_ELSEWHERE,
+                f"self.{attr}, which the rewrite removes from __init__, may be used from outside the class (this "
+                f"module reads an attribute {attr!r} of another object)",
+            )
+    return None
 
 
 # ------------------------------------------------------------------------------------------ plan "fallback"
@@ -1171,7 +1498,7 @@ def _check_fused_paths(
         if {(id(n.expr), n.layer) for n in occ} != keys:
             return False
         deleted = {id(s) for s in candidate.deleted}
-        if not _check_complete_path(candidate, path, occ, keys, deleted, guarded):
+        if _check_complete_path(candidate, path, occ, keys, deleted, guarded) is not None:
             return False
         fused += 1
     return fused > 0
@@ -1283,7 +1610,7 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
         return False
     twin = Match(rule, match.cls, match.path, [n for n in match.nodes if id(n) not in absorbed_nodes], twin_env)
     twin.skipped = frozenset(twin_skipped)
-    if _plan(twin) != "block" or not _outputs_assigned(twin):
+    if _plan(twin) != "block" or _outputs_assigned(twin) is not None:
         return False
     twin.plan = "block"
     match.anchor, match.deleted = twin.anchor, twin.deleted

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Literal, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import BaseMetadataProvider
@@ -29,7 +29,19 @@ from libcst.metadata import BaseMetadataProvider
 from . import cstwalk
 from .gc_pause import collector_paused
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
-from .structure import ClassStructure, Def, DLNode, Event, LayerBinding, ModuleStructure, Path, Site, Use, Value
+from .structure import (
+    ClassStructure,
+    Def,
+    DLNode,
+    Event,
+    LayerBinding,
+    ModuleStructure,
+    NodeKind,
+    Path,
+    Site,
+    Use,
+    Value,
+)
 
 MAX_PATHS = 256  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
 # Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
@@ -142,7 +154,7 @@ class _TargetCollector:
         elif isinstance(node, cst.StarredElement):
             self._targets(node.value)
         elif isinstance(node, (cst.Attribute, cst.Subscript)):
-            root = node
+            root: cst.BaseExpression = node
             while isinstance(root, (cst.Attribute, cst.Subscript)):
                 attr = _is_self_attr(root) if isinstance(root, cst.Attribute) else None
                 if attr is not None:
@@ -159,13 +171,17 @@ def _written_names(node: cst.CSTNode) -> set[str]:
     return collector.names
 
 
+# How a partial path ends so far: still "open" (statements follow), or left by return/raise/break/continue.
+PathStatus = Literal["open", "return", "raise", "break", "continue"]
+
+
 @dataclass
 class _Partial:
     """A partial path during enumeration."""
 
     events: list[Event]
     state: dict[str, int]
-    status: str = "open"  # open | return | raise | break | continue
+    status: PathStatus = "open"
     ret: Optional[Value] = None
 
 
@@ -581,7 +597,7 @@ class _ClassWalker:
 
     def assign(
         self,
-        targets: list[cst.BaseExpression],
+        targets: Sequence[cst.BaseAssignTargetExpression],
         val: Value,
         small: cst.CSTNode,
         line: cst.BaseStatement,
@@ -722,7 +738,7 @@ class _ClassWalker:
 
     def emit_node(
         self,
-        kind: str,
+        kind: NodeKind,
         qualname: Optional[str],
         layer: Optional[str],
         bindings: tuple[LayerBinding, ...],
@@ -764,7 +780,7 @@ class _ClassWalker:
                 return self.inline(method, call, small, line, ctx, p, parent)
         qualname: Optional[str] = None
         bindings: tuple[LayerBinding, ...] = ()
-        kind = "func"
+        kind: NodeKind = "func"
         if attr is not None and attr in self.bindings:
             kind = "layer"
             bindings = tuple(self.bindings[attr])
@@ -775,9 +791,9 @@ class _ClassWalker:
             if qualname is not None:
                 qualname = canonical_torch_name(qualname)
         positional = [a.value for a in call.args if a.keyword is None]
-        method = _tensor_method(call) if kind == "func" and qualname is None else None
-        if method is not None:
-            qualname, positional = "torch.Tensor." + method, [call.func.value, *positional]  # type: ignore[attr-defined]
+        tensor_method = _tensor_method(call) if kind == "func" and qualname is None else None
+        if tensor_method is not None:
+            qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
         if kind == "layer" and len(bindings) == 1 and bindings[0].elements:
@@ -1014,7 +1030,7 @@ def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpressi
         for el in expr.slice:
             if isinstance(el.slice, cst.Index):
                 parts.append(el.slice.value)
-            else:
+            elif isinstance(el.slice, cst.Slice):
                 parts.extend(x for x in (el.slice.lower, el.slice.upper, el.slice.step) if x is not None)
         return parts
     if isinstance(expr, cst.BinaryOperation):
@@ -1027,11 +1043,11 @@ def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpressi
         return [el.value for el in expr.elements]
     if isinstance(expr, cst.Dict):
         out: list[cst.BaseExpression] = []
-        for el in expr.elements:
-            if isinstance(el, cst.DictElement):
-                out.extend((el.key, el.value))
+        for item in expr.elements:
+            if isinstance(item, cst.DictElement):
+                out.extend((item.key, item.value))
             else:
-                out.append(el.value)
+                out.append(item.value)
         return out
     if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)):
         return []
@@ -1134,12 +1150,14 @@ def _stored_by_call(call: cst.Call) -> Optional[tuple[bool, str]]:
 def _is_module_class(
     info: _ClassInfo, classes: dict[str, _ClassInfo], table: ImportTable, memo: dict[str, bool]
 ) -> bool:
-    name = info.node.name.value
+    node = info.node
+    assert node is not None  # a class definition, not the top-level functions' unit
+    name = node.name.value
     if name in memo:
         return memo[name]
     memo[name] = False  # cycles
     result = False
-    for base in info.node.bases:
+    for base in node.bases:
         qual = table.resolve(base.value)
         if qual is not None and qual not in table.local_classes:
             qual = canonical_torch_name(qual)
@@ -1173,7 +1191,7 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
             classes[stmt.name.value] = info
     memo: dict[str, bool] = {}
     foreign: set[str] = set()
-    scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items()}
+    scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items() if info.node is not None}
     foreign_stores = set().union(*(scan.foreign_stores for scan in scans.values()))
     function_callees: set[str] = set()
     function_operators: set[str] = set()
@@ -1268,7 +1286,7 @@ def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set
 
 def _rebound(bindings: dict[str, list[LayerBinding]], scans: list[_Scan]) -> frozenset[str]:
     """Attributes bound anywhere in the family other than by this class's `__init__` bindings ("*": any)."""
-    own = set()
+    own: set[int] = set()  # ids: nodes hash through a Python-level __hash__ (slower), ids in C
     for attr_bindings in bindings.values():
         for binding in attr_bindings:
             if binding.statement is not None:

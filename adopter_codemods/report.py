@@ -1,66 +1,38 @@
 """Output formats of the command-line front-end: linter-style text, the JSON contract (docs/DESIGN.md §6), SARIF 2.1.0.
 
-Also the rule metadata every front-end shows (codemod docstring, kernel targets) and text diffs, all derived from
-the rule registry so nothing is hand-maintained per rule.
+Also text diffs; the rule metadata shown (documentation, kernel targets) comes from the rule registry
+(:mod:`.rules`), so nothing is hand-maintained per rule.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-import inspect
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 from urllib.parse import quote
 
-from . import CODEMODS, __version__
-from .dsl import CallNode, Rule
-from .engine import Finding, Skip
+from . import __version__
+from .dsl import Rule
+from .engine import Finding, RefusedSite, Skip
 from .files import FileError
+from .rules import rule_doc, rule_targets
 
-JSON_VERSION = 2  # 2: the "skipped" list
+JSON_VERSION = 2  # 2: the "skipped" list; the "refused" list (only with --show-refused) is additive
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "adopter-codemods"
 
 
-# ------------------------------------------------------------------------------------------- rule metadata
+_INLINE_CODE = re.compile(r"`([^`]+)`")
 
 
-def rule_doc(rule: Rule) -> Optional[str]:
-    """The docstring of the rule's codemod class (``adopter_codemods.commands``), cleaned; None for user rules."""
-    module = CODEMODS.get(rule.name)
-    if module is None:
-        return None
-    cls = getattr(importlib.import_module(f"adopter_codemods.commands.{module}"), rule.name, None)
-    doc = inspect.getdoc(cls) if cls is not None else None
-    return doc or None
-
-
-def doc_sections(doc: str) -> list[tuple[str, str]]:
-    """Split a rule docstring into ``(title, text)`` sections at ``**Title**:`` paragraphs; the intro has title ""."""
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    for line in doc.splitlines():
-        if line.startswith("**") and "**" in line[2:]:
-            title, rest = line[2:].split("**", 1)
-            sections.append((title.strip(), [rest.lstrip(":").strip()] if rest.lstrip(":").strip() else []))
-        else:
-            sections[-1][1].append(line)
-    return [(title, "\n".join(lines).strip("\n")) for title, lines in sections if "".join(lines).strip()]
-
-
-def rule_targets(rule: Rule) -> list[str]:
-    """The kernels a rule rewrites to: the callables named in its target patterns, and its drop-in container."""
-    names: list[str] = []
-    for variant in (rule, *rule.alternatives):
-        for item in (variant.init, variant.forward):
-            if item is not None and item.target is not None:
-                names.extend(t for node in item.target if isinstance(node, CallNode) for t in node.types)
-        if variant.sequential:
-            names.append(variant.sequential)
-    return list(dict.fromkeys(names))
+def plain(markdown: str) -> str:
+    """A rule's Markdown documentation as plain text (a terminal, SARIF's ``text`` fields): inline code without its
+    backquotes; indented code blocks stay as written."""
+    return _INLINE_CODE.sub(r"\1", markdown)
 
 
 # ------------------------------------------------------------------------------------------------- diffs
@@ -109,6 +81,7 @@ class ScanResults:
     errors: list[FileError]
     fixes: dict[str, list[Replacement]]
     skipped: list[Skip] = field(default_factory=list)  # classes/functions not analysed, files in input order
+    refused: Optional[list[RefusedSite]] = None  # structural matches refused, when asked for (--show-refused)
 
 
 def error_line(error: FileError) -> str:
@@ -122,9 +95,17 @@ def skip_line(skip: Skip) -> str:
     return f"{skip.path}:{skip.line}: note: {skip.unit} not analysed: {skip.reason}"
 
 
+def refused_line(site: RefusedSite) -> str:
+    """``CODE refused at path:line:col: reason (line N)``; N: the line causing it, left out when unknown."""
+    cause = f" (line {site.cause_line})" if site.cause_line is not None else ""
+    return f"{site.code} refused at {site.path}:{site.line}:{site.col}: {site.reason}{cause}"
+
+
 def format_text(results: ScanResults) -> str:
-    """``path:line:col: CODE message`` per finding, then an :func:`error_line` per input that failed."""
+    """``path:line:col: CODE message`` per finding, a :func:`refused_line` per refused site when asked for, then an
+    :func:`error_line` per input that failed."""
     out = [f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}" for f in results.findings]
+    out += [refused_line(r) for r in results.refused or ()]
     out += [error_line(e) for e in results.errors]
     return "".join(line + "\n" for line in out)
 
@@ -137,6 +118,8 @@ def summary(results: ScanResults) -> str:
         f"{n} finding{'s' * (n != 1)} ({fixable} fixable) in {files} of {results.files_scanned} "
         f"file{'s' * (results.files_scanned != 1)}"
     )
+    if results.refused:
+        text += f"; {len(results.refused)} site{'s' * (len(results.refused) != 1)} refused"
     if results.skipped:
         many = len(results.skipped) != 1
         text += f"; {len(results.skipped)} class{'es' * many} or function{'s' * many} not analysed"
@@ -153,6 +136,8 @@ def format_json(results: ScanResults) -> str:
         "errors": [e.to_json() for e in results.errors],
         "skipped": [u.to_json() for u in results.skipped],
     }
+    if results.refused is not None:
+        document["refused"] = [r.to_json() for r in results.refused]
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -175,9 +160,35 @@ def _rule_descriptor(rule: Rule) -> dict[str, object]:
     }
     doc = rule_doc(rule)
     if doc:
-        descriptor["fullDescription"] = {"text": doc.split("\n\n", 1)[0]}
-        descriptor["help"] = {"text": doc}
+        descriptor["fullDescription"] = {"text": plain(doc.split("\n\n", 1)[0])}
+        descriptor["help"] = {"text": plain(doc), "markdown": doc}
     return descriptor
+
+
+def _refused_result(site: RefusedSite, root: str, index: dict[str, int]) -> dict[str, object]:
+    """A refused site as a ``note`` result; the line causing the refusal is its related location."""
+    region = {"startLine": site.line, "startColumn": site.col, "endLine": site.end_line, "endColumn": site.end_col}
+    result: dict[str, object] = {
+        "ruleId": site.code,
+        "level": "note",
+        "message": {"text": f"refused: {site.reason} [{site.rule} in {site.cls}.{site.function}]"},
+        "locations": [{"physicalLocation": {"artifactLocation": _artifact(site.path, root), "region": region}}],
+        "properties": {"refused": True, "category": site.category.value},
+    }
+    if site.code in index:
+        result["ruleIndex"] = index[site.code]
+    if site.cause_line is not None:
+        result["relatedLocations"] = [
+            {
+                "id": 1,
+                "message": {"text": "cause of the refusal"},
+                "physicalLocation": {
+                    "artifactLocation": _artifact(site.path, root),
+                    "region": {"startLine": site.cause_line, "startColumn": site.cause_col},
+                },
+            }
+        ]
+    return result
 
 
 def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str] = None) -> str:
@@ -185,7 +196,8 @@ def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str
 
     A fixable finding's fix is its file's complete rewrite (the same edit ``rewrite`` makes), as minimal line-range
     replacements: rewrites of one file depend on each other (shared ``__init__`` edits, one added import), so the
-    fixes of a file's findings are the same edit and applying one applies them all.
+    fixes of a file's findings are the same edit and applying one applies them all. Refused sites, when listed, are
+    ``note`` results (see :func:`_refused_result`).
     """
     root = os.path.abspath(root or os.getcwd())
     index = {r.code: i for i, r in enumerate(rules)}
@@ -221,6 +233,8 @@ def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str
                 }
             ]
         sarif_results.append(result)
+    for r in results.refused or ():
+        sarif_results.append(_refused_result(r, root, index))
     notifications = [
         {
             "level": "error",

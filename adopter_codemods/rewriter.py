@@ -9,7 +9,7 @@ crosses an ``if`` (paper Fig. 4/5), and add ``import adopter_kernels`` once. Eve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import libcst as cst
 
@@ -96,7 +96,10 @@ def build_call(
 
 @dataclass
 class EditPlan:
-    replace: dict[int, cst.CSTNode] = field(default_factory=dict)  # id(original node) -> replacement
+    # Keyed by id(node), not the node: LibCST nodes hash by identity too, but through a Python-level __hash__ several
+    # times slower than id(), and applying a plan looks up every node of the module.
+    # id(original node) -> replacement (a FlattenSentinel puts several statements in the place of one)
+    replace: dict[int, Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]] = field(default_factory=dict)
     originals: dict[int, cst.CSTNode] = field(default_factory=dict)  # keeps ids alive and checkable
     delete: set[int] = field(default_factory=set)  # id(small statement) to remove
     branch_copies: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = field(default_factory=dict)
@@ -172,7 +175,7 @@ def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
     fused: list[cst.BaseStatement] = []
     for line in match.region:
         if id(line) in dropped:  # a placeholder, so its comments move on as a deleted line's do
-            placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=line.leading_lines)
+            placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=_leading_lines(line))
             apply.emptied[id(placeholder)] = placeholder
             fused.append(placeholder)
         else:
@@ -207,6 +210,12 @@ def _plan_hoist(match: Match, call: cst.Call, plan: EditPlan) -> None:
         if node.site.small is not hoist.replaces:
             _put(plan, node.expr, cst.Name(name))
     plan.scopes.add(id(hoist.function))
+
+
+def _leading_lines(stmt: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    """Every kind of statement has leading lines, but their common base class does not declare them."""
+    assert isinstance(stmt, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    return stmt.leading_lines
 
 
 def _fallback_if(test: cst.BaseExpression, region: list[cst.BaseStatement], fused_lines: list[cst.BaseStatement]) -> cst.If:
@@ -256,7 +265,9 @@ def _plan_init(match: Match, plan: EditPlan) -> None:
                 plan.init_statements.add(id(binding.statement))
 
 
-def _put(plan: EditPlan, original: cst.CSTNode, replacement: cst.CSTNode) -> None:
+def _put(
+    plan: EditPlan, original: cst.CSTNode, replacement: Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]
+) -> None:
     plan.replace[id(original)] = replacement
     plan.originals[id(original)] = original
 
@@ -375,13 +386,13 @@ def _drop_empty_lines(
     carry: list[cst.EmptyLine] = []
     for stmt in body:
         if emptied.get(id(stmt)) is stmt:
-            lines = list(stmt.leading_lines)
+            lines = list(_leading_lines(stmt))
             if not carry and lines and lines[0].comment is None:
                 carry.append(lines[0])
             carry.extend(ln for ln in lines if ln.comment is not None)
             continue
         if carry:
-            own = list(stmt.leading_lines)
+            own = list(_leading_lines(stmt))
             if carry[0].comment is None and own and own[0].comment is None:
                 carry = carry[1:]  # one separating blank line is enough
             stmt = stmt.with_changes(leading_lines=[*carry, *own])  # type: ignore[attr-defined]

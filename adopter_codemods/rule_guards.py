@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import libcst as cst
 
 from . import cstwalk
-from .guards import guard
+from .guards import Refused, guard
 from .matcher import LayerRef, Match
 from .structure import Def, Site, Value
 
@@ -116,15 +116,17 @@ def _view_root(
 
 
 @guard
-def qkv_distinct_layers(match: Match) -> bool:
+def qkv_distinct_layers(match: Match) -> Union[bool, Refused]:
     """Three different layers: ``a = self.q(x); b = self.q(x)`` would pack the same weight twice, one GEMM larger
     than the two it replaces."""
     layers = [b.attr for b in match.env.values() if isinstance(b, LayerRef)]
-    return len(set(layers)) == len(layers)
+    if len(set(layers)) != len(layers):
+        return Refused("one layer stands for two of the projections: packing it would compute its GEMM twice")
+    return True
 
 
 @guard
-def qkv_outputs_not_modified_in_place(match: Match) -> bool:
+def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
     """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view
     of it, in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``). Refuse when, on a path through the
     match, a variable that may alias an output (assigned from it through methods, indexing or a call taking it
@@ -153,8 +155,13 @@ def qkv_outputs_not_modified_in_place(match: Match) -> bool:
                 checked.add(id(site.small))
                 if id(site.small) not in in_place:
                     in_place[id(site.small)] = _in_place_targets(site.small)
-                if any(holds.get(scoped(name)) in tainted for name in in_place[id(site.small)]):
-                    return False
+                modified = next((n for n in in_place[id(site.small)] if holds.get(scoped(n)) in tainted), None)
+                if modified is not None:
+                    return Refused(
+                        f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
+                        "modifies it in place (autograd refuses that on a view of a split)",
+                        site.line,
+                    )
             if not isinstance(event, Def):
                 continue
             small = site.small
@@ -182,7 +189,7 @@ def _normalised(expr: cst.BaseExpression) -> str:
 
 
 @guard
-def attention_fill_values(match: Match) -> bool:
+def attention_fill_values(match: Match) -> Union[bool, Refused]:
     """ADP010: a matched ``scores.masked_fill(m, value)`` fills with exactly what the target's keyword says:
     ``masked_inf`` -inf, ``masked_min`` ``torch.finfo(scores.dtype).min`` (``scores`` being the filled tensor)."""
     for fill_var, kind in (("fill_inf", "inf"), ("fill_min", "min")):
@@ -191,17 +198,14 @@ def attention_fill_values(match: Match) -> bool:
             continue  # that masked_fill is absent
         assert isinstance(value, Value)
         text = _normalised(value.expr)
-        if kind == "inf" and text not in _MINUS_INF:
-            return False
-        if kind == "min":
-            filled = next(
-                (n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None
-            )
-            receiver = filled.args[0] if filled is not None else None
-            if receiver is None or receiver.kind != "var" or receiver.text.startswith("%"):
-                return False
-            if text != f"torch.finfo({receiver.text}.dtype).min":
-                return False
+        filled = next((n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None)
+        receiver = filled.args[0] if filled is not None else None
+        named = receiver is not None and receiver.kind == "var" and not receiver.text.startswith("%")
+        minimum = f"torch.finfo({receiver.text}.dtype).min" if receiver is not None and named else None
+        if text not in _MINUS_INF if kind == "inf" else minimum is None or text != minimum:
+            # Each variant refuses what the other takes: say what both would take.
+            kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
+            return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} only")
     return True
 
 

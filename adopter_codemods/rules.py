@@ -1,4 +1,10 @@
-"""The rule registry: the built-in rules parsed from ``rules/*.adopter``, plus user rule files."""
+"""The rule registry: the built-in rules parsed from ``rules/*.adopter``, plus user rule files.
+
+A rule has one home: ``rules/ADPxxx_<module>.adopter`` holds its pattern and ``rules/ADPxxx_<module>.md`` beside it
+its documentation (what / why / example / fix safety / limitations / performance). Everything else is derived
+here: the codemod class (``adopter_codemods.commands``), the Fixit rule (``adopter_codemods.lint``), what
+``explain``, ``list`` and SARIF show.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from . import guards
-from .dsl import Rule, RuleSyntaxError, load_rule_file
+from .dsl import CallNode, Rule, RuleSyntaxError, load_rule_file
 
 
 def rules_dir() -> Path:
@@ -88,3 +94,54 @@ def select_rules(keys: Optional[Sequence[str]] = None, extra_files: Sequence[Pat
     for key in keys:
         chosen += [r for r in index[key.strip().lower()] if r not in chosen]
     return chosen + [r for r in user if r not in chosen]
+
+
+# ------------------------------------------------------------------------------------------- rule metadata
+
+
+def rule_module(rule: Rule) -> str:
+    """The rule's snake-case name, from its file name ``<CODE>_<module>.adopter``: the codemod's module under
+    ``adopter_codemods.commands`` (``fuse_dropout_ln`` for ADP005) and its fixtures' directory suffix."""
+    stem = Path(rule.path).stem
+    prefix = f"{rule.code}_"
+    return stem[len(prefix) :] if stem.startswith(prefix) else stem
+
+
+def rule_doc_path(rule: Rule) -> Path:
+    """The Markdown file documenting a rule: the rule file's name with ``.md``."""
+    return Path(rule.path).with_suffix(".md")
+
+
+def rule_doc(rule: Rule) -> Optional[str]:
+    """The rule's documentation (its ``.md`` file) without the ``# `` of its heading line; None when it has none
+    (a user rule file without a Markdown file beside it)."""
+    try:
+        text = rule_doc_path(rule).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return text.removeprefix("# ") or None
+
+
+def doc_sections(doc: str) -> list[tuple[str, str]]:
+    """Split a rule's documentation into ``(title, text)`` sections at ``**Title**:`` paragraphs; the intro has
+    title ""."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in doc.splitlines():
+        if line.startswith("**") and "**" in line[2:]:
+            title, rest = line[2:].split("**", 1)
+            sections.append((title.strip(), [rest.lstrip(":").strip()] if rest.lstrip(":").strip() else []))
+        else:
+            sections[-1][1].append(line)
+    return [(title, "\n".join(lines).strip("\n")) for title, lines in sections if "".join(lines).strip()]
+
+
+def rule_targets(rule: Rule) -> list[str]:
+    """The kernels a rule rewrites to: the callables named in its target patterns, and its drop-in container."""
+    names: list[str] = []
+    for variant in (rule, *rule.alternatives):
+        for item in (variant.init, variant.forward):
+            if item is not None and item.target is not None:
+                names.extend(t for node in item.target if isinstance(node, CallNode) for t in node.types)
+        if variant.sequential:
+            names.append(variant.sequential)
+    return list(dict.fromkeys(names))

@@ -26,7 +26,7 @@ import libcst as cst
 
 from . import cstwalk
 from .dsl import CallNode, Const
-from .guards import guard
+from .guards import Refused, guard
 from .matcher import Match
 from .qualnames import ImportTable
 from .structure import ClassStructure, Value
@@ -119,7 +119,8 @@ class _ParsedModule:
         for stmt in module.body:
             if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
                 self.defs.setdefault(stmt.name.value, []).append(stmt)
-        self.verdicts: dict[tuple[object, ...], int] = {}  # memo of the guards' checks per definition
+        # memo of the guards' checks per definition: a verdict (bool) or a method count (int)
+        self.verdicts: dict[tuple[object, ...], int] = {}
         self._asts: dict[str, ast.AST] = {}
         self._rotations: Optional[set[str]] = None
         self._bindings: Optional[dict[str, int]] = None
@@ -312,7 +313,7 @@ def _transparent_decorator(node: ast.expr, table: ImportTable) -> bool:
 
 
 @guard
-def rms_norm_class_is_exact(match: Match) -> bool:
+def rms_norm_class_is_exact(match: Match) -> Union[bool, Refused]:
     """The instantiated class is defined once at the top of this file, derives from ``nn.Module`` only, and its
     forward (with its helpers) is exactly the RMSNorm template of the variant's casting order, reading the
     variant's weight and eps attributes."""
@@ -329,7 +330,22 @@ def rms_norm_class_is_exact(match: Match) -> bool:
     key = ("rms_norm", value.func.value, cast, weight, eps)
     if key not in parsed.verdicts:
         parsed.verdicts[key] = _rms_norm_class(parsed, value.func.value, cast, weight, eps)
-    return parsed.verdicts[key]
+    if parsed.verdicts[key]:
+        return True
+    templates = RMS_NORM_TEMPLATES.get(cast)
+    if templates is None or not _few_methods(parsed, value.func.value, len(templates) + len(_FREE_METHODS)):
+        return False  # not shaped like an RMSNorm at all (most layers): declined without a listed refusal
+    return Refused(
+        f"class {value.func.value} looks like an RMSNorm but is not exactly this variant's (its methods, casts, "
+        "weight and eps attributes, a single definition in this file)",
+        _only_definition(parsed, value.func.value),
+    )
+
+
+def _only_definition(parsed: _ParsedModule, name: str) -> Optional[cst.CSTNode]:
+    """The top-level class or function `name`, when the file defines it once."""
+    found = parsed.defs.get(name, [])
+    return found[0] if len(found) == 1 else None
 
 
 def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
@@ -393,7 +409,7 @@ def _method_count(parsed: _ParsedModule, name: str) -> int:
 
 
 @guard
-def rotate_half_is_exact(match: Match) -> bool:
+def rotate_half_is_exact(match: Match) -> Union[bool, Refused]:
     """``$r`` is ``F($x)`` for a function ``F`` defined once at the top of this file whose body is exactly
     Hugging Face's ``rotate_half`` (GPT-J's ``rotate_every_two`` for the interleaved variant), called on the very
     value ``$x`` the rotary expression multiplies by ``cos``."""
@@ -408,7 +424,8 @@ def rotate_half_is_exact(match: Match) -> bool:
         return False
     arg = call.args[0].value
     if not (isinstance(arg, cst.Name) and arg.value == x.text and x.uses and x.uses[0] in rotated.uses):
-        return False  # the helper must rotate the same value (same variable, same value id)
+        # the helper must rotate the same value (same variable, same value id)
+        return Refused(f"the rotation helper is not called on `{x.text}`, the value multiplied by cos")
     parsed = _parsed(module)
     name, interleaved = call.func.value, _interleaved(match)
     key = ("rotate", name, interleaved)
@@ -418,7 +435,11 @@ def rotate_half_is_exact(match: Match) -> bool:
         templates = ROTATE_EVERY_TWO_TEMPLATES if interleaved else ROTATE_HALF_TEMPLATES
         exact = dump is not None and any(dump == _template_dumps(t)[1] for t in templates)
         parsed.verdicts[key] = exact and parsed.bound_once(name)
-    return parsed.verdicts[key]
+    return bool(parsed.verdicts[key]) or Refused(
+        f"{name} is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two "
+        "(the variants' rotations)",
+        _only_definition(parsed, name),
+    )
 
 
 def _interleaved(match: Match) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Literal, Optional, Union
 
 import libcst as cst
 
@@ -44,11 +44,17 @@ class Site:
     scope: str = ""  # variable-name prefix of the inlined helper ("" in forward itself)
 
 
+# What an operand is: a variable (with its value id), a constant, or an opaque expression.
+ValueKind = Literal["var", "const", "expr"]
+# What a DSL node calls: a layer bound in __init__, a function (by qualified name), or an operator.
+NodeKind = Literal["layer", "func", "op"]
+
+
 @dataclass(frozen=True, eq=False)
 class Value:
     """An operand: a variable (with its value id), a constant, or an opaque expression."""
 
-    kind: str  # "var" | "const" | "expr"
+    kind: ValueKind
     text: str
     vid: int  # value id (constants get one too; they are never redefined)
     expr: cst.BaseExpression
@@ -60,7 +66,7 @@ class Value:
 class DLNode:
     """A DSL node on one path: ``Type(args) -> out`` or ``a op b -> out``."""
 
-    kind: str  # "layer" | "func" | "op"
+    kind: NodeKind
     qualname: Optional[str]  # layer type / function name / operator symbol
     layer: Optional[str]  # "self.dropout" for layer calls
     bindings: tuple[LayerBinding, ...]  # __init__ bindings of `layer`

@@ -88,15 +88,16 @@ def _above(statement: cst.CSTNode) -> list[str]:
     return [line.comment.value for line in lines if line.comment is not None]
 
 
-def site_suppressed(statements: Iterable[cst.CSTNode], keys: Sequence[str]) -> bool:
-    """Whether a directive for one of `keys` (a rule's code and name) sits on or above one of `statements`."""
+def suppressing_statement(statements: Iterable[cst.CSTNode], keys: Sequence[str]) -> Optional[cst.CSTNode]:
+    """The first of `statements` that a directive for one of `keys` (a rule's code and name) sits on or above, if
+    any (None: the site is not silenced)."""
     for statement in statements:
         for comment in _own_comments(statement):
             if _silences(comment, _NOQA, r"[\s,]+", keys) or _silences(comment, _LINT_IGNORE, r",\s*", keys):
-                return True
+                return statement
         if any(_silences(comment, _LINT_IGNORE, r",\s*", keys) for comment in _above(statement)):
-            return True
-    return False
+            return statement
+    return None
 
 
 def file_suppressed(module: cst.Module, keys: Sequence[str]) -> bool:

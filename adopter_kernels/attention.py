@@ -45,7 +45,7 @@ import functools
 import inspect
 import math
 import warnings
-from typing import Any, Optional, Set, Tuple, TypeVar, cast
+from typing import Any, Callable, Optional, Set, Tuple, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -106,7 +106,7 @@ def _has_attributes(module: nn.Module, names: Tuple[str, ...]) -> bool:
     return all(hasattr(module, name) for name in names)
 
 
-def _forward_parameters(cls: type) -> Tuple[str, ...]:
+def _forward_parameters(cls: Any) -> Tuple[str, ...]:  # any class with a forward
     return tuple(inspect.signature(cls.forward).parameters)[1:]  # drop ``self``
 
 
@@ -212,7 +212,7 @@ def bert_self_attention_sdpa(cls: type[M]) -> type[M]:
     encoder_hidden_states, encoder_attention_mask, past_key_value, output_attentions)``; falls back to the
     original forward for ``output_attentions``, a ``head_mask`` and relative position embeddings.
     """
-    return cast("type[M]", _sdpa_subclass(cls, _BertSelfAttentionSDPA, "ADP001"))
+    return cast("type[M]", _sdpa_subclass(cast(type, cls), _BertSelfAttentionSDPA, "ADP001"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -255,6 +255,7 @@ class _T5AttentionSDPA(nn.Module):
     pruned_heads: Set[int]
     is_decoder: bool
     gradient_checkpointing: bool
+    compute_bias: Callable[..., torch.Tensor]
 
     def forward(
         self,
@@ -333,7 +334,7 @@ def t5_attention_sdpa(cls: type[M]) -> type[M]:
     ``(attn_output, present_key_value_state, position_bias)`` like the original and falls back to it for
     ``output_attentions``, a ``layer_head_mask`` and pruned heads.
     """
-    return cast("type[M]", _sdpa_subclass(cls, _T5AttentionSDPA, "ADP002"))
+    return cast("type[M]", _sdpa_subclass(cast(type, cls), _T5AttentionSDPA, "ADP002"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -436,4 +437,4 @@ def gpt2_attention_sdpa(cls: type[M]) -> type[M]:
     to the original for ``output_attentions``, a ``head_mask`` and ``reorder_and_upcast_attn``. Assumes the
     ``bias`` buffer is the lower-triangular mask GPT2Attention builds (it is not in the state dict).
     """
-    return cast("type[M]", _sdpa_subclass(cls, _GPT2AttentionSDPA, "ADP003"))
+    return cast("type[M]", _sdpa_subclass(cast(type, cls), _GPT2AttentionSDPA, "ADP003"))

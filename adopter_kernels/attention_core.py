@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -215,7 +215,7 @@ def _sdpa(
     if dropout is not None:
         if not _dispatch.is_plain(dropout, nn.Dropout):
             return None
-        p = float(dropout.p) if dropout.training else 0.0
+        p = float(cast(nn.Dropout, dropout).p) if dropout.training else 0.0
     else:
         p = float(dropout_p) if training else 0.0
     if p > 0.0 and not query.is_cuda:

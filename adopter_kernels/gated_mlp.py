@@ -36,7 +36,7 @@ def _pack(gate: nn.Linear, up: nn.Linear) -> Tuple[torch.Tensor, Optional[torch.
     weight = torch.cat([gate.weight, up.weight])
     if gate.bias is None and up.bias is None:
         return weight, None
-    biases = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in (gate, up)]
+    biases: list[torch.Tensor] = [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in (gate, up)]
     return weight, torch.cat(biases)
 
 

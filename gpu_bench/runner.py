@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from adopter_codemods.equivalence import compare_models, load_source_as_module
+from adopter_kernels.equivalence import compare_models, load_source_as_module
 from gpu_bench.suite import SUITE, Inputs, ModelSpec, SourceUnavailable, synthetic_loss
 from gpu_bench.timing import Timing, measure, measure_paired, paired_speedup
 from gpu_bench.variants import Rewriter, make_variants

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from adopter_codemods.equivalence import iter_leaves
+from adopter_kernels.equivalence import iter_leaves
 
 SIZES: tuple[str, ...] = ("tiny", "base")
 MODELS_DIR = Path(__file__).resolve().parent / "models"

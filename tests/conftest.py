@@ -57,7 +57,7 @@ def float64() -> Iterator[None]:
     """Build and compare models in float64 (``equivalence.default_dtype``): rounding noise ~1e-15, not ~1e-7."""
     import torch
 
-    from adopter_codemods.equivalence import default_dtype
+    from adopter_kernels.equivalence import default_dtype
 
     with default_dtype(torch.float64):
         yield

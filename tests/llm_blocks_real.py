@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from adopter_codemods.api import rewrite_source
-from adopter_codemods.equivalence import compare_models, load_source_as_module
+from adopter_kernels.equivalence import compare_models, load_source_as_module
 
 RULES = ["ADP011", "ADP012", "ADP013"]
 # model dir -> (model class, config class)

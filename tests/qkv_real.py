@@ -25,7 +25,7 @@ import torch
 import transformers
 
 from adopter_codemods.api import rewrite_source
-from adopter_codemods.equivalence import compare_models, default_dtype, load_source_as_module, seeded
+from adopter_kernels.equivalence import compare_models, default_dtype, load_source_as_module, seeded
 from adopter_codemods.rules import builtin_rules
 
 _DECODER = dict(

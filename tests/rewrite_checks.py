@@ -1,5 +1,5 @@
 """Assertions shared by the engine tests: a source is either left byte-identical, or rewritten into code that
-parses, is idempotent, and is executed-equivalent to the original (adopter_codemods.equivalence)."""
+parses, is idempotent, and is executed-equivalent to the original (adopter_kernels.equivalence)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def assert_equivalent_rewrite(
 ) -> RewriteResult:
     """Rewrite `source`, then check the output parses, a second run is a no-op, and `make_example()` builds models
     that load the original state_dict strictly and compute the same outputs and gradients in eval and train."""
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     result = rewrite_source(source, rules)
     assert result.findings, "expected a rewrite"

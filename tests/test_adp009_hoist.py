@@ -31,7 +31,7 @@ POSITIVE = sorted(c for c in (FIXTURES / "ADP009_fuse_qkv").glob("*.py") if not 
 def test_fixture_equivalent_with_the_packed_gemm(case: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import adopter_kernels
     from adopter_kernels import qkv
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     stem = f"qkv_packed_{case.stem}"
     original = load_source_as_module(case.read_text(encoding="utf-8"), stem + "_original", path=str(case))

@@ -173,7 +173,7 @@ def test_every_positive_is_listed() -> None:
 def test_rewritten_fixture_runs_sdpa(case: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     import adopter_kernels
-    from adopter_codemods.equivalence import load_source_as_module
+    from adopter_kernels.equivalence import load_source_as_module
 
     calls: list[int] = []
     real = torch.nn.functional.scaled_dot_product_attention
@@ -190,7 +190,7 @@ def test_rewritten_fixture_runs_sdpa(case: Path, monkeypatch: pytest.MonkeyPatch
 def test_training_with_dropout_is_the_same_sample_on_the_reference_backend() -> None:
     torch = pytest.importorskip("torch")
     import adopter_kernels
-    from adopter_codemods.equivalence import compare_models, load_source_as_module
+    from adopter_kernels.equivalence import compare_models, load_source_as_module
 
     case = ADP010 / "nanogpt_block.py"
     source = case.read_text(encoding="utf-8").replace("dropout = 0.0", "dropout = 0.3")

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from adopter_codemods.api import rewrite_source  # noqa: E402
-from adopter_codemods.equivalence import compare_models, load_source_as_module  # noqa: E402
+from adopter_kernels.equivalence import compare_models, load_source_as_module  # noqa: E402
 
 if transformers.__version__ != "4.34.1":
     pytest.skip("written against transformers 4.34.1", allow_module_level=True)

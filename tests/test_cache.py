@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adopter_codemods import cli
+from adopter_codemods import cli, files
 from adopter_codemods.cache import ScanCache
 from adopter_codemods.rules import select_rules
 
@@ -46,13 +46,13 @@ def scan(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every file the scan parses."""
     seen: list[str] = []
-    real = cli.load_module
+    real = files.parse_file
 
-    def load(path: str):  # type: ignore[no-untyped-def]
+    def parse(path: str, data: bytes):  # type: ignore[no-untyped-def]
         seen.append(path)
-        return real(path)
+        return real(path, data)
 
-    monkeypatch.setattr(cli, "load_module", load)
+    monkeypatch.setattr(files, "parse_file", parse)
     return seen
 
 

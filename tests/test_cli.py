@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from adopter_codemods import cli, files
+from adopter_codemods import cli, engine, files
 from adopter_codemods.api import rewrite_source, scan_source
 from adopter_codemods.cli import main
 from adopter_codemods.dsl import load_rule_file
-from adopter_codemods.report import rule_targets
-from adopter_codemods.rules import builtin_rules
+from adopter_codemods.rules import builtin_rules, rule_targets
 from conftest import ROOT
 
 EXAMPLE = ROOT / "adopter_codemods" / "examples" / "bert_like.py"
@@ -173,14 +172,14 @@ def test_pep263_and_bom_files_are_read(project: Path, capsys: pytest.CaptureFixt
 def test_internal_error_in_one_file_does_not_hide_the_others(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = cli.build_module_structure
+    real = engine.build_module_structure
 
     def build(module):  # type: ignore[no-untyped-def]
         if "def f(x)" in module.code:
             raise RuntimeError("boom")
         return real(module)
 
-    monkeypatch.setattr(cli, "build_module_structure", build)
+    monkeypatch.setattr(engine, "build_module_structure", build)
     status, out, _ = run(capsys, "scan", "src", "--format", "json")
     report = json.loads(out)
     assert status == 2 and len(report["findings"]) == 1
@@ -498,7 +497,7 @@ def test_demo_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
 def test_rewritten_example_is_equivalent() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     source = EXAMPLE.read_text(encoding="utf-8")
     original = load_source_as_module(source, "demo_example_original", path=str(EXAMPLE))

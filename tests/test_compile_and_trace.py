@@ -23,7 +23,7 @@ from torch import fx, nn
 
 import adopter_kernels as ak
 from adopter_codemods.api import rewrite_source
-from adopter_codemods.equivalence import compare_models, iter_leaves, load_source_as_module
+from adopter_kernels.equivalence import compare_models, iter_leaves, load_source_as_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = {"rtol": 1e-9, "atol": 1e-9}

@@ -1,4 +1,4 @@
-"""Tests for adopter_codemods.equivalence: it must pass on equivalent code and FAIL on genuinely different code."""
+"""Tests for adopter_kernels.equivalence: it must pass on equivalent code and FAIL on genuinely different code."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from adopter_codemods.equivalence import (  # noqa: E402
+from adopter_kernels.equivalence import (  # noqa: E402
     EquivalenceReport,
     assert_equivalent,
     check_equivalent,

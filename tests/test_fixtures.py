@@ -2,7 +2,7 @@
 
 Each positive case is imported as written and as rewritten; `make_example()` builds the model in both, the
 original state_dict loads strictly into the rewritten model, and outputs/gradients/buffers are compared in eval
-and training (adopter_codemods.equivalence).
+and training (adopter_kernels.equivalence).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ POSITIVE = [c for c in CASES if not is_negative(c)]
 @pytest.mark.parametrize("case", POSITIVE, ids=[f"{c.parent.name}/{c.name}" for c in POSITIVE])
 def test_rewrite_is_equivalent(case: Path) -> None:
     pytest.importorskip("torch")
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     source = case.read_text(encoding="utf-8")
     expected = expected_path(case).read_text(encoding="utf-8")

@@ -60,6 +60,7 @@ def test_codemods_wheel_holds_only_adopter_codemods(codemods_wheel: zipfile.ZipF
         "adopter_codemods/examples/bert_like.py",  # what `demo` shows
         *(f"adopter_codemods/rules/{p.name}" for p in (ROOT / "rules").glob("*.adopter")),
     }
+    shipped |= {f"adopter_codemods/rules/{p.name}" for p in (ROOT / "rules").glob("*.md")}  # the rules' documentation
     assert shipped <= names, shipped - names
     requirements = _requirements(codemods_wheel)
     assert not [r for r in requirements if "extra ==" not in r and r.startswith("torch")]  # the codemods need no torch
@@ -73,6 +74,7 @@ def test_kernels_wheel_holds_only_adopter_kernels(kernels_wheel: zipfile.ZipFile
     sources = {f"adopter_kernels/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py")}
     assert {n for n in kernels_wheel.namelist() if not n.split("/", 1)[0].endswith(".dist-info")} == sources
     assert _requirements(kernels_wheel) == ["torch>=2.1", "triton>=2.1; extra == 'triton'"]
+    assert "adopter_kernels/equivalence.py" in kernels_wheel.namelist()  # the harness needs torch: it lives here
 
 
 # Hide torch as an environment without it would: every import of torch or a submodule fails.
@@ -102,3 +104,30 @@ def test_import_without_torch_says_what_to_install() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "needs PyTorch" in done.stdout and "pip install torch" in done.stdout
     assert "pip install adopter-kernels" in done.stdout
+
+
+# Every module of the codemods distribution imports without torch (the equivalence harness, which needs torch,
+# lives in adopter_kernels).
+EVERY_MODULE_WITHOUT_TORCH = NO_TORCH.split("try:", 1)[0] + textwrap.dedent(
+    """
+    import importlib, pkgutil
+    import adopter_codemods
+
+    names = [
+        m.name
+        for m in pkgutil.walk_packages(adopter_codemods.__path__, "adopter_codemods.")
+        if m.name != "adopter_codemods.__main__"  # runs the command line
+    ]
+    for name in names:
+        importlib.import_module(name)
+    print(len(names))
+    """
+)
+
+
+def test_every_codemods_module_imports_without_torch() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", EVERY_MODULE_WITHOUT_TORCH], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert int(done.stdout) > 20

@@ -7,7 +7,7 @@ quote styles, tabs / 2 / 4 spaces and LF / CRLF. For every source and all rules 
 
 * the output parses; a second run changes nothing; a source without findings comes back byte-identical;
 * a rewritten module imports, loads the original ``state_dict`` strictly and computes the same outputs and
-  gradients in eval and train (``adopter_codemods.equivalence``; every dropout has p=0 so both draw the same).
+  gradients in eval and train (``adopter_kernels.equivalence``; every dropout has p=0 so both draw the same).
 
 Derandomized with a modest example count: the file runs in well under a minute on one core.
 """
@@ -194,7 +194,7 @@ def module_sources(draw: st.DrawFn) -> str:
 
 
 def _check(source: str) -> None:
-    from adopter_codemods.equivalence import assert_equivalent, load_source_as_module
+    from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     compile(source, "<generated>", "exec")
     result = rewrite_source(source)

@@ -92,7 +92,7 @@ def test_llm_blocks_on_other_4_34_1_families(model: str) -> None:
     import torch
 
     from adopter_codemods.api import rewrite_source
-    from adopter_codemods.equivalence import compare_models, load_source_as_module
+    from adopter_kernels.equivalence import compare_models, load_source_as_module
 
     model_cls, config_cls, expected = OTHER_FAMILIES[model]
     original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")

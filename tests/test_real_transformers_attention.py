@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 from adopter_codemods.api import rewrite_source  # noqa: E402
 from adopter_codemods.dsl import CallNode  # noqa: E402
-from adopter_codemods.equivalence import (  # noqa: E402
+from adopter_kernels.equivalence import (  # noqa: E402
     compare_models,
     default_dtype,
     load_source_as_module,

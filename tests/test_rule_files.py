@@ -113,6 +113,20 @@ def test_unbound_target_variable_points_at_its_use(project: Path, capsys: pytest
     assert f"bad.adopter:{line}:11: target variable $zzz is not bound" in capsys.readouterr().err
 
 
+def test_markdown_beside_a_user_rule_documents_it(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def help_of_my_rule() -> object:
+        main(["scan", "--no-cache", "--format", "sarif", "model.py", "--rule-file", "my.adopter"])
+        rules = json.loads(capsys.readouterr().out)["runs"][0]["tool"]["driver"]["rules"]
+        return next(r for r in rules if r["id"] == "MY105").get("help")
+
+    assert help_of_my_rule() is None
+    (project / "my.md").write_text("# MY105 MyFusion — fused `x`\n\n**What**: it.\n", encoding="utf-8")
+    assert help_of_my_rule() == {
+        "text": "MY105 MyFusion — fused x\n\n**What**: it.",
+        "markdown": "MY105 MyFusion — fused `x`\n\n**What**: it.",
+    }
+
+
 def test_rewrite_and_apply_rule_files_agree(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rule_file = str(project / "my.adopter")
     only_file = transform_module(ApplyRuleFiles(CodemodContext(), rule_file=[rule_file]), MODEL)

@@ -23,7 +23,7 @@ if transformers.__version__ != "4.34.1":  # the expected findings are those of t
 from torch import nn
 
 from adopter_codemods.api import rewrite_source, scan_source
-from adopter_codemods.equivalence import compare_models, default_dtype, load_source_as_module, seeded
+from adopter_kernels.equivalence import compare_models, default_dtype, load_source_as_module, seeded
 
 # (model package, rule) -> expected findings as (class, line of the first matched statement)
 EXPECTED = {

@@ -39,12 +39,9 @@ from fixit.engine import LintRunner
 from libcst.metadata import CodePosition, CodeRange
 
 from ..dsl import Rule
-from ..engine import Finding, find_all, findings_for, rewrite_module
+from ..engine import Finding, analyse
 from ..gc_pause import CollectorHold
-from ..provider import build_module_structure
-from ..report import rule_doc
-from ..rules import builtin_rules
-from ..structure import ModuleStructure
+from ..rules import builtin_rules, rule_doc
 from .mode import lint_without_diff
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"  # source checkouts only
@@ -55,7 +52,6 @@ class _FileState:
     """What the Adopter rules linting one file share; dropped when the last of them leaves the module."""
 
     module: cst.Module
-    structure: ModuleStructure
     lint_only: bool  # `fixit lint` without `--diff`: the fix would go unused, so it is not built
     linters: list[LintRule] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
@@ -70,12 +66,12 @@ class _FileState:
         both by the engine, so the fix never rewrites a silenced site."""
         if self.findings is not None:
             return
-        matches = find_all(self.structure, self.rules)
-        found = findings_for(self.module, matches, "", source=_parsed_source(self.module))  # one positions pass for all
+        analysis = analyse(self.module, self.rules, source=_parsed_source(self.module))
+        found = analysis.findings()  # one positions pass for all
         self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
         fixable = [f for f in found if f.fixable]
         if fixable and not self.lint_only:
-            outcome = rewrite_module(self.module, self.rules, self.structure, matches)
+            outcome = analysis.rewrite()
             if outcome.rounds:
                 self.fix, self.fix_at = outcome.module, fixable[0]
 
@@ -149,7 +145,7 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 lint_only = lint_without_diff()
                 if lint_only:
                     _COLLECTOR.begin(id(node))
-                state = _FILES[id(node)] = _FileState(node, build_module_structure(node), lint_only)
+                state = _FILES[id(node)] = _FileState(node, lint_only)
             state.linters.append(self)
             state.rules.append(self.RULE)
             state.pending += 1

@@ -1,7 +1,9 @@
 """Execution harness: run an original and a rewritten model side by side and compare them.
 
-Used by the test-suite (every positive fixture, the transformers corpus) and by ``gpu_bench``. It imports
-torch, so it must never be imported on the codemod path (``adopter_codemods`` itself stays torch-free).
+Used by the test-suite (every positive fixture, the transformers corpus) and by ``gpu_bench``, and available to
+anyone who wants to check their own rewritten model against the original. It needs torch only, so it lives in the
+runtime distribution (``adopter-kernels``), not on the torch-free codemod path; ``import adopter_kernels`` does not
+import it.
 
 What "equivalent" means here (docs/DESIGN.md §4):
 
@@ -230,7 +232,8 @@ def _clone_inputs(value: Any) -> Any:
         copy = value.detach().clone()
         return copy.requires_grad_(True) if copy.is_floating_point() else copy
     if isinstance(value, Mapping):
-        return type(value)((key, _clone_inputs(item)) for key, item in value.items())
+        mapping: Any = type(value)  # a dict-like class built from its items
+        return mapping((key, _clone_inputs(item)) for key, item in value.items())
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
         return type(value)(*(_clone_inputs(item) for item in value))
     if isinstance(value, (tuple, list)):

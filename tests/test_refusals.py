@@ -1,0 +1,382 @@
+"""``scan --show-refused``: every site a rule matched structurally but refused is listed with its reason and the
+line causing it (adopter_codemods.matcher.Reason/Refusal; docs/ENGINE.md "Refusals"). Collecting them never changes
+what is accepted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from adopter_codemods.api import refused_sites, scan_source
+from adopter_codemods.cache import ENV_DIR
+from adopter_codemods.cli import main
+from adopter_codemods.engine import find_all
+from adopter_codemods.matcher import Refusal, RefusalCategory
+from adopter_codemods.provider import build_module_structure
+from adopter_codemods.rules import select_rules
+from conftest import FIXTURES, fixture_cases, is_negative, rule_code
+
+# Every negative fixture: its refusals as `line: category: reason (line of the cause)`; [] where the rule does not
+# match structurally at all (another layer type, no such call...), so nothing was refused.
+NEGATIVE_REFUSALS: dict[str, list[str]] = {
+    'ADP001_fuse_bert_self_attention/neg_not_bound_to_self.py': [],
+    'ADP001_fuse_bert_self_attention/neg_similar_names.py': [],
+    'ADP001_fuse_bert_self_attention/neg_star_args.py': [],
+    'ADP002_fuse_t5_attention/neg_not_bound_to_self.py': [],
+    'ADP002_fuse_t5_attention/neg_similar_names.py': [],
+    'ADP003_fuse_gpt2_attention/neg_not_bound_to_self.py': [],
+    'ADP003_fuse_gpt2_attention/neg_similar_names.py': [],
+    'ADP004_fast_softmax/neg_compiled_and_unpacked.py': [],
+    'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
+    'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
+    'ADP005_fuse_dropout_ln/neg_dropout_used_elsewhere.py': [
+        '14: layer-used-elsewhere: self.dropout, which the rewrite removes from __init__, is also used here (line 13)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_inplace_dropout.py': [
+        '13: init-mismatch: the __init__ binding of self.dropout does not fit the rule: inplace=True, where the rule needs inplace=False (line 9)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_input_redefined.py': [
+        "13: input-redefined: `h` is assigned again here, so at the fused call's place it would hold another value (line 14)",
+    ],
+    'ADP005_fuse_dropout_ln/neg_intermediate_reused.py': [
+        '13: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 15)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
+    'ADP005_fuse_dropout_ln/neg_sum_reused.py': [
+        '13: intermediate-used-elsewhere: `s`, an intermediate result the fused call hides, is used here (line 15)',
+    ],
+    'ADP006_fuse_bias_gelu/neg_intermediate_reused.py': [
+        '15: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 17)',
+        '26: intermediate-used-elsewhere: `logits`, an intermediate result the fused call hides, is used here (line 28)',
+    ],
+    'ADP006_fuse_bias_gelu/neg_linear_without_bias.py': [
+        '17: init-mismatch: the __init__ binding of self.wi does not fit the rule: bias=False, where the rule needs bias=True (line 11)',
+        '31: init-mismatch: the __init__ binding of self.fc1 does not fit the rule: bias=config.enable_bias, where the rule needs bias=True (line 27)',
+    ],
+    'ADP006_fuse_bias_gelu/neg_other_activations.py': [],
+    'ADP006_fuse_bias_gelu/neg_unplaceable_arguments.py': [
+        '15: argument-position: a positional argument the rule passes through would bind another parameter of the fused call',
+        '17: argument-position: a positional argument the rule passes through would bind another parameter of the fused call',
+    ],
+    'ADP007_fuse_conv_bn/neg_activation_between.py': [],
+    'ADP007_fuse_conv_bn/neg_bn_before_conv.py': [],
+    'ADP007_fuse_conv_bn/neg_bn_in_loop.py': [
+        '12: not-placeable: the matched calls run in different loop iterations or loops (line 14)',
+    ],
+    'ADP007_fuse_conv_bn/neg_bn_on_other_tensor.py': [],
+    'ADP007_fuse_conv_bn/neg_conv_in_one_branch.py': [
+        '14: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (line 15)',
+    ],
+    'ADP007_fuse_conv_bn/neg_conv_output_reused.py': [
+        '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 14)',
+    ],
+    'ADP007_fuse_conv_bn/neg_elif_chain.py': [
+        '15: branch-not-duplicable: the statements before this `if` would be copied into every arm of its elif chain, which reorders the tests (line 16)',
+    ],
+    'ADP007_fuse_conv_bn/neg_input_mutated_inplace.py': [
+        "14: input-may-be-mutated: a call here may modify `x` in place, which a matched statement moved to the fused call's place reads (line 15)",
+    ],
+    'ADP007_fuse_conv_bn/neg_input_redefined.py': [
+        "12: input-redefined: `x` is assigned again here, so at the fused call's place it would hold another value (line 13)",
+    ],
+    'ADP007_fuse_conv_bn/neg_other_layer_types.py': [],
+    'ADP007_fuse_conv_bn/neg_test_reads_conv_output.py': [
+        '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 13)',
+    ],
+    'ADP008_fuse_linear_bn/neg_bn_before_linear.py': [],
+    'ADP008_fuse_linear_bn/neg_conv1d_bn1d.py': [],
+    'ADP008_fuse_linear_bn/neg_elif_chain.py': [
+        '14: branch-not-duplicable: the statements before this `if` would be copied into every arm of its elif chain, which reorders the tests (line 15)',
+    ],
+    'ADP008_fuse_linear_bn/neg_flatten_between.py': [],
+    'ADP008_fuse_linear_bn/neg_input_redefined.py': [
+        "12: input-redefined: `x` is assigned again here, so at the fused call's place it would hold another value (line 13)",
+    ],
+    'ADP008_fuse_linear_bn/neg_linear_output_reused.py': [
+        '12: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 13)',
+    ],
+    'ADP009_fuse_qkv/neg_bert_branches.py': [
+        '25: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 36)',
+    ],
+    'ADP009_fuse_qkv/neg_different_inputs.py': [
+        '56: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 57)',
+        '76: input-redefined: on another path through these statements the matched calls read different values (line 76)',
+    ],
+    'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
+        '38: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 39)',
+        '46: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 48)',
+        '81: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 82)',
+        '89: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 92)',
+        '99: not-placeable: the matched calls run in different loop iterations or loops (line 101)',
+        '108: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 110)',
+        '121: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 122)',
+        '129: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 131)',
+        '138: guard: guard qkv_distinct_layers: one layer stands for two of the projections: packing it would compute its GEMM twice',
+        '149: output-read-early: `q` is read here, before the place where the fused call would produce it (line 150)',
+    ],
+    'ADP009_fuse_qkv/neg_outputs_modified_in_place.py': [
+        '24: guard: guard qkv_outputs_not_modified_in_place: `query_vectors` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 31)',
+        '49: guard: guard qkv_outputs_not_modified_in_place: `heads` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 53)',
+        '65: guard: guard qkv_outputs_not_modified_in_place: `v` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 68)',
+        '83: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 84)',
+        '103: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 106)',
+    ],
+    'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
+    'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
+        '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
+    ],
+    'ADP010_fuse_attention_core/neg_condition_with_call.py': [
+        '22: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 25)',
+    ],
+    'ADP010_fuse_attention_core/neg_fill_min_of_other_tensor.py': [
+        '19: guard: guard attention_fill_values: masked_fill fills with torch.finfo(ref.dtype).min; the fused kernel fills with -inf or torch.finfo(scores.dtype).min only',
+    ],
+    'ADP010_fuse_attention_core/neg_fill_unknown_value.py': [
+        '19: guard: guard attention_fill_values: masked_fill fills with -10000.0; the fused kernel fills with -inf or torch.finfo(scores.dtype).min only',
+    ],
+    'ADP010_fuse_attention_core/neg_mixed_matmul_spellings.py': [],
+    'ADP010_fuse_attention_core/neg_probs_returned.py': [
+        '18: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 22)',
+    ],
+    'ADP010_fuse_attention_core/neg_probs_stored.py': [
+        '19: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 21)',
+    ],
+    'ADP010_fuse_attention_core/neg_probs_times_head_mask.py': [],
+    'ADP010_fuse_attention_core/neg_region_if_with_else.py': [],
+    'ADP010_fuse_attention_core/neg_scores_reused.py': [
+        '19: intermediate-used-elsewhere: `scores`, an intermediate result the fused call hides, is used here (line 21)',
+    ],
+    'ADP010_fuse_attention_core/neg_softmax_other_dim.py': [],
+    'ADP010_fuse_attention_core/neg_softmax_upcast.py': [],
+    'ADP011_fuse_rms_norm/neg_other_computations.py': [
+        "70: guard: guard rms_norm_class_is_exact: class NoCastBack looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 9)",
+        "71: guard: guard rms_norm_class_is_exact: class CpmAntLayerNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 23)",
+        "72: guard: guard rms_norm_class_is_exact: class WithHelper looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 36)",
+        "73: guard: guard rms_norm_class_is_exact: class Mixed looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 53)",
+    ],
+    'ADP011_fuse_rms_norm/neg_rebound_by_apex.py': [
+        "33: guard: guard rms_norm_class_is_exact: class T5LayerNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 8)",
+        "59: guard: guard rms_norm_class_is_exact: class PatchedNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 39)",
+    ],
+    'ADP012_fuse_gated_mlp/neg_not_a_gated_mlp.py': [
+        '15: intermediate-used-elsewhere: `a`, an intermediate result the fused call hides, is used here (line 16)',
+    ],
+    'ADP013_fuse_rotary_embedding/neg_not_rotate_half.py': [
+        "31: guard: guard rotate_half_is_exact: rot is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two (the variants' rotations) (line 24)",
+        "35: guard: guard rotate_half_is_exact: rotate_chunk is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two (the variants' rotations) (line 7)",
+        '36: guard: guard rotate_half_is_exact: the rotation helper is not called on `q`, the value multiplied by cos',
+        "37: guard: guard rotate_half_is_exact: swap_only is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two (the variants' rotations) (line 18)",
+        "50: guard: guard rotate_half_is_exact: every_two_3d is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two (the variants' rotations) (line 41)",
+    ],
+}
+
+
+def _render(case: Path) -> list[str]:
+    sites = refused_sites(case.read_text(encoding="utf-8"), [rule_code(case)], path=str(case))
+    return [
+        f"{r.line}: {r.category.value}: {r.reason}" + (f" (line {r.cause_line})" if r.cause_line else "") for r in sites
+    ]
+
+
+NEGATIVES = [c for c in fixture_cases() if is_negative(c)]
+
+
+def test_table_lists_every_negative_fixture() -> None:
+    assert sorted(NEGATIVE_REFUSALS) == sorted(f"{c.parent.name}/{c.name}" for c in NEGATIVES)
+
+
+@pytest.mark.parametrize("case", NEGATIVES, ids=[f"{c.parent.name}/{c.name}" for c in NEGATIVES])
+def test_negative_fixture_refusals(case: Path) -> None:
+    assert _render(case) == NEGATIVE_REFUSALS[f"{case.parent.name}/{case.name}"]
+
+
+def test_fixture_table_covers_the_categories() -> None:
+    """Categories the fixtures exercise; the others are tested on sources below."""
+    seen = {line.split(": ")[1] for lines in NEGATIVE_REFUSALS.values() for line in lines}
+    below = {"suppressed", "layer-rebound"}
+    untested = {"partial-path"}  # a defensive check: no source found where planning passes and it fires
+    assert seen | below | untested == {c.value for c in RefusalCategory}
+
+
+CASES = fixture_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
+def test_collecting_refusals_changes_no_match(case: Path) -> None:
+    """Same matches with and without collection; no refused site is also reported as a finding."""
+    module = cst.parse_module(case.read_text(encoding="utf-8"))
+    rules = select_rules([rule_code(case)])
+    plain = find_all(build_module_structure(module), rules)
+    refusals: list[Refusal] = []
+    collected = find_all(build_module_structure(module), rules, refusals)
+    assert [sorted(m.key()) for m in plain] == [sorted(m.key()) for m in collected]
+    found = {(f.code, f.line) for f in scan_source(module.code, [rule_code(case)])}
+    refused = {(r.code, r.line) for r in refused_sites(module.code, [rule_code(case)])}
+    assert not found & refused
+
+
+HEAD = '''import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.dropout = nn.Dropout(0.1)
+        self.LayerNorm = nn.LayerNorm(d)
+'''
+
+
+def _refused(source: str, rule: str = "ADP005") -> list[tuple[int, str, str, object]]:
+    return [(r.line, r.category.value, r.reason, r.cause_line) for r in refused_sites(source, [rule])]
+
+
+def test_suppressed_site_is_listed_with_the_directive_line() -> None:
+    source = HEAD + '''
+    def forward(self, h, x):
+        out = self.LayerNorm(
+            self.dropout(h) + x  # noqa: ADP005
+        )
+        return out
+'''
+    assert not scan_source(source, ["ADP005"])
+    assert _refused(source) == [(12, "suppressed", "a suppression comment silences this site", 12)]
+
+
+def test_layer_bound_again_outside_init() -> None:
+    source = HEAD + '''
+    def forward(self, h, x):
+        return self.LayerNorm(self.dropout(h) + x)
+
+    def reset(self):
+        self.dropout = nn.Dropout(0.2)
+'''
+    assert _refused(source) == [
+        (
+            12,
+            "layer-rebound",
+            "self.dropout is bound again outside __init__ (or by a computed setattr), so what it is at the call is "
+            "unknown",
+            None,
+        )
+    ]
+
+
+def test_one_refusal_per_site_over_several_paths() -> None:
+    """An earlier `if` makes two paths through the match: each refuses it, one refusal is listed (the first)."""
+    source = HEAD + '''
+    def forward(self, h, x, flag):
+        if flag:
+            x = x * 2
+        s = self.dropout(h) + x
+        out = self.LayerNorm(s)
+        return out + s
+'''
+    assert _refused(source) == [
+        (14, "intermediate-used-elsewhere", "`s`, an intermediate result the fused call hides, is used here", 16)
+    ]
+
+
+def test_site_accepted_by_a_later_variant_is_not_listed() -> None:
+    """ADP011's first variant (eps in `variance_epsilon`) refuses a LLaMA RMSNorm keeping eps in `eps`, which the
+    second variant rewrites: the site is a finding, not a refusal."""
+    source = '''import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class Layer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = RMSNorm(d)
+
+    def forward(self, x):
+        return self.norm(x)
+'''
+    assert [(f.code, f.line) for f in scan_source(source, ["ADP011"])] == [("ADP011", 22)]
+    assert _refused(source, "ADP011") == []
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+SUM_REUSED = FIXTURES / "ADP005_fuse_dropout_ln" / "neg_sum_reused.py"
+REASON = "`s`, an intermediate result the fused call hides, is used here"
+
+
+def test_cli_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan", "--show-refused", "--no-cache", "--rules", "ADP005", str(SUM_REUSED)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"ADP005 refused at {SUM_REUSED}:13:9: {REASON} (line 15)\n"
+    assert "0 findings (0 fixable) in 0 of 1 file; 1 site refused" in err
+
+
+def test_cli_text_without_the_flag_lists_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan", "--no-cache", "--rules", "ADP005", str(SUM_REUSED)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "refused" not in err
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["scan", "--show-refused", "--no-cache", "--format", "json", "--rules", "ADP005", str(SUM_REUSED)])
+    document = json.loads(capsys.readouterr().out)
+    assert document["version"] == 2
+    assert document["refused"] == [
+        {
+            "code": "ADP005",
+            "rule": "FuseDropoutLN",
+            "path": str(SUM_REUSED),
+            "class": "Block",
+            "function": "forward",
+            "line": 13,
+            "end_line": 14,
+            "category": "intermediate-used-elsewhere",
+            "reason": REASON,
+            "cause_line": 15,
+        }
+    ]
+    main(["scan", "--no-cache", "--format", "json", "--rules", "ADP005", str(SUM_REUSED)])
+    assert "refused" not in json.loads(capsys.readouterr().out)
+
+
+def test_cli_sarif(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["scan", "--show-refused", "--no-cache", "--format", "sarif", "--rules", "ADP005", str(SUM_REUSED)])
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    (result,) = run["results"]
+    assert result["level"] == "note"
+    assert result["ruleId"] == "ADP005"
+    assert result["message"]["text"] == f"refused: {REASON} [FuseDropoutLN in Block.forward]"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 13
+    assert result["properties"] == {"refused": True, "category": "intermediate-used-elsewhere"}
+    (related,) = result["relatedLocations"]
+    assert related["physicalLocation"]["region"] == {"startLine": 15, "startColumn": 9}
+
+
+def test_cli_refusals_bypass_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cached file (its findings stored by a plain scan) still has its refusals listed, and nothing is stored."""
+    monkeypatch.setenv(ENV_DIR, str(tmp_path / "cache"))
+    main(["scan", "--rules", "ADP005", str(SUM_REUSED)])
+    stored = sorted((tmp_path / "cache").rglob("*"))
+    assert stored  # the plain scan stored the file's findings
+    capsys.readouterr()
+    main(["scan", "--show-refused", "--rules", "ADP005", str(SUM_REUSED)])
+    assert capsys.readouterr().out == f"ADP005 refused at {SUM_REUSED}:13:9: {REASON} (line 15)\n"
+    assert sorted((tmp_path / "cache").rglob("*")) == stored
