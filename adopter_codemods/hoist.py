@@ -175,8 +175,8 @@ def _runs_once(small: cst.BaseSmallStatement, expr: cst.BaseExpression) -> bool:
     """Whether `expr` is evaluated exactly once whenever `small` runs (no conditional part on the way to it)."""
     parent: dict[int, cst.CSTNode] = {}
     for node in cstwalk.walk(small):  # iterative: expressions may nest deeper than Python's recursion limit
-        for child in cstwalk.children(node):
-            parent[id(child)] = node
+        for part in cstwalk.children(node):
+            parent[id(part)] = node
     if id(expr) not in parent:
         return False
     child: cst.CSTNode = expr

@@ -1008,18 +1008,19 @@ def matches_on_path(match: Match, by_key: dict[tuple[int, Optional[str]], DLNode
     rule = match.rule
     assert rule.forward is not None
     nodes = iter(match.nodes)
-    env: Optional[dict[str, Binding]] = {}
+    env: dict[str, Binding] = {}
     for i, pattern in enumerate(rule.forward.source):
         if isinstance(pattern, Wildcard):
             continue
         if i in match.skipped:
             assert isinstance(pattern, (CallNode, OpNode))
-            env = _pass_through(pattern, env)
+            bound = _pass_through(pattern, env)
         else:
             node = next(nodes)
-            env = _match_node(pattern, by_key[(id(node.expr), node.layer)], env, rule)
-        if env is None:
+            bound = _match_node(pattern, by_key[(id(node.expr), node.layer)], env, rule)
+        if bound is None:
             return False
+        env = bound
     return True
 
 
