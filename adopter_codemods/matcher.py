@@ -18,7 +18,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -32,6 +32,9 @@ from .signatures import SIGNATURES, default_source
 from .structure import (
     CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, Event, LayerBinding, LayerType, Path, Site, Use, Value
 )
+
+if TYPE_CHECKING:
+    from .hoist import Hoist
 
 # Sets and dicts here key CST nodes by id(): LibCST nodes hash by identity too, but through a Python-level __hash__
 # several times slower than id(), on the paths of every class (the scan's hot loop).
@@ -77,7 +80,7 @@ Binding = Union[Value, LayerRef, InitArg, RestArgs]
 # How a match is rewritten (docs/ENGINE.md): "" until planned; "inline" (nested in the anchor call), "block"
 # (statements of the anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the
 # region kept as written under conditions), "init" (an instantiation rule), "container" (an nn.Sequential).
-Plan = Literal["", "inline", "block", "branch", "fallback", "init", "container"]
+Plan = Literal["", "inline", "block", "branch", "fallback", "hoist", "init", "container"]
 
 
 @dataclass(eq=False)
@@ -105,6 +108,7 @@ class Match:
     region: list[cst.BaseStatement] = field(default_factory=list)
     region_ifs: list[cst.If] = field(default_factory=list)
     fallback_test: Optional[cst.BaseExpression] = None
+    hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -1074,7 +1078,36 @@ def _check_complete_path(
                 "another value",
                 redefined.site.line if redefined is not None else None,
             )
+    if not matches_on_path(match, by_key):
+        return Reason(
+            RefusalCategory.INPUT_REDEFINED,
+            "on another path through these statements the matched calls read different values",
+            match.nodes[0].site.small,
+        )
     return _moved_reads_touched(path, match.cls, anchor, keys, deleted)
+
+
+def matches_on_path(match: Match, by_key: dict[tuple[int, Optional[str]], DLNode]) -> bool:
+    """Whether this path's copies of the matched nodes match the pattern with consistent bindings too. A match is
+    found on one path; on another, the same statements may read different values (``qk = h; v_in = h`` then
+    ``if rotary: qk = rot(qk)``: q/k/v of one input on one path, not on the other)."""
+    rule = match.rule
+    assert rule.forward is not None
+    nodes = iter(match.nodes)
+    env: dict[str, Binding] = {}
+    for i, pattern in enumerate(rule.forward.source):
+        if isinstance(pattern, Wildcard):
+            continue
+        if i in match.skipped:
+            assert isinstance(pattern, (CallNode, OpNode))
+            bound = _pass_through(pattern, env)
+        else:
+            node = next(nodes)
+            bound = _match_node(pattern, by_key[(id(node.expr), node.layer)], env, rule)
+        if bound is None:
+            return False
+        env = bound
+    return True
 
 
 def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int, Optional[str]]]:
@@ -1324,16 +1357,15 @@ def _forward_refusal(match: Match, aligned: list[Optional[DLNode]]) -> Optional[
     if isinstance(plan, Reason) and rule.fallback:
         if not _plan_absorbing(match, aligned):
             return plan
-    elif isinstance(plan, Reason):
-        return plan
     else:
-        reason = _outputs_assigned(match)
-        if reason is not None:
-            return reason
-        match.plan = plan
-        reason = _check_paths(match)
-        if reason is not None and not (rule.fallback and plan == "block" and _plan_fallback(match)):
-            return reason
+        reason = plan if isinstance(plan, Reason) else _outputs_assigned(match)
+        if reason is None:
+            match.plan = plan  # type: ignore[assignment]
+            reason = _check_paths(match)
+            if reason is not None and rule.fallback and plan == "block" and _plan_fallback(match):
+                reason = None
+        if reason is not None and not hoist.plan_hoist(match):
+            return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
     return _guards_refusal(match)
 
 
@@ -1701,3 +1733,7 @@ def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:
 
 def _bound_name(bound: Optional[Binding]) -> Optional[str]:
     return bound.text if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%") else None
+
+
+# Plan "hoist" lives in its own module, which reads this one's checks (so it is imported last, as a module).
+from . import hoist  # noqa: E402

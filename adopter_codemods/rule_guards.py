@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import cstwalk
 from .guards import Refused, guard
-from .matcher import Match
+from .matcher import LayerRef, Match
 from .signatures import SIGNATURES
 from .structure import Def, DLNode, Site, Use, Value
 
@@ -139,13 +139,26 @@ def _in_place_targets(small: cst.CSTNode) -> set[str]:
     return visitor.names
 
 
-def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optional[str]:
+_PROJECTION = "%projection"  # `_view_root` of an expression that may be a view of a matched projection's result
+# What a tensor answers about itself, never a view of it: `n = k.shape[-2]; n += 1` modifies no tensor.
+_METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
+_METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
+
+
+def _view_root(
+    expr: cst.BaseExpression, held: Callable[[str], bool], sources: frozenset[int] = frozenset()
+) -> Optional[str]:
     """The variable whose tensor ``expr`` may be a view of (or be itself): ``t`` for ``t``, ``t.view(...)``,
-    ``t[0].transpose(1, 2)``, and the first argument of a function call (``torch.transpose(t, 0, 1)``, an unknown
-    helper); None for new values (arithmetic, tuples, literals)."""
+    ``t[0].transpose(1, 2)``, ``t.view(...).transpose(1, 2)``, and the first argument of a function call
+    (``torch.transpose(t, 0, 1)``, an unknown helper); ``_PROJECTION`` when that is one of the expressions in
+    `sources` (``self.q(h).view(...)``); None for new values (arithmetic, tuples, literals)."""
     while True:
+        if id(expr) in sources:
+            return _PROJECTION
         if isinstance(expr, cst.Name):
             return expr.value
+        if isinstance(expr, cst.Attribute) and expr.attr.value in _METADATA_ATTRIBUTES:
+            return None
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
             name = _root_name(expr)
             if name is not None and name.startswith("self.") and held(name):
@@ -153,9 +166,11 @@ def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optiona
             expr = expr.value
         elif isinstance(expr, cst.Call):
             func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS:
+                return None
             receiver = _root_name(func.value) if isinstance(func, cst.Attribute) else None
-            if isinstance(func, cst.Attribute) and receiver is not None and held(receiver):
-                expr = func.value  # a method of a tracked tensor
+            if isinstance(func, cst.Attribute) and (receiver is None or held(receiver)):
+                expr = func.value  # a method of a tracked tensor or of a computed value (a chain)
             else:
                 positional = [a.value for a in expr.args if a.keyword is None and not a.star]
                 if not positional:
@@ -163,6 +178,16 @@ def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optiona
                 expr = positional[0]
         else:
             return None
+
+
+@guard
+def qkv_distinct_layers(match: Match) -> Union[bool, Refused]:
+    """Three different layers: ``a = self.q(x); b = self.q(x)`` would pack the same weight twice, one GEMM larger
+    than the two it replaces."""
+    layers = [b.attr for b in match.env.values() if isinstance(b, LayerRef)]
+    if len(set(layers)) != len(layers):
+        return Refused("one layer stands for two of the projections: packing it would compute its GEMM twice")
+    return True
 
 
 @guard
@@ -175,6 +200,9 @@ def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
     target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
+    # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
+    # view of that expression aliases the output.
+    sources = frozenset(key[0] for key in out_keys)
     in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets, shared by all paths
     for path in match.cls.forward_paths:
         tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
@@ -204,8 +232,8 @@ def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
             small = site.small
             aliased = event.vid in tainted
             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                root = _view_root(small.value, lambda name: scoped(name) in holds)
-                aliased = aliased or (root is not None and holds.get(scoped(root)) in tainted)
+                root = _view_root(small.value, lambda name: scoped(name) in holds, sources)
+                aliased = aliased or root == _PROJECTION or (root is not None and holds.get(scoped(root)) in tainted)
             elif isinstance(small, cst.AugAssign):
                 aliased = aliased or holds.get(event.name) in tainted  # `x += y` keeps the object
             if aliased:

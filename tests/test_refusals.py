@@ -112,17 +112,30 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP009_fuse_qkv/neg_bert_branches.py': [
         '25: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 36)',
     ],
-    'ADP009_fuse_qkv/neg_different_inputs.py': [],
+    'ADP009_fuse_qkv/neg_different_inputs.py': [
+        '56: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 57)',
+        '76: input-redefined: on another path through these statements the matched calls read different values (line 76)',
+    ],
+    'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
+        '38: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 39)',
+        '46: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 48)',
+        '81: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 82)',
+        '89: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 92)',
+        '99: not-placeable: the matched calls run in different loop iterations or loops (line 101)',
+        '108: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 110)',
+        '121: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 122)',
+        '129: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 131)',
+        '138: guard: guard qkv_distinct_layers: one layer stands for two of the projections: packing it would compute its GEMM twice',
+        '149: output-read-early: `q` is read here, before the place where the fused call would produce it (line 150)',
+    ],
     'ADP009_fuse_qkv/neg_outputs_modified_in_place.py': [
         '24: guard: guard qkv_outputs_not_modified_in_place: `query_vectors` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 31)',
         '49: guard: guard qkv_outputs_not_modified_in_place: `heads` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 53)',
         '65: guard: guard qkv_outputs_not_modified_in_place: `v` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 68)',
+        '83: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 84)',
+        '103: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 106)',
     ],
-    'ADP009_fuse_qkv/neg_wrapped_projections.py': [
-        '21: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 22)',
-        '41: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 42)',
-        '55: output-read-early: `q` is read here, before the place where the fused call would produce it (line 56)',
-    ],
+    'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
     'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
         '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
     ],
