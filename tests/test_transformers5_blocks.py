@@ -6,8 +6,8 @@ subprocess (5.x cannot share a process with the pinned 4.34.1): module classes, 
 in eval and training, strict checkpoint load, 1e-9).
 
 What does not fire in 5.x, and why (extend EXPECTED when it does):
-- ADP009 on ``LlamaAttention``/``BartAttention``: q/k/v projections consumed in chains
-  (``self.q_proj(x).view(...).transpose(1, 2)``), not yet accepted;
+- ADP009 on ``BartAttention``: its key/value projections read ``key_value_states if is_cross_attention else
+  hidden_states`` under a cache branch, not the query's input on every path;
 - ADP013 on LLaMA: 5.x decorates ``apply_rotary_pos_emb`` with ``@use_kernel_forward_from_hub``, a decorator that
   may replace the function, so the engine leaves its body alone;
 - ADP005 on BART: 5.x applies ``nn.functional.dropout`` before the residual add, not an ``nn.Dropout`` layer;
@@ -53,6 +53,7 @@ EXPECTED: dict[str, dict[str, object]] = {
             "ADP004:.eager_attention_forward": 1,
             "ADP011:LlamaDecoderLayer.__init__": 2,
             "ADP011:LlamaModel.__init__": 1,
+            "ADP009:LlamaAttention.forward": 1,  # q/k/v projections inside .view(...).transpose(1, 2) chains
             "ADP012:LlamaMLP.forward": 1,
         },
         "layers": ["LlamaDecoderLayer"],
