@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interleave", action="store_true",
                         help="time each variant call by call in alternation with vanilla and report the median of "
                              "the per-call speedups with its quartiles: robust to a changing machine load (shared "
-                             "CPUs); holds two models at once; memory is then taken from one separate call")
+                             "CPUs); holds two models at once; peak memory is not measured")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights, inputs, dropout and cotangents")
     parser.add_argument("--no-equivalence", dest="equivalence", action="store_false",
                         help="skip the equivalence check (timing only)")

@@ -268,7 +268,8 @@ def _timed(
 ) -> dict[str, Any]:
     """Build, load the vanilla weights with ``strict=True``, optionally compile, and time one variant: alone, or
     (``reference`` given: ``--interleave``) in alternation with an eager model built from ``reference`` and the same
-    weights, whose per-call ratios give the speedup; memory is then measured in a separate single call."""
+    weights, whose per-call ratios give the speedup; peak memory is then not measured (both models share the
+    process: the peak could not be attributed to either)."""
     try:
         model = _build(spec, config, module, state)
         runnable = torch.compile(model) if compiled else model
@@ -283,9 +284,6 @@ def _timed(
             timings = {mode: pair[1] for mode, pair in pairs.items()}
             paired = {mode: {**paired_speedup(*pair), "vanilla_samples_per_s": pair[0].samples_per_s}
                       for mode, pair in pairs.items()}
-            single = dataclasses.replace(config, warmup=1, repeats=1)
-            for mode, timing in time_model(runnable, inputs, single, batch_size).items():
-                timings[mode].peak_mem_bytes, timings[mode].memory_method = timing.peak_mem_bytes, timing.memory_method
     except Exception as exc:  # record and go on with the next variant
         log(f"[{label}] FAILED: {_error(exc)}\n{traceback.format_exc()}")
         return {"error": _error(exc)}
