@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .qualnames import canonical_torch_name, qualname_matches
+from .qualnames import ast_dotted_name, canonical_torch_name, qualname_matches
 
 MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
 MAX_HOPS = 32  # imports, re-exports and aliases followed for one name, and bases deep (real chains: a few)
@@ -102,17 +102,6 @@ class FileSummary:
     star_imports: list[str] = field(default_factory=list)  # module names of `from x import *`
 
 
-def _dotted(node: ast.expr) -> Optional[str]:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
 def _module_name(path: Path) -> str:
     directory = path.parent
     parts = [] if path.name == "__init__.py" else [path.stem]
@@ -142,7 +131,7 @@ def _visit(summary: FileSummary, body: Sequence[ast.stmt]) -> None:
     for stmt in body:
         if isinstance(stmt, ast.ClassDef):
             summary.bindings[stmt.name] = ("class", stmt.name)
-            summary.classes[stmt.name] = ClassSummary(stmt, tuple(_dotted(b) for b in stmt.bases))
+            summary.classes[stmt.name] = ClassSummary(stmt, tuple(ast_dotted_name(b) for b in stmt.bases))
         elif isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname is not None:
@@ -159,7 +148,7 @@ def _visit(summary: FileSummary, body: Sequence[ast.stmt]) -> None:
                 joined = prefix + alias.name if prefix.endswith(".") or not prefix else f"{prefix}.{alias.name}"
                 summary.bindings[alias.asname or alias.name] = ("import", joined)
         elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            value = _dotted(stmt.value)
+            value = ast_dotted_name(stmt.value)
             if value is not None:
                 summary.bindings[stmt.targets[0].id] = ("alias", value)
             else:

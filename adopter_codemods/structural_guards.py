@@ -28,7 +28,7 @@ from . import cstwalk
 from .dsl import CallNode, Const
 from .guards import Refused, guard
 from .matcher import Match
-from .qualnames import ImportTable
+from .qualnames import ImportTable, ast_dotted_name
 from .structure import ClassStructure, Value
 
 _FunctionDef = Union[ast.FunctionDef, ast.AsyncFunctionDef]
@@ -209,19 +209,8 @@ def _parsed(module: cst.Module) -> _ParsedModule:
 # ------------------------------------------------------------------------------------------ canonical form
 
 
-def _dotted(node: ast.AST) -> Optional[str]:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
 def _resolve(node: ast.AST, table: ImportTable) -> Optional[str]:
-    name = _dotted(node)
+    name = ast_dotted_name(node)
     if name is None:
         return None
     head, _, rest = name.partition(".")
@@ -308,7 +297,7 @@ def _is_module_base(bases: list[ast.expr], table: ImportTable) -> bool:
 
 def _transparent_decorator(node: ast.expr, table: ImportTable) -> bool:
     func = node.func if isinstance(node, ast.Call) else node
-    name = _resolve(func, table) or _dotted(func) or ""
+    name = _resolve(func, table) or ast_dotted_name(func) or ""
     return name.split(".")[-1] in _TRANSPARENT_CLASS_DECORATORS
 
 
