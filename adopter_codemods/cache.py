@@ -3,7 +3,10 @@ again, as linters do (ruff, mypy).
 
 An entry is keyed on the SHA-256 of the file's bytes, the rules (their rule files' text, so an edited or a user
 rule invalidates it) and the tool (its version and the source of the package, so a development checkout never
-serves results of older code). It holds the findings without their path, so a renamed or copied file hits too.
+serves results of older code). It holds the findings without their path, so a renamed or copied file hits too,
+unless class discovery read other files to resolve its base classes (``class_bases``): such an entry also records
+the file's path, the search path and every look-up and file read (modification time and size), and serves only
+while all of them are unchanged.
 Entries live in ``$ADOPTER_CACHE_DIR`` or ``.adopter_cache/`` in the current directory (with a ``.gitignore``),
 one small JSON file each (the findings and the skipped units), written atomically: parallel workers share the cache safely. ``--no-cache`` skips it.
 """
@@ -21,6 +24,7 @@ from typing import Optional, Sequence
 
 from . import __version__
 from .dsl import Rule
+from .class_bases import dependencies_unchanged
 from .engine import Finding, Skip
 
 DEFAULT_DIR = ".adopter_cache"
@@ -69,18 +73,28 @@ class ScanCache:
         unreadable entry."""
         try:
             entry = json.loads(self._entry(data).read_text(encoding="utf-8"))
+            if not dependencies_unchanged(entry["bases"], path):
+                return None
             findings = [Finding(path=path, **{k: e[k] for k in _FIELDS}) for e in entry["findings"]]
             return findings, [Skip(path=path, **{k: e[k] for k in _SKIP_FIELDS}) for e in entry["skipped"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def put(self, data: bytes, findings: Sequence[Finding], skipped: Sequence[Skip] = ()) -> None:
-        """Store findings (and skipped units) for this content; a cache that cannot be written is silently not used."""
+    def put(
+        self,
+        data: bytes,
+        findings: Sequence[Finding],
+        skipped: Sequence[Skip] = (),
+        bases: Optional[dict[str, object]] = None,
+    ) -> None:
+        """Store findings (and skipped units) for this content; `bases`: what class discovery read besides it
+        (``ModuleStructure.dependencies``). A cache that cannot be written is silently not used."""
         entry = self._entry(data)
         payload = json.dumps(
             {
                 "findings": [{k: getattr(f, k) for k in _FIELDS} for f in findings],
                 "skipped": [{k: getattr(u, k) for k in _SKIP_FIELDS} for u in skipped],
+                "bases": bases or {},
             }
         )
         try:

@@ -108,7 +108,7 @@ def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanne
         analysis = analyse_file(path, _RULES, data, with_refusals=show_refused)
         findings, skipped = analysis.findings(), analysis.skips()
         if cache and data is not None:  # judged on these very bytes, even if the file was edited meanwhile
-            cache.put(data, findings, skipped)
+            cache.put(data, findings, skipped, analysis.structure.dependencies)
         fix: list[Replacement] = []
         if with_fix and any(f.fixable for f in findings):
             fix = text_replacements(analysis.module.code, analysis.rewrite().module.code)

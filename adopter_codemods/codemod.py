@@ -1,8 +1,9 @@
 """The LibCST codemod every rule command derives from: a thin adapter over the engine.
 
-``METADATA_DEPENDENCIES`` declares :class:`ModelStructureProvider`, so the structure is computed once per file by
-LibCST's metadata machinery; the engine then matches, plans and rewrites. :func:`rule_codemod` makes the codemod
-class of a built-in rule from its rule files (``adopter_codemods.commands.builtin``).
+The engine builds the structure once per file from ``context.filename``, which base classes imported from other
+files are resolved against (a LibCST metadata provider never sees the path), then matches, plans and rewrites.
+:func:`rule_codemod` makes the codemod class of a built-in rule from its rule files
+(``adopter_codemods.commands.builtin``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile, VisitorBasedCodemodCommand
 
 from .dsl import Rule, RuleSyntaxError
-from .engine import analyse
-from .provider import ModelStructureProvider
+from .engine import GUARDED_NOTE, analyse, findings_for
 from .rules import load_user_rules, rule_doc, rule_targets, select_rules
 
 
@@ -39,7 +39,6 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
 
     RULES: ClassVar[tuple[str, ...]] = ("all",)
     DESCRIPTION: str = "Apply Adopter rules."
-    METADATA_DEPENDENCIES = (ModelStructureProvider,)
 
     def __init__(self, context: CodemodContext, rule_file: Optional[Sequence[str]] = None) -> None:
         super().__init__(context)
@@ -62,12 +61,15 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         path = self.context.filename or "<stdin>"
-        analysis = analyse(tree, self.rules, path, structure=self.get_metadata(ModelStructureProvider, tree))
+        analysis = analyse(tree, self.rules, path)
         outcome = analysis.rewrite()
         for skip in analysis.skips():
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
+        guarded = [m for m in outcome.applied if m.certainty == "guarded"]
+        for finding in findings_for(tree, guarded, path):
+            self.warn(f"line {finding.line}: {finding.code} in {finding.cls}: {GUARDED_NOTE}")
         return outcome.module
 
 

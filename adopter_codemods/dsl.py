@@ -29,7 +29,8 @@ the wildcard ``*``, and ``?node``, a forward step the code may leave out (see ``
 pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
 unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``. The header
 ``fallback original`` lets a match whose intermediates are read under simple conditions keep the code as written
-there (matcher's plan "fallback", docs/ENGINE.md).
+there (matcher's plan "fallback", docs/ENGINE.md). The header ``uncertain guarded`` lets layers whose type is only
+possible or unknown (``norm_layer(planes)``) match, for a target that checks its modules at run time.
 
 One rule may hold several variants of its pattern (the same fusion written in different source forms), each
 introduced by a ``variant "label"`` line and holding its own ``init:``/``forward:`` sections; the header is
@@ -145,6 +146,9 @@ class Rule:
     # `fallback original`: where paths that read the match's intermediates are told apart by simple conditions
     # (`if output_attentions:`), the region runs as written under those conditions and fused otherwise.
     fallback: Optional[str] = None
+    # `uncertain guarded`: the target's kernel checks the modules it receives at run time and computes the source
+    # expression for any others, so layers whose type is only possible or unknown (init_bindings.py) may match too.
+    uncertain: Optional[str] = None
     variant: str = ""  # label of this variant (`variant "..."`); "" for a rule written without variants
     alternatives: tuple["Rule", ...] = ()  # the file's further variants, tried after this one (same header)
     header_locations: dict[str, tuple[int, int]] = field(default_factory=dict)  # "code"/"rule" -> (line, col)
@@ -203,7 +207,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 # ---------------------------------------------------------------------------------------------- parser
 
 CODE_PATTERN = re.compile(r"[A-Z]+[0-9]+")  # ADP005; user rules may use a prefix of their own
-_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback")
+_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback", "uncertain")
 _VARIANT = "variant"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
@@ -303,6 +307,10 @@ class _Parser:
             raise RuleSyntaxError(
                 self.path, *where["fallback"], f"'fallback' takes the value 'original', found {header['fallback']!r}"
             )
+        if header.get("uncertain", "guarded") != "guarded":
+            raise RuleSyntaxError(
+                self.path, *where["uncertain"], f"'uncertain' takes the value 'guarded', found {header['uncertain']!r}"
+            )
         if not CODE_PATTERN.fullmatch(header["code"]):
             raise RuleSyntaxError(
                 self.path, *where["code"], f"a rule code is capital letters then digits (ADP005, MY100), found {header['code']!r}"
@@ -328,6 +336,7 @@ class _Parser:
                 guards=guards,
                 sequential=header.get("sequential"),
                 fallback=header.get("fallback"),
+                uncertain=header.get("uncertain"),
                 variant=label,
                 header_locations=where,
             )

@@ -42,6 +42,9 @@ class Finding:
     end_line: int
     message: str
     fixable: bool = True
+    # "exact": the layer types are certain; "guarded": some is only possible or unknown (`norm_layer(planes)`), and
+    # the rewrite calls a kernel that checks the modules at run time and computes the original code otherwise.
+    certainty: str = "exact"
     # 1-based column where the first matched statement starts and (exclusive) where the last one ends, for
     # text/SARIF/Fixit positions; not part of the JSON contract (docs/DESIGN.md §6).
     col: int = 1
@@ -58,6 +61,7 @@ class Finding:
             "end_line": self.end_line,
             "message": self.message,
             "fixable": self.fixable,
+            "certainty": self.certainty,
         }
 
 
@@ -139,6 +143,12 @@ def find_all(
     return matches
 
 
+GUARDED_NOTE = (
+    "guarded: a layer type is not certain, so the kernel checks the modules at run time and computes the original "
+    "code for any others"
+)
+
+
 def describe(match: Match) -> str:
     layers = [f"self.{b.attr}" for b in match.env.values() if isinstance(b, LayerRef)]
     detail = f" ({', '.join(dict.fromkeys(layers))})" if layers else ""
@@ -164,11 +174,14 @@ def findings_for(
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
         anchor = m.anchor if m.plan not in ("init", "container") else None
-        function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
+        if m.plan == "container" and m.container is not None:
+            function = m.container.where.split(".")[-1]  # where the nn.Sequential is built
+        else:
+            function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
         out.append(
             Finding(
                 m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
-                col=first.start.column + 1, end_col=last.end.column + 1,
+                certainty=m.certainty, col=first.start.column + 1, end_col=last.end.column + 1,
             )
         )
     out.sort(key=lambda f: (f.line, f.code))
@@ -334,14 +347,16 @@ def rewrite_module(
     rules: Sequence[Rule],
     structure: Optional[ModuleStructure] = None,
     matches: Optional[Sequence[Match]] = None,
+    path: Optional[str] = None,
 ) -> RewriteOutcome:
     """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds. `matches`:
-    ``find_all(structure, rules)`` when the caller already has it (it is the first round's)."""
+    ``find_all(structure, rules)`` when the caller already has it (it is the first round's). `path`: the module's
+    file, for the structures of later rounds (see :func:`~adopter_codemods.provider.build_module_structure`)."""
     first: list[Match] = []
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
-            structure = build_module_structure(module)
+            structure = build_module_structure(module, path)
         found = matches if matches is not None and rounds == 0 else find_all(structure, rules)
         plans, chosen = select_compatible(found)
         if not plans:
@@ -383,7 +398,7 @@ class Analysis:
     def rewrite(self) -> RewriteOutcome:
         """Every rule applied until nothing changes (:func:`rewrite_module`); the first round is these matches."""
         if self._rewritten is None:
-            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches)
+            self._rewritten = rewrite_module(self.module, self.rules, self.structure, self.matches, self.path or None)
         return self._rewritten
 
 
@@ -397,10 +412,11 @@ def analyse(
     with_refusals: bool = False,
 ) -> Analysis:
     """Match `rules` on a parsed module. `structure`: the module's, when a LibCST metadata provider already built it
-    (the codemods); `path`: the file's name, "" when unknown; `with_refusals`: also collect the refused sites
+    (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
+    are resolved from it (:mod:`.class_bases`); `with_refusals`: also collect the refused sites
     (:meth:`Analysis.refused`)."""
     if structure is None:
-        structure = build_module_structure(module)
+        structure = build_module_structure(module, path)
     refusals: Optional[list[Refusal]] = [] if with_refusals else None
     matches = find_all(structure, rules, refusals)
     return Analysis(module, rules, path or "", source, structure, matches, refusals)

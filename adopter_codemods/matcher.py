@@ -1,10 +1,11 @@
 """Pattern matching (paper §3.4) plus the safety checks that make a rewrite trustworthy (docs/DESIGN.md §4.4).
 
-1. Sub-sequence matching of the ``forward`` source pattern on every path of a class, with consistent ``$var``
-   bindings (a variable binds a value *id*, so data flow is exact) and ``*`` wildcards.
+1. Sub-sequence matching of the ``forward`` source pattern along the control-flow graph of each function of a
+   class (adopter_codemods/flow), with consistent ``$var`` bindings (a variable binds a value *id*, so data flow is
+   exact) and ``*`` wildcards.
 2. The ``init`` source pattern against the ``__init__`` bindings of the layers the forward match called.
 3. A rewrite plan (where the fused call goes, which statements disappear or are copied into branches) and the
-   checks on *every* path through the matched statements: no intermediate value used outside the match, every
+   checks on *every* path through the matched statements (reachability and def-use queries on the graph): no intermediate value used outside the match, every
    input of the fused call still holds the same value where the call is placed, no removed layer used elsewhere.
 
 Matches that fail a check are not rewritten: precision first. Each check returns a :class:`Reason` (a category,
@@ -18,7 +19,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Literal, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -31,10 +32,13 @@ from .flow.graph import FlowGraph
 from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
-from .structure import ClassStructure, Def, DLNode, LayerBinding, NodeSummary, Site, Value
+from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
+
+if TYPE_CHECKING:
+    from .hoist import Hoist
 
 # Sets and dicts here key CST nodes by id(): LibCST nodes hash by identity too, but through a Python-level __hash__
-# several times slower than id(), on the paths of every class (the scan's hot loop).
+# several times slower than id(), on the graphs of every class (the scan's hot loop).
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
 
@@ -77,7 +81,7 @@ Binding = Union[Value, LayerRef, InitArg, RestArgs]
 # How a match is rewritten (docs/ENGINE.md): "" until planned; "inline" (nested in the anchor call), "block"
 # (statements of the anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the
 # region kept as written under conditions), "init" (an instantiation rule), "container" (an nn.Sequential).
-Plan = Literal["", "inline", "block", "branch", "fallback", "init", "container"]
+Plan = Literal["", "inline", "block", "branch", "fallback", "hoist", "init", "container"]
 
 
 @dataclass(eq=False)
@@ -97,11 +101,15 @@ class Match:
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
     names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
     skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
+    # "exact": every matched layer's type is certain; "guarded": some is only possible or unknown, and the rule's
+    # kernel checks the modules at run time (rule header `uncertain guarded`, docs/DESIGN.md §4)
+    certainty: str = "exact"
     # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
     # `if <fallback_test>: <region as written> else: <region fused>`), and the `if`s in it the fused copy drops
     region: list[cst.BaseStatement] = field(default_factory=list)
     region_ifs: list[cst.If] = field(default_factory=list)
     fallback_test: Optional[cst.BaseExpression] = None
+    hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -257,6 +265,13 @@ def _default_expr(source: str) -> cst.BaseExpression:
     return cst.parse_expression(source)
 
 
+def _is_method_call(node: DLNode) -> bool:
+    """A tensor-method node (``x.softmax(-1)`` as ``torch.Tensor.softmax(x, -1)``): its receiver is no argument of the
+    call as written."""
+    func = node.call.func if node.call is not None else None
+    return isinstance(func, cst.Attribute) and bool(node.args) and node.args[0].expr is func.value
+
+
 def _match_call_args(
     pattern: CallNode, node: DLNode, qualname: Optional[str], env: dict[str, Binding]
 ) -> Optional[dict[str, Binding]]:
@@ -284,8 +299,11 @@ def _match_call_args(
             return None
         consumed = {id(v.expr) for n, v in _node_arguments(node, params).items() if n not in given}
         rest = tuple(a for a in node.call.args if id(a.value) not in consumed)
+        call_args = tuple(node.call.args)
+        if _is_method_call(node):  # the receiver is the first positional argument of `torch.Tensor.<name>`
+            call_args = (cst.Arg(node.args[0].expr), *call_args)
         new = dict(env)
-        new[pattern.args.rest.name] = RestArgs(rest, tuple(node.call.args))
+        new[pattern.args.rest.name] = RestArgs(rest, call_args)
         env = new
     elif pattern.args.rest is not None:
         new = dict(env)
@@ -325,7 +343,7 @@ def _match_node(
             node.qualname and qualname_matches(t, node.qualname) for t in init_pattern.types
         ):
             # Cheap type filter before argument matching; full init matching happens later.
-            if not any(b.qualname and any(qualname_matches(t, b.qualname) for t in init_pattern.types) for b in node.bindings):
+            if not any(_may_be(b.layer_type, init_pattern.types, rule) for b in node.bindings):
                 return None
         env = dict(env)
         env[pattern.layer.name] = ref
@@ -367,11 +385,23 @@ def _may_occur(patterns: tuple[Node, ...], summary: NodeSummary, rule: Rule) -> 
                 return False
         elif pattern.layer is not None:
             init = _init_pattern_for(rule, pattern.layer.name)
-            if not summary.has_layers or (init is not None and not _any_matches(init.types, summary.layer_types)):
+            if not summary.has_layers or (
+                init is not None
+                and not _any_matches(init.types, summary.layer_types)
+                and not (rule.uncertain and _any_matches(init.types, summary.possible_types))
+            ):
                 return False
         elif not _any_matches(pattern.types, summary.names):
             return False
     return True
+
+
+def _may_be(layer_type: LayerType, types: tuple[str, ...], rule: Rule) -> bool:
+    """Whether a binding of this type may match one of the pattern's types: certain ones by name; possible ones
+    only for a rule whose kernel checks the modules at run time."""
+    if layer_type.certainty == CERTAIN or (rule.uncertain and layer_type.certainty == POSSIBLE):
+        return _any_matches(types, frozenset(layer_type.candidates))
+    return False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -408,23 +438,54 @@ def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
 
 
 def _match_init_node(
-    pattern: CallNode, binding: LayerBinding, env: dict[str, Binding], why: Optional[list[str]] = None
+    pattern: CallNode,
+    binding: LayerBinding,
+    env: dict[str, Binding],
+    why: Optional[list[str]] = None,
+    uncertain: bool = False,
+    rest_free: bool = False,
 ) -> Optional[dict[str, Binding]]:
     """The bindings of an ``init`` pattern node matched against a layer binding; None if it does not fit, and then,
-    given a `why` list, what does not fit in words appended to it (only then: most bindings do not fit)."""
-    if binding.qualname is None or binding.subscript != pattern.subscript:
+    given a `why` list, what does not fit in words appended to it (only then: most bindings do not fit).
+    `uncertain`: a binding whose type is only possible may match (its arguments read as the candidate's); an
+    unknown type never does (nothing in the code names the pattern's type: every Linear followed by some
+    caller-supplied activation would match). `rest_free`: no target reads the pattern's ``**$rest``, so arguments
+    that are not all known (``**dd``, a factory computing with its parameters) are no obstacle when the pattern
+    names none."""
+    layer_type = binding.layer_type
+    if binding.subscript != pattern.subscript:
         if why is not None:
-            why.append("it is not a call of a known layer type" if binding.qualname is None else "it is subscripted")
+            why.append("it is subscripted" if binding.subscript else "it is not subscripted")
         return None
-    types = [t for t in pattern.types if qualname_matches(t, binding.qualname)]
+    if layer_type.certainty == CERTAIN:
+        types = [t for t in pattern.types if qualname_matches(t, layer_type.candidates[0])]
+    elif uncertain and layer_type.certainty == POSSIBLE:
+        types = [t for t in pattern.types if any(qualname_matches(t, c) for c in layer_type.candidates)]
+    else:
+        if why is not None:
+            why.append(
+                "it is not a call of a known layer type" if not layer_type.candidates
+                else f"its type is only possibly {' or '.join(layer_type.candidates)}, and this rule's kernel cannot "
+                "check it at run time"
+            )
+        return None
     if not types:
         if why is not None:
-            why.append(f"it builds {binding.qualname}, not {' or '.join(pattern.types)}")
+            why.append(f"it builds {' or '.join(layer_type.candidates)}, not {' or '.join(pattern.types)}")
         return None
     qualname = types[0]
-    if any(a.star for a in binding.args):
+    if not binding.args_known or any(a.star for a in binding.args):
+        if pattern.args.positional or pattern.args.keywords or pattern.type_var is not None or not rest_free:
+            if why is not None:
+                why.append("its arguments are not all known (*args, **kwargs, or a factory computing them)")
+            return None
+        env = dict(env)
+        if pattern.args.rest is not None:
+            env[pattern.args.rest.name] = RestArgs((), binding.args)
+        return env
+    if pattern.type_var is not None and not (binding.direct and layer_type.certainty == CERTAIN):
         if why is not None:
-            why.append("it passes *args or **kwargs")
+            why.append("the pattern binds the callee as the type, and this call is a factory or parameter")
         return None
     given = _init_arguments(binding, qualname)
     params = tuple(n for n, _ in SIGNATURES.get(qualname, ()))
@@ -528,8 +589,10 @@ def _match_init(match: Match) -> Optional[Reason]:
                 f"this module assigns an attribute {ref.attr!r} on another object, so self.{ref.attr} may be replaced "
                 "from outside the class",
             )
+        uncertain = bool(rule.uncertain) and not edits
+        rest_free = pattern.args.rest is None or pattern.args.rest.name not in _target_vars(rule)
         why: list[str] = []
-        matched = [(b, _match_init_node(pattern, b, env, why)) for b in ref.bindings]
+        matched = [(b, _match_init_node(pattern, b, env, why, uncertain, rest_free)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
         if edits and len(ref.bindings) != 1:
             # rewriting __init__ needs exactly one binding of the layer
@@ -545,10 +608,36 @@ def _match_init(match: Match) -> Optional[Reason]:
                 f"the __init__ binding of self.{ref.attr} does not fit the rule: {why[0]}",
                 ref.bindings[0].statement,
             )
+        if edits and not good[0][0].direct:
+            return Reason(
+                RefusalCategory.INIT_MISMATCH,
+                f"self.{ref.attr} is built by a factory or a partial, whose call this rule's __init__ edit cannot replace",
+                ref.bindings[0].statement,
+            )
+        # Another binding of the layer (other than `None`, which is never called), or its type, may be something else.
+        others = [b for b, e in matched if e is None and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
+        if uncertain and (others or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
+            match.certainty = "guarded"
         binding, env = good[0]
         match.init_matches[var] = binding
+    if match.container is not None and any(b.container is not match.container for b in match.init_matches.values()):
+        # the drop-in container fuses its own adjacent children only, not one with a layer outside
+        return Reason(RefusalCategory.INIT_MISMATCH, "a layer outside the nn.Sequential follows one of its elements")
     match.env = env
     return None
+
+
+def _target_vars(rule: Rule) -> frozenset[str]:
+    """Variables the rule's targets read (a `**$rest` bound to arguments that are not known must not be)."""
+    names: set[str] = set()
+    for item in (rule.init, rule.forward):
+        for node in (item.target or ()) if item is not None else ():
+            if isinstance(node, CallNode):
+                names.update(a.name for a in node.args.positional if isinstance(a, Var))
+                names.update(a.name for _, a in node.args.keywords if isinstance(a, Var))
+                if node.args.rest is not None:
+                    names.add(node.args.rest.name)
+    return frozenset(names)
 
 
 # ------------------------------------------------------------------------------------------ plan + checks
@@ -952,7 +1041,7 @@ def _variant_matches(
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
-    for graph in cls.graphs:
+    for graph in [*cls.graphs, *cls.container_graphs]:
         for nodes, env in flow_checks.subsequences(rule.forward.source, graph, rule):
             real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
             match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
@@ -989,29 +1078,32 @@ def _forward_refusal(match: Match, aligned: list[Optional[DLNode]]) -> Optional[
     if isinstance(plan, Reason) and rule.fallback:
         if not _plan_absorbing(match, aligned):
             return plan
-    elif isinstance(plan, Reason):
-        return plan
     else:
-        reason = _outputs_assigned(match)
-        if reason is not None:
-            return reason
-        match.plan = plan
-        reason = _check_paths(match)
-        if reason is not None and not (rule.fallback and plan == "block" and _plan_fallback(match)):
-            return reason
+        reason = plan if isinstance(plan, Reason) else _outputs_assigned(match)
+        if reason is None:
+            match.plan = plan  # type: ignore[assignment]
+            reason = _check_paths(match)
+            if reason is not None and rule.fallback and plan == "block" and _plan_fallback(match):
+                reason = None
+        if reason is not None and not hoist.plan_hoist(match):
+            return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
     return _guards_refusal(match)
 
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
-    function among its callees) and every operator among its operators: a cheap test that spares walking the paths of most classes. A guard may add its
-    own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
+    function among its callees) and every operator among its operators: a cheap test that spares walking most
+    classes. A guard may add its own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
     assert rule.forward is not None
     for name in rule.guards:
         may_match = getattr(guard_registry.get(name), "may_match", None)
         if may_match is not None and not may_match(cls):
             return False
-    types = {e.qualname for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements) if e.qualname}
+    bindings = [e for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements)]
+    bindings += [e for c in cls.containers for e in c.elements]
+    types = {e.qualname for e in bindings if e.qualname}
+    if rule.uncertain:
+        types |= {q for e in bindings if e.layer_type.certainty == POSSIBLE for q in e.layer_type.candidates}
     for pattern in rule.forward.source:
         if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
             return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
@@ -1078,13 +1170,15 @@ def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
 
 
 def _covered_calls(matches: list[Match]) -> dict[Optional[str], set[int]]:
-    """Layer ("self.<attr>") -> the calls of it the matches rewrite. A call in a statement a branch plan copies
-    into the other arm stays there: it is no covered use."""
+    """Layer ("self.<attr>") -> the calls of it rewritten by the matches that remove it. A call in a statement a
+    branch plan copies into the other arm stays there: it is no covered use. Nor is a call matched by a rewrite that
+    keeps the layer (ADP005's pre-LN form passes the Dropout on)."""
     out: dict[Optional[str], set[int]] = {}
     for m in matches:
+        removed = {"self." + attr for attr, _ in layers_to_delete(m)}
         copied = _copied(m)
         for n in m.nodes:
-            if n.layer is not None and n.call is not None and id(_statement_of(n, m)) not in copied:
+            if n.layer in removed and n.call is not None and id(_statement_of(n, m)) not in copied:
                 out.setdefault(n.layer, set()).add(id(n.call.func))
     return out
 
@@ -1351,3 +1445,7 @@ def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:
 
 def _bound_name(bound: Optional[Binding]) -> Optional[str]:
     return bound.text if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%") else None
+
+
+# Plan "hoist" lives in its own module, which reads this one's checks (so it is imported last, as a module).
+from . import hoist  # noqa: E402

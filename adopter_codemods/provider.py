@@ -3,8 +3,10 @@
 Computed once per file (a LibCST metadata provider keyed on the Module node) and shared by every rule, codemod,
 lint rule and ``scan``. The walk is a plain recursive descent over the CST, not scope analysis:
 
-* nn.Module classes are found through the import table (``nn.Module``, ``torch.nn.Module``, ``*PreTrainedModel``,
-  and classes in the same file that derive from one of those);
+* nn.Module classes are those deriving from ``torch.nn.Module`` (or ``Sequential``/``ModuleList``/``ModuleDict``),
+  named through the import table, through classes in the same file, or through classes of other files, which
+  ``class_bases`` resolves statically from the file's path (a base it cannot find counts only when named
+  ``*PreTrainedModel`` or ``modeling_layers.GradientCheckpointingLayer``);
 * ``__init__``: every ``self.<attr> = <value>`` (also under ``if``), ``nn.Sequential(...)`` elements included;
 * ``forward``: its control-flow graph (adopter_codemods/flow/graph.py: if/elif/else, early return/raise, loops
   unrolled to no, one and two copies of the body, try/with bodies, match cases; values numbered SSA style, phis at
@@ -28,11 +30,14 @@ import libcst as cst
 from libcst.metadata import BaseMetadataProvider
 
 from . import cstwalk
+from .class_bases import BaseResolver, ClassRef
 from .flow.graph import FlowGraph, FlowSink, FlowState, merge_states
 from .gc_pause import collector_paused
+from .init_bindings import InitReader
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
-from .structure import ClassStructure, Def, DLNode, LayerBinding, ModuleStructure, NodeKind, Site, Use, Value
+from .structure import OPAQUE, ClassStructure, Def, DLNode, LayerBinding, ModuleStructure, NodeKind, Site, Use, Value
 
+_SEQUENTIAL = "torch.nn.Sequential"
 _BINARY_OPS: dict[type, str] = {
     cst.Add: "+",
     cst.Subtract: "-",
@@ -43,9 +48,8 @@ _BINARY_OPS: dict[type, str] = {
 # Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
 # follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
 # these: every other method call stays an opaque expression, and a compound statement holding only method calls is
-# still folded (they do not count in `_has_dsl_call`), so the number of paths does not change.
+# still folded (they do not count in `_has_dsl_call`), so the walk forks no more often.
 TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
-_MODULE_BASES = ("torch.nn.Module", "torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict")
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
 _TRANSPARENT_DECORATORS = (
     "staticmethod",
@@ -184,6 +188,7 @@ class _ClassInfo:
     node: Optional[cst.ClassDef]  # None: the module's top-level functions
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
     bases: list[str] = field(default_factory=list)  # local base class names
+    external_bases: list[ClassRef] = field(default_factory=list)  # bases resolved to classes of other files
 
     @property
     def name(self) -> str:
@@ -209,6 +214,7 @@ class _ClassWalker:
         self._inline = itertools.count(1)
         self._loop = itertools.count(1)
         self.bindings: dict[str, list[LayerBinding]] = {}
+        self.containers: list[LayerBinding] = []  # every nn.Sequential the class builds (init_bindings.py)
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (a
@@ -238,62 +244,47 @@ class _ClassWalker:
         return hit[1]
 
     # ------------------------------------------------------------------ __init__
-    def collect_bindings(self) -> None:
+    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool) -> None:
+        """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
+        build (adopter_codemods/init_bindings.py)."""
         init = self.find_method("__init__")
-        if init is None:
-            return
-        self._collect_block(init.body, conditional=False)
+        base = _sequential_base(self.info, self.table) if init is not None else None
+        reader = InitReader(self.table, functions, base, sequential_calls)
+        if init is not None:
+            reader.read_init(init)
+            if init is not self.info.methods.get("__init__"):
+                reader.containers.clear()  # an inherited __init__'s containers are the base class's findings
+        if sequential_calls:
+            for name, method in self.info.methods.items():
+                if name != "__init__":
+                    reader.read_other(method, self.qualify(name), method=True)
+        self.bindings = reader.bindings
+        self.containers = reader.containers
 
-    def _collect_block(self, suite: cst.BaseSuite, conditional: bool) -> None:
-        body = suite.body
-        for stmt in body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    self._collect_assign(small, stmt, conditional)
-            elif isinstance(stmt, cst.BaseCompoundStatement):
-                for inner in _child_suites(stmt):
-                    self._collect_block(inner, conditional=True)
-
-    def _collect_assign(self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, conditional: bool) -> None:
-        if isinstance(small, cst.Assign) and len(small.targets) == 1:
-            target, value = small.targets[0].target, small.value
-        elif isinstance(small, cst.AnnAssign) and small.value is not None:
-            target, value = small.target, small.value
-        else:
-            return
-        attr = _is_self_attr(target)
-        if attr is None:
-            return
-        binding = self._binding_for(attr, value, line, conditional)
-        self.bindings.setdefault(attr, []).append(binding)
-
-    def _binding_for(
-        self, attr: str, value: cst.BaseExpression, line: Optional[cst.SimpleStatementLine], conditional: bool
-    ) -> LayerBinding:
-        qualname: Optional[str] = None
-        args: tuple[cst.Arg, ...] = ()
-        subscript = False
-        if isinstance(value, cst.Call):
-            qualname = self.table.resolve(value.func)
-            args = tuple(value.args)
-        elif isinstance(value, cst.Subscript):
-            qualname = self.table.resolve(value.value)
-            subscript = True
-            args = tuple(
-                cst.Arg(value=el.slice.value) for el in value.slice if isinstance(el.slice, cst.Index)
-            )
-        if qualname is not None:
-            qualname = canonical_torch_name(qualname)
-        binding = LayerBinding(attr, qualname, args, subscript, value, line, conditional)
-        if qualname is not None and qualname_matches("torch.nn.Sequential", qualname) and not subscript:
-            if all(a.keyword is None and not a.star for a in args):
-                elements = []
-                for i, arg in enumerate(args):
-                    element = self._binding_for(f"{attr}.{i}", arg.value, None, conditional)
-                    element.container = binding
-                    elements.append(element)
-                binding.elements = tuple(elements)
-        return binding
+    def container_graphs(self) -> list[FlowGraph]:
+        """One straight-line graph per ``nn.Sequential`` built: its elements called in order, each on the previous
+        one's output (what ``nn.Sequential.forward`` does), so a rule's forward pattern matches adjacent elements."""
+        graphs = []
+        for container in self.containers:
+            line = container.statement
+            assert line is not None
+            site = Site(line.body[0], line, (line,), line, container.where, (), ())
+            value = Value("var", "%in", self.new_vid(), container.value, ())
+            graph = FlowGraph()
+            sink = FlowSink(graph, (0,))
+            for element in container.elements:
+                opaque = element.layer_type.certainty == OPAQUE
+                node = DLNode(
+                    "op" if opaque else "layer", "barrier" if opaque else element.qualname,
+                    None if opaque else "self." + element.attr, () if opaque else (element,), (value,), (), None,
+                    self.new_vid(), element.value, None, False, site,
+                )
+                sink.append(node)
+                graph.states[id(node)] = {}  # no name holds a value inside the container
+                value = Value("var", f"%{node.out}", node.out, element.value, ((f"%{node.out}", node.out),))
+            graph.finish([sink])
+            graphs.append(graph)
+        return graphs
 
     # ------------------------------------------------------------------ forward
     def qualify(self, function: str) -> str:
@@ -781,7 +772,7 @@ class _ClassWalker:
             qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, small, line, ctx, p, parent)
-        if kind == "layer" and len(bindings) == 1 and bindings[0].elements:
+        if kind == "layer" and len(bindings) == 1 and bindings[0].elements and _fixed_order(bindings[0]):
             return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
         keyword = [a for a in call.args if a.keyword is not None]
         out = []
@@ -913,6 +904,24 @@ class _ClassWalker:
             joined.events.pending += (vid,)
             value = Value("var", f"%{vid}", vid, call, ((f"%{vid}", vid),))
         return [(joined, value)] + [(p, v) for p, v in alternatives if p.status != "open"]
+
+
+def _fixed_order(container: LayerBinding) -> bool:
+    """Whether a container's elements are known in order (no barrier where the arms of an ``if`` meet)."""
+    return all(e.layer_type.certainty != OPAQUE for e in container.elements)
+
+
+def _sequential_base(info: _ClassInfo, table: ImportTable) -> Optional[cst.BaseExpression]:
+    """The ``nn.Sequential`` base of a class deriving from it directly and defining no ``forward`` (its calls run
+    ``nn.Sequential.forward`` over what ``super().__init__(...)`` received), as written in the class line."""
+    if info.node is None or "forward" in info.methods:
+        return None
+    for base in info.node.bases:
+        qual = table.resolve(base.value)
+        if base.keyword is None and qual is not None and qual not in table.local_classes:
+            if qualname_matches("torch.nn.Sequential", canonical_torch_name(qual)):
+                return base.value
+    return None
 
 
 def _inlinable(method: cst.FunctionDef) -> bool:
@@ -1154,8 +1163,14 @@ def _stored_by_call(call: cst.Call) -> Optional[tuple[bool, str]]:
 
 
 def _is_module_class(
-    info: _ClassInfo, classes: dict[str, _ClassInfo], table: ImportTable, memo: dict[str, bool]
+    info: _ClassInfo,
+    classes: dict[str, _ClassInfo],
+    table: ImportTable,
+    memo: dict[str, bool],
+    resolver: BaseResolver,
 ) -> bool:
+    """Whether a class derives from torch.nn.Module through local classes or through classes of other files
+    (`class_bases`); the latter are added to `info.external_bases`."""
     node = info.node
     assert node is not None  # a class definition, not the top-level functions' unit
     name = node.name.value
@@ -1166,27 +1181,26 @@ def _is_module_class(
     for base in node.bases:
         qual = table.resolve(base.value)
         if qual is not None and qual not in table.local_classes:
-            qual = canonical_torch_name(qual)
-            # transformers >= 4.52 derives decoder layers from modeling_layers.GradientCheckpointingLayer (a Module).
-            if (
-                any(qualname_matches(b, qual) for b in _MODULE_BASES)
-                or qual.endswith("PreTrainedModel")
-                or qual.endswith("modeling_layers.GradientCheckpointingLayer")
-            ):
-                result = True
+            is_module, ref = resolver.base_is_module(canonical_torch_name(qual))
+            result = result or is_module
+            if ref is not None:
+                info.external_bases.append(ref)
         bname = dotted_name(base.value)
-        if bname in classes and _is_module_class(classes[bname], classes, table, memo):
+        if bname in classes and _is_module_class(classes[bname], classes, table, memo, resolver):
             result = True
     memo[name] = result
     return result
 
 
 @collector_paused
-def build_module_structure(module: cst.Module) -> ModuleStructure:
+def build_module_structure(module: cst.Module, path: Optional[str] = None) -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
-    for the module's top-level functions when any of them holds a DSL node."""
+    for the module's top-level functions when any of them holds a DSL node. `path`: the module's file, from which
+    bases imported from other files are resolved (`class_bases`); without it only their names decide."""
     table = ImportTable.from_module(module)
+    resolver = BaseResolver(path)
     classes: dict[str, _ClassInfo] = {}
+    functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
     for stmt in module.body:
         if isinstance(stmt, cst.ClassDef):
             info = _ClassInfo(stmt)
@@ -1217,10 +1231,10 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
                 subclasses[base].add(name)
     result: list[ClassStructure] = []
     for name, info in classes.items():
-        if not _is_module_class(info, classes, table, memo):
+        if not _is_module_class(info, classes, table, memo, resolver):
             continue
         walker = _ClassWalker(info, classes, table)
-        walker.collect_bindings()
+        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees)
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
         family = _family(name, classes, subclasses)
@@ -1234,21 +1248,36 @@ def build_module_structure(module: cst.Module) -> ModuleStructure:
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.
         bases = _family(name, classes, {})
+        external = [ref for c in bases for ref in classes[c].external_bases]
+        if external:
+            # Methods of bases in other files run on this class's instances: a layer they read is not removed, and
+            # one they bind is not relied on (they are not walked, so their uses cannot be checked).
+            reads, stores = resolver.attributes(external)
+            structure.rebound |= stores
+            structure.foreign_attributes |= reads
         structure.callees = frozenset().union(*(scans[c].callees for c in bases))
         structure.operators = frozenset().union(*(scans[c].operators for c in bases))
         structure.walk = functools.partial(_walk_class, walker)
+        structure.containers = walker.containers
+        structure.container_graphs = walker.container_graphs()
         result.append(structure)
-    functions = [stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)]
     if function_callees:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
         walker = _ClassWalker(_ClassInfo(None), classes, table)
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
         unit.operators = frozenset(function_operators)
-        unit.walk = functools.partial(_walk_functions, walker, functions)
+        unit.walk = functools.partial(_walk_functions, walker, list(functions.values()))
+        if _SEQUENTIAL in function_callees:
+            reader = InitReader(table, functions)
+            for fn in functions.values():
+                reader.read_other(fn, fn.name.value, method=False)
+            walker.containers = reader.containers
+            unit.containers = reader.containers
+            unit.container_graphs = walker.container_graphs()
         result.append(unit)
     for structure in result:
         structure.module = module
-    return ModuleStructure(result, module)
+    return ModuleStructure(result, module, resolver.dependencies())
 
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
@@ -1318,7 +1347,9 @@ def _descendants(name: str, subclasses: dict[str, set[str]]) -> list[str]:
 class ModelStructureProvider(BaseMetadataProvider[ModuleStructure]):
     """LibCST metadata provider: ``wrapper.resolve(ModelStructureProvider)[module]`` is the ModuleStructure.
 
-    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``.
+    Computed once per file and shared by every rule that declares it in ``METADATA_DEPENDENCIES``. A provider gets
+    no file path, so bases imported from other files are judged by name only; the codemods build the structure
+    with ``context.filename`` instead.
     """
 
     def _gen_impl(self, module: cst.Module) -> None:

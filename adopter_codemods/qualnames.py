@@ -11,6 +11,7 @@ by dotted suffix (see :func:`qualname_matches`).
 
 from __future__ import annotations
 
+import ast
 import functools
 from dataclasses import dataclass, field
 from typing import Optional
@@ -27,6 +28,18 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     if type(node) is not cst.Name:
         return None
     parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def ast_dotted_name(node: ast.AST) -> Optional[str]:
+    """``a.b.c`` for an ``ast`` Name/Attribute chain (the ``ast`` twin of ``dotted_name``), else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
     return ".".join(reversed(parts))
 
 

@@ -21,7 +21,8 @@ from .engine import Finding, RefusedSite, Skip
 from .files import FileError
 from .rules import rule_doc, rule_targets
 
-JSON_VERSION = 2  # 2: the "skipped" list; the "refused" list (only with --show-refused) is additive
+JSON_VERSION = 3  # 2: the "skipped" list; 3: each finding's "certainty"; the "refused" list (only with
+# --show-refused) is additive
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "adopter-codemods"
 
@@ -102,12 +103,17 @@ def refused_line(site: RefusedSite) -> str:
 
 
 def format_text(results: ScanResults) -> str:
-    """``path:line:col: CODE message`` per finding, a :func:`refused_line` per refused site when asked for, then an
-    :func:`error_line` per input that failed."""
-    out = [f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}" for f in results.findings]
+    """``path:line:col: CODE message`` per finding (`` [guarded]`` where a layer type is not certain), a
+    :func:`refused_line` per refused site when asked for, then an :func:`error_line` per input that failed."""
+    out = [f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}{_certainty_suffix(f)}" for f in results.findings]
     out += [refused_line(r) for r in results.refused or ()]
     out += [error_line(e) for e in results.errors]
     return "".join(line + "\n" for line in out)
+
+
+def _certainty_suffix(finding: Finding) -> str:
+    """`` [guarded]`` for a site whose layer types are not certain (docs/DESIGN.md §4, guarded rewrites)."""
+    return " [guarded]" if finding.certainty == "guarded" else ""
 
 
 def summary(results: ScanResults) -> str:
@@ -208,8 +214,9 @@ def format_sarif(results: ScanResults, rules: Sequence[Rule], root: Optional[str
         result: dict[str, object] = {
             "ruleId": f.code,
             "level": "warning" if f.fixable else "note",
-            "message": {"text": f"{f.message} [{f.rule} in {f.cls}.{f.function}]"},
+            "message": {"text": f"{f.message} [{f.rule} in {f.cls}.{f.function}]{_certainty_suffix(f)}"},
             "locations": [location],
+            "properties": {"certainty": f.certainty},
         }
         if f.code in index:
             result["ruleIndex"] = index[f.code]

@@ -108,10 +108,15 @@ class EditPlan:
     init_nodes: set[int] = field(default_factory=set)  # ids among `replace`/`delete` that are __init__ edits
     remove_lines: set[int] = field(default_factory=set)  # id(statement) dropped from its block (fallback region)
     region: set[int] = field(default_factory=set)  # every statement inside a fallback region: no other edit there
+    insert_before: dict[int, cst.SimpleStatementLine] = field(default_factory=dict)  # id(line) -> new line (hoist)
+    # ids of the functions where this plan binds fresh names: one such plan per function and round, so two of them
+    # never pick the same name
+    scopes: set[int] = field(default_factory=set)
 
     def footprint(self) -> set[int]:
         """Forward-side nodes this plan edits (``__init__`` edits are compared separately)."""
-        return (set(self.replace) | self.delete | set(self.branch_copies) | self.region) - self.init_nodes
+        edited = set(self.replace) | self.delete | set(self.branch_copies) | self.region | set(self.insert_before)
+        return (edited | self.scopes) - self.init_nodes
 
 
 def plan_match(match: Match) -> EditPlan:
@@ -121,11 +126,13 @@ def plan_match(match: Match) -> EditPlan:
     if match.plan == "container":
         assert match.container is not None and rule.sequential is not None
         value = match.container.value
-        assert isinstance(value, cst.Call)
+        # `nn.Sequential(...)` becomes `FusedSequential(...)`; a subclass of nn.Sequential (value: the base in its
+        # class line) derives from the drop-in instead.
+        callee = value.func if isinstance(value, cst.Call) else value
         plan.imports.add(rule.sequential.split(".")[0])
-        _put(plan, value.func, _expr(rule.sequential))
+        _put(plan, callee, _expr(rule.sequential))
         # An __init__ edit: matches in the same container (one per pair, or from several rules) apply together.
-        plan.init_nodes.add(id(value.func))
+        plan.init_nodes.add(id(callee))
         if match.container.statement is not None:
             plan.init_statements.add(id(match.container.statement))
         return plan
@@ -139,6 +146,10 @@ def plan_match(match: Match) -> EditPlan:
     call = build_call(target, match, plan.imports, anchor.call)
     if match.plan == "fallback":
         _plan_fallback(match, call, plan)
+        _plan_init(match, plan)
+        return plan
+    if match.plan == "hoist":
+        _plan_hoist(match, call, plan)
         _plan_init(match, plan)
         return plan
     if len(target.outputs) == 1:
@@ -183,6 +194,24 @@ def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
         plan.originals[id(line)] = line
     for line in region:
         plan.region |= {id(n) for n in _statements_in(line)}
+
+
+def _plan_hoist(match: Match, call: cst.Call, plan: EditPlan) -> None:
+    """``a_out, b_out, ... = <call>`` before the first matched statement (or in place of its ``name = node``), each
+    matched node replaced by its temporary (matcher's plan "hoist", hoist.py)."""
+    hoist = match.hoist
+    assert hoist is not None
+    names = cst.Tuple([cst.Element(cst.Name(n)) for n in hoist.names], lpar=[], rpar=[])
+    assignment = cst.Assign([cst.AssignTarget(names)], call)
+    if hoist.replaces is not None:
+        _put(plan, hoist.replaces, assignment)
+    else:
+        plan.insert_before[id(hoist.line)] = cst.SimpleStatementLine([assignment])
+        plan.originals[id(hoist.line)] = hoist.line
+    for node, name in zip(hoist.outputs, hoist.names):
+        if node.site.small is not hoist.replaces:
+            _put(plan, node.expr, cst.Name(name))
+    plan.scopes.add(id(hoist.function))
 
 
 def _leading_lines(stmt: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
@@ -270,6 +299,7 @@ def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
         merged.delete |= plan.delete
         merged.branch_copies.update(plan.branch_copies)
         merged.remove_lines |= plan.remove_lines
+        merged.insert_before.update(plan.insert_before)
         merged.imports |= plan.imports
     return merged
 
@@ -298,6 +328,12 @@ class _Apply(cst.CSTTransformer):
         updated = super().on_leave(original_node, updated_node)
         if isinstance(original_node, cst.If) and id(original_node) in self.plan.branch_copies:
             return self._copy_into_other_branch(original_node, updated)  # type: ignore[arg-type]
+        inserted = self.plan.insert_before.get(id(original_node))
+        if inserted is not None and self.plan.originals.get(id(original_node)) is original_node:
+            # The new line takes the comments and blank lines that stood before the statement.
+            assert isinstance(updated, cst.SimpleStatementLine)
+            first = inserted.with_changes(leading_lines=updated.leading_lines)
+            return cst.FlattenSentinel([first, updated.with_changes(leading_lines=[])])
         return updated
 
     def leave_SimpleStatementLine(
@@ -386,7 +422,7 @@ def _holding(module: cst.Module, targets: set[int]) -> Optional[set[int]]:
 
 
 def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
-    targets = set(plan.replace) | plan.delete | set(plan.branch_copies)
+    targets = set(plan.replace) | plan.delete | set(plan.branch_copies) | set(plan.insert_before)
     new = module.visit(_Apply(plan, _holding(module, targets)))
     assert isinstance(new, cst.Module)
     for root in sorted(plan.imports):

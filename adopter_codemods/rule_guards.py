@@ -7,10 +7,65 @@ from typing import Callable, Optional, Union
 import libcst as cst
 
 from . import cstwalk
+from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .guards import Refused, guard
-from .matcher import Match
+from .matcher import LayerRef, Match
+from .signatures import SIGNATURES
 from .structure import Def, Site, Value
+
+
+# ------------------------------------------------------------------------------------------ ADP004 FastSoftmax
+
+# API -> parameters a call must supply: torch.softmax and Tensor.softmax have no default for `dim`.
+_SOFTMAX_REQUIRED = {"torch.nn.functional.softmax": 1, "torch.softmax": 2, "torch.Tensor.softmax": 2}
+
+
+@guard
+def softmax_arguments_fit(match: Match) -> bool:
+    """ADP004: the call binds to its API's signature (``signatures.py``): no keyword the API lacks (``_stacklevel``
+    is F.softmax's only), no more positional arguments than parameters, none given twice, the required ones given.
+    Anything else raises in the original, or is another library's ``softmax``: not a site for the fast path."""
+    (node,) = match.nodes
+    params = [name for name, _ in SIGNATURES[node.qualname or ""]]
+    if len(node.args) > len(params):
+        return False
+    given = params[: len(node.args)]
+    for name, _ in node.kwargs:
+        if name not in params or name in given:
+            return False
+        given.append(name)
+    return all(name in given for name in params[: _SOFTMAX_REQUIRED[node.qualname or ""]])
+
+
+# ------------------------------------------------------------------------------------------ ADP005 FuseDropoutLN
+
+
+@guard
+def prenorm_sum_read_later(match: Match) -> bool:
+    """ADP005 pre-LN forms (target ``($c, $b) = ...``): the sum ``$b`` and the normalised ``$c`` go to different names
+    (``output, output = ...`` would leave the sum, not the LayerNorm's output), and the sum is read after the
+    LayerNorm, by code the match does not cover: that is what makes the block pre-LN. The post-LN form passes."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
+    outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
+    if len(outputs) == 1:
+        return True
+    normed, summed = (match.env.get(v.name) for v in outputs)
+    assert isinstance(normed, Value) and isinstance(summed, Value)
+    names = [_assigned_name(match, value.vid) for value in (normed, summed)]
+    if None in names or names[0] == names[1]:
+        return False
+    assert match.graph is not None
+    return flow_checks.read_after_anchor(match, match.graph, {summed.vid}) is not None
+
+
+def _assigned_name(match: Match, vid: int) -> Optional[str]:
+    """The name of ``name = <node>`` whose node outputs `vid` among the matched nodes."""
+    node = next((n for n in match.nodes if n.out == vid), None)
+    small = node.site.small if node is not None else None
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value
+    return None
 
 
 # ------------------------------------------------------------------------------------------ ADP009 FuseQKV
@@ -75,13 +130,26 @@ def _in_place_targets(small: cst.CSTNode) -> set[str]:
     return visitor.names
 
 
-def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optional[str]:
+_PROJECTION = "%projection"  # `_view_root` of an expression that may be a view of a matched projection's result
+# What a tensor answers about itself, never a view of it: `n = k.shape[-2]; n += 1` modifies no tensor.
+_METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
+_METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
+
+
+def _view_root(
+    expr: cst.BaseExpression, held: Callable[[str], bool], sources: frozenset[int] = frozenset()
+) -> Optional[str]:
     """The variable whose tensor ``expr`` may be a view of (or be itself): ``t`` for ``t``, ``t.view(...)``,
-    ``t[0].transpose(1, 2)``, and the first argument of a function call (``torch.transpose(t, 0, 1)``, an unknown
-    helper); None for new values (arithmetic, tuples, literals)."""
+    ``t[0].transpose(1, 2)``, ``t.view(...).transpose(1, 2)``, and the first argument of a function call
+    (``torch.transpose(t, 0, 1)``, an unknown helper); ``_PROJECTION`` when that is one of the expressions in
+    `sources` (``self.q(h).view(...)``); None for new values (arithmetic, tuples, literals)."""
     while True:
+        if id(expr) in sources:
+            return _PROJECTION
         if isinstance(expr, cst.Name):
             return expr.value
+        if isinstance(expr, cst.Attribute) and expr.attr.value in _METADATA_ATTRIBUTES:
+            return None
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
             name = _root_name(expr)
             if name is not None and name.startswith("self.") and held(name):
@@ -89,9 +157,11 @@ def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optiona
             expr = expr.value
         elif isinstance(expr, cst.Call):
             func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS:
+                return None
             receiver = _root_name(func.value) if isinstance(func, cst.Attribute) else None
-            if isinstance(func, cst.Attribute) and receiver is not None and held(receiver):
-                expr = func.value  # a method of a tracked tensor
+            if isinstance(func, cst.Attribute) and (receiver is None or held(receiver)):
+                expr = func.value  # a method of a tracked tensor or of a computed value (a chain)
             else:
                 positional = [a.value for a in expr.args if a.keyword is None and not a.star]
                 if not positional:
@@ -99,6 +169,16 @@ def _view_root(expr: cst.BaseExpression, held: Callable[[str], bool]) -> Optiona
                 expr = positional[0]
         else:
             return None
+
+
+@guard
+def qkv_distinct_layers(match: Match) -> Union[bool, Refused]:
+    """Three different layers: ``a = self.q(x); b = self.q(x)`` would pack the same weight twice, one GEMM larger
+    than the two it replaces."""
+    layers = [b.attr for b in match.env.values() if isinstance(b, LayerRef)]
+    if len(set(layers)) != len(layers):
+        return Refused("one layer stands for two of the projections: packing it would compute its GEMM twice")
+    return True
 
 
 @guard
@@ -122,6 +202,9 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
     refusal naming the first statement that modifies one in place, if any."""
     in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
     tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
+    # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
+    # view of that expression aliases the output.
+    sources = frozenset(key[0] for key in out_keys)
     defined = {e.name for e in graph.events if isinstance(e, Def)}
     holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
     for pos, event in enumerate(graph.events):
@@ -150,8 +233,8 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
             small = site.small
             aliased = event.vid in tainted
             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                root = _view_root(small.value, lambda name: scoped(name) in defined)
-                aliased = aliased or (root is not None and scoped(root) in names)
+                root = _view_root(small.value, lambda name: scoped(name) in defined, sources)
+                aliased = aliased or root == _PROJECTION or (root is not None and scoped(root) in names)
             elif isinstance(small, cst.AugAssign):
                 aliased = aliased or event.name in names
             if aliased:

@@ -64,9 +64,11 @@ SIGNATURES: dict[str, tuple[tuple[str, Optional[str]], ...]] = {
     "torch.nn.functional.softmax": (("input", None), ("dim", "None"), ("_stacklevel", "3"), ("dtype", "None")),
     "torch.nn.functional.gelu": (("input", None), ("approximate", "'none'")),
     "torch.softmax": (("input", None), ("dim", None), ("dtype", "None")),
-    # ADP004's drop-in, so ADP010 still matches a core whose softmax ADP004 rewrote first (AdoptAll)
-    "adopter_kernels.softmax": (("input", None), ("dim", "None"), ("_stacklevel", "3"), ("dtype", "None")),
     "torch.Tensor.softmax": (("self", None), ("dim", None), ("dtype", "None")),
+    # ADP004's drop-ins, so ADP010 still matches a core whose softmax ADP004 rewrote first (AdoptAll)
+    "adopter_kernels.softmax": (("input", None), ("dim", "None"), ("_stacklevel", "3"), ("dtype", "None")),
+    "adopter_kernels.torch_softmax": (("input", None), ("dim", None), ("dtype", "None")),
+    "adopter_kernels.tensor_softmax": (("input", None), ("dim", None), ("dtype", "None")),
     "torch.Tensor.masked_fill": (("self", None), ("mask", None), ("value", None)),
     "torch.Tensor.transpose": (("self", None), ("dim0", None), ("dim1", None)),
     "torch.nn.functional.dropout": (("input", None), ("p", "0.5"), ("training", "True"), ("inplace", "False")),

@@ -28,7 +28,7 @@ from . import cstwalk
 from .dsl import CallNode, Const
 from .guards import Refused, guard
 from .matcher import Match
-from .qualnames import ImportTable
+from .qualnames import ImportTable, ast_dotted_name
 from .structure import ClassStructure, Value
 
 _FunctionDef = Union[ast.FunctionDef, ast.AsyncFunctionDef]
@@ -209,19 +209,8 @@ def _parsed(module: cst.Module) -> _ParsedModule:
 # ------------------------------------------------------------------------------------------ canonical form
 
 
-def _dotted(node: ast.AST) -> Optional[str]:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
 def _resolve(node: ast.AST, table: ImportTable) -> Optional[str]:
-    name = _dotted(node)
+    name = ast_dotted_name(node)
     if name is None:
         return None
     head, _, rest = name.partition(".")
@@ -308,7 +297,7 @@ def _is_module_base(bases: list[ast.expr], table: ImportTable) -> bool:
 
 def _transparent_decorator(node: ast.expr, table: ImportTable) -> bool:
     func = node.func if isinstance(node, ast.Call) else node
-    name = _resolve(func, table) or _dotted(func) or ""
+    name = _resolve(func, table) or ast_dotted_name(func) or ""
     return name.split(".")[-1] in _TRANSPARENT_CLASS_DECORATORS
 
 
@@ -455,3 +444,112 @@ def _defines_rotation(cls: ClassStructure) -> bool:
 
 # Most files define no rotation helper: ADP013 then walks none of their classes.
 rotate_half_is_exact.may_match = _defines_rotation  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------ ADP001-003 attention drop-ins
+
+# What the SDPA subclasses of adopter_kernels/attention.py need of the class they extend (kept equal to the kernels'
+# `_forward_parameters(mixin)` and `_*_ATTRIBUTES` by tests/test_attention_class_guard.py): the mixin's forward
+# replaces the class's, so it must accept exactly these parameters, and reads these attributes (set in __init__,
+# registered as buffers, or methods).
+ATTENTION_DROP_INS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "ADP001": (
+        ("hidden_states", "attention_mask", "head_mask", "encoder_hidden_states", "encoder_attention_mask",
+         "past_key_value", "output_attentions"),
+        ("query", "key", "value", "dropout", "num_attention_heads", "attention_head_size", "position_embedding_type",
+         "is_decoder"),
+    ),
+    "ADP002": (
+        ("hidden_states", "mask", "key_value_states", "position_bias", "past_key_value", "layer_head_mask",
+         "query_length", "use_cache", "output_attentions"),
+        ("q", "k", "v", "o", "n_heads", "dropout", "has_relative_attention_bias", "compute_bias", "pruned_heads",
+         "is_decoder", "gradient_checkpointing"),
+    ),
+    "ADP003": (
+        ("hidden_states", "layer_past", "attention_mask", "head_mask", "encoder_hidden_states",
+         "encoder_attention_mask", "use_cache", "output_attentions"),
+        ("c_attn", "c_proj", "attn_dropout", "resid_dropout", "num_heads", "split_size", "scale_attn_weights",
+         "scale_attn_by_inverse_layer_idx", "layer_idx", "reorder_and_upcast_attn", "is_cross_attention", "bias"),
+    ),
+}  # fmt: skip
+
+
+@guard
+def attention_class_fits_drop_in(match: Match) -> bool:
+    """ADP001-003: a class defined in this file (the usual case: a modeling file's own attention class) must fit the
+    drop-in: ``forward`` takes exactly the parameters the SDPA forward takes (no decorator, no ``*args``/
+    ``**kwargs``) and the class sets every attribute it reads. Otherwise the subclass would warn and run the original
+    forward: a finding that cannot run the fast path. A class imported from another module is judged by its name, as
+    the rule lists it (the runtime still checks the signature when the class is created)."""
+    module = match.cls.module
+    bindings = list(match.init_matches.values())
+    if module is None or len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+        return False
+    func = bindings[0].value.func
+    parsed = _parsed(module)
+    if not isinstance(func, cst.Name) or func.value in parsed.table.names:
+        return True  # imported (`BertSelfAttention`, `modeling_roberta.RobertaSelfAttention`): not in this file
+    key = ("drop-in", func.value, match.rule.code)
+    if key not in parsed.verdicts:
+        parameters, attributes = ATTENTION_DROP_INS[match.rule.code]
+        parsed.verdicts[key] = parsed.bound_once(func.value) and _fits_drop_in(parsed, func.value, parameters, attributes)
+    return bool(parsed.verdicts[key])
+
+
+def _fits_drop_in(parsed: _ParsedModule, name: str, parameters: tuple[str, ...], attributes: tuple[str, ...]) -> bool:
+    """Whether the file's class `name` (with the classes of this file it derives from) fits the drop-in. A base
+    defined in another file ends the walk: what it defines is taken on trust, as for an imported class."""
+    forward: Optional[_FunctionDef] = None
+    found: set[str] = set()
+    seen: set[str] = set()
+    current: Optional[str] = name
+    trusted_base = False
+    while current is not None:
+        cls = parsed.definition(current, cst.ClassDef)
+        if not isinstance(cls, ast.ClassDef) or current in seen or cls.keywords or len(cls.bases) > 1:
+            return False
+        seen.add(current)
+        for stmt in cls.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.add(stmt.name)
+                if stmt.name == "forward" and forward is None:
+                    forward = stmt
+                if stmt.name == "__init__":
+                    found |= _self_attributes(stmt)
+        base = cls.bases[0] if cls.bases else None
+        current = None
+        if isinstance(base, ast.Name) and base.id in parsed.defs:
+            current = base.id
+        elif base is not None and not _is_module_base([base], parsed.table):
+            trusted_base = True
+    if forward is None:
+        return trusted_base
+    args = forward.args
+    if (
+        isinstance(forward, ast.AsyncFunctionDef)
+        or forward.decorator_list
+        or args.posonlyargs
+        or args.vararg
+        or args.kwonlyargs
+        or args.kwarg
+        or tuple(a.arg for a in args.args[1:]) != parameters
+    ):
+        return False
+    return trusted_base or set(attributes) <= found
+
+
+def _self_attributes(init: _FunctionDef) -> set[str]:
+    """Attributes ``__init__`` sets on ``self``: ``self.x = ...`` (also annotated, or in a tuple target) and
+    ``self.register_buffer("x", ...)`` / ``self.register_parameter("x", ...)``."""
+    names: set[str] = set()
+    for node in ast.walk(init):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            func, first = node.func, node.args[0]
+            registers = func.attr in ("register_buffer", "register_parameter")
+            if registers and isinstance(func.value, ast.Name) and func.value.id == "self":
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    names.add(first.value)
+    return names

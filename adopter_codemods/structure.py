@@ -18,19 +18,58 @@ if TYPE_CHECKING:
     from .flow.graph import FlowGraph
 
 
+CERTAIN = "certain"
+POSSIBLE = "possible"  # one of `candidates`, or something the caller passes instead
+UNKNOWN = "unknown"
+OPAQUE = "opaque"  # not a layer the code shows: a barrier between list elements whose order is unknown
+
+
+@dataclass(frozen=True)
+class LayerType:
+    """What type a layer binding has (adopter_codemods/init_bindings.py): one certain type; possible (one of the
+    named candidates, or whatever a caller passes instead); unknown; opaque (a barrier, no layer)."""
+
+    certainty: str
+    candidates: tuple[str, ...] = ()
+
+    @property
+    def certain(self) -> Optional[str]:
+        return self.candidates[0] if self.certainty == CERTAIN else None
+
+    def join(self, other: "LayerType") -> "LayerType":
+        """The type of a value that is this one on some paths and `other` on the others."""
+        if self == other:
+            return self
+        names = tuple(sorted(set(self.candidates + other.candidates)))
+        return LayerType(POSSIBLE, names) if names else UNKNOWN_TYPE
+
+
+UNKNOWN_TYPE = LayerType(UNKNOWN)
+OPAQUE_TYPE = LayerType(OPAQUE)
+
+
+def certain(qualname: str) -> LayerType:
+    return LayerType(CERTAIN, (qualname,))
+
+
+
 @dataclass(eq=False)
 class LayerBinding:
-    """``self.<attr> = <value>`` in ``__init__`` (or an element of an ``nn.Sequential`` bound there)."""
+    """``self.<attr> = <value>`` in ``__init__`` (or an element of an ``nn.Sequential`` built in the class)."""
 
     attr: str
-    qualname: Optional[str]  # resolved layer type; None when the value is not a call/subscript of a known name
-    args: tuple[cst.Arg, ...]
+    qualname: Optional[str]  # the layer type when certain (`layer_type.certain`); None otherwise
+    args: tuple[cst.Arg, ...]  # the constructor's arguments (a factory's returned call, parameters replaced)
     subscript: bool
-    value: cst.BaseExpression
-    statement: Optional[cst.SimpleStatementLine]  # None for Sequential elements
+    value: cst.BaseExpression  # the expression as written in __init__ (`conv3x3(a, b)`, `norm_layer(c)`)
+    statement: Optional[cst.SimpleStatementLine]  # None for Sequential elements (but a nested container's line)
     conditional: bool  # assigned under an if/for/try in __init__
     container: Optional["LayerBinding"] = None  # the nn.Sequential binding holding this element
     elements: tuple["LayerBinding", ...] = ()
+    layer_type: LayerType = UNKNOWN_TYPE
+    direct: bool = True  # `value` calls the type itself: an __init__ edit may rewrite it
+    args_known: bool = True  # `args` are what the constructor receives
+    where: str = "__init__"  # the function building it (a container may be built in `_make_layer`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,6 +147,7 @@ class NodeSummary:
     names: frozenset[str]  # qualified names of its nodes (called types, layer types, operator symbols)
     layer_types: frozenset[str]  # types of its layer calls: the node's and its __init__ bindings'
     has_layers: bool
+    possible_types: frozenset[str] = frozenset()  # candidates of its layers whose type is only possible
 
 
 def summarise(nodes: list[DLNode]) -> NodeSummary:
@@ -117,6 +157,7 @@ def summarise(nodes: list[DLNode]) -> NodeSummary:
         frozenset(n.qualname for n in nodes if n.qualname),
         frozenset(q for n in layers for q in (n.qualname, *(b.qualname for b in n.bindings)) if q),
         bool(layers),
+        frozenset(q for n in layers for b in n.bindings if b.layer_type.certainty == POSSIBLE for q in b.layer_type.candidates),
     )
 
 
@@ -154,6 +195,10 @@ class ClassStructure:
     # Whether the walk splits `if`s that update a name by an op (provider `_guards_ops`): only a rule with a
     # fallback plan needs them apart; `find_all` clears it for classes no such rule may match.
     split_guarded_ifs: bool = True
+    # Every nn.Sequential the class's own methods build (the module's functions, for the unit), elements in order,
+    # and one straight-line graph per container calling them in turn (adopter_codemods/init_bindings.py).
+    containers: list[LayerBinding] = field(default_factory=list)
+    container_graphs: list["FlowGraph"] = field(default_factory=list)
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
 
@@ -187,3 +232,6 @@ class ClassStructure:
 class ModuleStructure:
     classes: list[ClassStructure]
     module: cst.Module
+    # Besides the module's text, what class discovery read in other files (`class_bases.BaseResolver.dependencies`;
+    # empty when no base was looked up there): `scan`'s cache checks it before reusing findings.
+    dependencies: dict[str, object] = field(default_factory=dict)

@@ -11,8 +11,9 @@ routed to it. ``backends()`` shows, per kernel, the backends available, why not,
 | ADP001 | ``bert_self_attention_sdpa(cls)``                          |
 | ADP002 | ``t5_attention_sdpa(cls)``                                 |
 | ADP003 | ``gpt2_attention_sdpa(cls)``                               |
-| ADP004 | ``softmax(input, dim, _stacklevel, dtype)``                |
-| ADP005 | ``FusedDropoutAddLayerNorm``, ``dropout_add_layer_norm``   |
+| ADP004 | ``softmax``, ``torch_softmax``, ``tensor_softmax``         |
+| ADP005 | ``FusedDropoutAddLayerNorm``, ``dropout_add_layer_norm``,  |
+|        | ``dropout_add_layer_norm_residual`` (pre-LN: also the sum) |
 | ADP006 | ``linear_bias_activation(input, linear, activation, **kw)``|
 | ADP007 | ``conv_bn2d(input, conv, bn)``, ``FusedSequential``        |
 | ADP008 | ``linear_bn1d(input, linear, bn)``, ``FusedSequential``    |
@@ -37,19 +38,20 @@ from .activation import classify_activation, linear_bias_activation
 from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
 from .attention_core import attention_core
 from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
-from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm
+from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm, dropout_add_layer_norm_residual
 from .gated_mlp import gated_linear_unit
 from .qkv import packed_qkv_linear
 from .rms_norm import rms_norm, rms_norm_module
 from .rotary import rotary_embedding
-from .softmax import softmax
+from .softmax import softmax, tensor_softmax, torch_softmax
 
 # torch.fx leaf functions: symbolic tracing records one call of the kernel (modules passed as get_attr nodes, so
 # train/eval is read when the traced graph runs) instead of tracing into its dispatch, which inspects values.
 # (linear_bias_activation and gated_linear_unit decide themselves, in activation.py / gated_mlp.py: a function
 # activation cannot be a graph argument; rms_norm_module's forward reaches the leaf through rms_norm.py.)
-_LEAVES = ("softmax", "dropout_add_layer_norm", "conv_bn2d", "linear_bn1d", "packed_qkv_linear", "attention_core",
-           "rms_norm", "rotary_embedding")
+# conv_bn2d and linear_bn1d are traced through instead, giving the original graph (see batch_norm.py).
+_LEAVES = ("softmax", "torch_softmax", "tensor_softmax", "dropout_add_layer_norm", "dropout_add_layer_norm_residual",
+           "packed_qkv_linear", "attention_core", "rms_norm", "rotary_embedding")
 for _name in _LEAVES:
     _torch.fx.wrap(_name)
 
@@ -65,6 +67,7 @@ __all__ = [
     "conv_bn2d",
     "current_backend",
     "dropout_add_layer_norm",
+    "dropout_add_layer_norm_residual",
     "fold_bn",
     "gated_linear_unit",
     "gpt2_attention_sdpa",
@@ -76,6 +79,8 @@ __all__ = [
     "rotary_embedding",
     "softmax",
     "t5_attention_sdpa",
+    "tensor_softmax",
+    "torch_softmax",
     "triton_available",
     "use_backend",
 ]

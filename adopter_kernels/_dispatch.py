@@ -51,6 +51,7 @@ __all__ = [
     "use_backend",
     "triton_available",
     "is_plain",
+    "unobserved",
     "fx_tracing",
 ]
 
@@ -320,19 +321,37 @@ TRITON = Backend(
 )
 
 
-def is_plain(module: nn.Module, cls: Type[nn.Module]) -> bool:
+def unobserved(module: nn.Module) -> bool:
+    """True when no forward or backward hook or pre-hook (the module's own or a global one) would see a call of
+    ``module``."""
+    from torch.nn.modules import module as _module  # global hook registries live here
+
+    return not (
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks  # full backward hooks wrap the call's inputs and outputs
+        or getattr(module, "_backward_pre_hooks", None)  # torch >= 2.0
+        or _module._global_forward_hooks
+        or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks
+        or getattr(_module, "_global_backward_pre_hooks", None)
+    )
+
+
+def is_plain(module: nn.Module, cls: Type[nn.Module], *methods: str) -> bool:
     """True when ``module`` computes exactly ``cls.forward`` and nothing observes the call.
 
     A fast path calls functional ops on the module's parameters instead of ``module(x)``; that is only
-    equivalent when the forward is not overridden (LoRA/quantised subclasses) and no hooks would be skipped.
+    equivalent when the forward is not overridden (LoRA/quantised subclasses), neither is the call machinery,
+    nor any of ``methods`` (helpers the forward calls, e.g. ``Conv2d._conv_forward``), and no hooks would be
+    skipped.
     """
-    from torch.nn.modules import module as _module  # global hook registries live here
-
+    kind = type(module)
     return (
         isinstance(module, cls)
-        and type(module).forward is cls.forward
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-        and not _module._global_forward_hooks
-        and not _module._global_forward_pre_hooks
+        and kind.forward is cls.forward
+        and kind.__call__ is nn.Module.__call__
+        and kind._call_impl is nn.Module._call_impl
+        and all(getattr(kind, name) is getattr(cls, name) for name in methods)
+        and unobserved(module)
     )

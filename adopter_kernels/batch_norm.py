@@ -1,10 +1,24 @@
 """ADP007/ADP008 runtime: Conv2d→BatchNorm2d and Linear→BatchNorm1d with BN folded in eval.
 
-``conv_bn2d(x, conv, bn)`` = ``bn(conv(x))`` and ``linear_bn1d(x, linear, bn)`` = ``bn(linear(x))``.
+``conv_bn2d(x, conv, bn)`` = ``bn(conv(x))`` and ``linear_bn1d(x, linear, bn)`` = ``bn(linear(x))`` for ANY two
+modules, which is what a *guarded* rewrite relies on (the codemod could not tell the layers' types,
+docs/DESIGN.md §4). The folded path runs only where it is provably the same function:
 
-* Training (``bn.training``), BN without running stats, subclasses with their own forward, modules with
-  hooks, ``linear_bn1d`` on input that is not (N, C_in): the unfused composition, literally (batch
-  statistics, running-stat updates, errors all as in the original).
+* the conv/linear is an ``nn.Conv2d`` / ``nn.Linear`` whose class keeps ``forward``, ``_conv_forward``, ``__call__``
+  and ``_call_impl`` (a subclass may change what it computes without overriding ``forward``: weight
+  standardisation in ``_conv_forward``); a parametrized weight is read through the parametrization as the
+  forward reads it;
+* the norm is an eval-mode ``nn.BatchNorm2d`` / ``nn.BatchNorm1d`` with running statistics whose class keeps
+  ``forward``, ``_check_input_dim`` and the call machinery; or (conv_bn2d) a BatchNorm2d subclass listed in
+  ``_BN_THEN_CHILDREN`` whose forward has the verified text (timm's ``BatchNormAct2d``: BN, then its ``drop`` and
+  ``act`` children, which are then called as modules after the folded conv);
+* neither module has forward or backward hooks (module or global: the fused path would skip them), and
+  ``linear_bn1d``'s input is (N, C_in).
+
+Everything else (training, BN without running stats, GroupNorm, Identity, FrozenBatchNorm2d, Conv2dSame, hooks,
+...) runs the unfused composition ``bn(conv(x))``, literally (batch statistics, running-stat updates, errors all as
+in the original).
+
 * Eval with running stats: one conv/linear with folded weights, ``w' = w * s``, ``b' = (b - mean) * s + beta``,
   ``s = gamma / sqrt(var + eps)``. The arithmetic mirrors ``torch.nn.utils.fusion.fuse_conv_bn_weights`` /
   ``fuse_linear_bn_weights`` op for op (bit-identical folded weights) but returns plain tensors, because
@@ -18,12 +32,18 @@ For 3-D input (N, C, L) BatchNorm1d normalises dim 1 while the Linear maps the l
 does not apply and ``linear_bn1d`` stays unfused.
 
 ``FusedSequential`` is an ``nn.Sequential`` (same constructors, children, indexing and state-dict keys)
-whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops.
+whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops (which
+check the modules again) and calls every other child as ``nn.Sequential.forward`` does.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Type, Union
+import hashlib
+import inspect
+import io
+import textwrap
+import tokenize
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +51,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
-from ._dispatch import Backend, is_plain, register_kernel, select
+from ._dispatch import Backend, is_plain, register_kernel, select, unobserved
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
 
@@ -78,48 +98,131 @@ def _folded(layer: Union[nn.Conv2d, nn.Linear], bn: _BatchNorm) -> Tuple[torch.T
     return cached(layer, sources, (id(bn), bn.eps), lambda: fold_bn(layer.weight, layer.bias, bn))
 
 
-def _foldable(bn: _BatchNorm, cls: Type[_BatchNorm]) -> bool:
-    """Eval-mode BN that normalises with its running statistics (the only case folding is exact)."""
-    return (
-        is_plain(bn, cls)
-        and not bn.training
-        and bn.running_mean is not None
-        and bn.running_var is not None
-    )
+# BatchNorm subclasses whose forward, in eval with running statistics, is exactly BatchNorm's followed by calls of
+# some of its child modules: (module, qualified name of the forward) -> (the children's attribute names in call
+# order, the fingerprints of the forward's text this was verified on, see ``_fingerprint``). A forward whose text
+# differs (another version of the library, a patched class) is not folded: the module's own forward runs.
+_BN_THEN_CHILDREN: Dict[Tuple[str, str], Tuple[Tuple[str, ...], FrozenSet[str]]] = {
+    # timm's BatchNormAct2d (verified on timm 1.0.31): F.batch_norm with the running statistics in eval, then
+    # self.drop, then self.act. Proof: tests/test_kernel_guarded_conv_bn.py (float64, eval and train, gradients).
+    ("timm.layers.norm_act", "BatchNormAct2d.forward"): (
+        ("drop", "act"),
+        frozenset({"4c9877d1bff1f1b3273d3677ccc6858f40008531676f7c9201878f57a3cab026"}),
+    ),
+}
+# Per forward function: the children it applies after the batch norm, or None when it is not known to be one.
+_CHILDREN_OF: Dict[Callable[..., object], Optional[Tuple[str, ...]]] = {}
 
 
-def conv_bn2d(input: torch.Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d) -> torch.Tensor:
-    """``bn(conv(input))``: exact in training, one conv with BN-folded weights in eval."""
+def _fingerprint(function: Callable[..., object]) -> Optional[str]:
+    """SHA-256 of the tokens of ``function``'s source, None without source. Comments, blank lines and the width
+    of indentation are ignored; an f-string counts as one string token, as Python < 3.12 tokenizes it (3.12
+    splits it into parts), so a fingerprint does not depend on the Python version."""
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+        lines = source.splitlines(keepends=True)
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line))
+        tokens: List[Tuple[str, str]] = []
+        fstring_start, depth = 0, 0
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = tokenize.tok_name[token.type]
+            if kind == "FSTRING_START":
+                if depth == 0:
+                    fstring_start = offsets[token.start[0] - 1] + token.start[1]
+                depth += 1
+            elif kind == "FSTRING_END":
+                depth -= 1
+                if depth == 0:
+                    tokens.append(("STRING", source[fstring_start:offsets[token.end[0] - 1] + token.end[1]]))
+            elif depth == 0 and kind not in ("COMMENT", "NL"):
+                tokens.append((kind, "" if kind == "INDENT" else token.string))
+    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return hashlib.sha256(repr(tokens).encode()).hexdigest()
+
+
+def _children_after_bn(forward: Callable[..., object]) -> Optional[Tuple[str, ...]]:
+    if forward not in _CHILDREN_OF:
+        known = _BN_THEN_CHILDREN.get((getattr(forward, "__module__", ""), getattr(forward, "__qualname__", "")))
+        _CHILDREN_OF[forward] = known[0] if known is not None and _fingerprint(forward) in known[1] else None
+    return _CHILDREN_OF[forward]
+
+
+# torch.compile calls it once while compiling (a class's forward is a constant there) and keeps the answer, as
+# torch.compiler.assume_constant_result would (see _dispatch._decision): reading source is no graph op.
+_children_after_bn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _foldable(bn: nn.Module, cls: Type[_BatchNorm]) -> Optional[Tuple[str, ...]]:
+    """For an eval-mode ``cls`` that normalises with its running statistics (the only case folding is exact):
+    the names of the child modules its forward applies to the normalised tensor (``()`` for ``cls`` itself).
+    None when ``bn`` is anything else, or a subclass whose forward is not known to be BN followed by children."""
     if (
-        input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
-        and _foldable(bn, nn.BatchNorm2d)
-        and is_plain(conv, nn.Conv2d)
-        and conv.out_channels == bn.num_features
-        and select("conv_bn2d", input, conv.weight) == "folded"
+        not isinstance(bn, cls)
+        or bn.training
+        or bn.running_mean is None
+        or bn.running_var is None
     ):
-        weight, bias = _folded(conv, bn)
-        # _conv_forward is what Conv2d.forward calls: it handles every padding_mode, groups, dilation.
-        return conv._conv_forward(input, weight, bias)
+        return None
+    if is_plain(bn, cls, "_check_input_dim"):
+        return ()
+    kind = type(bn)
+    if kind.__call__ is not nn.Module.__call__ or kind._call_impl is not nn.Module._call_impl or not unobserved(bn):
+        return None
+    return _children_after_bn(kind.forward)
+
+
+def _conv_bn2d_folded(
+    input: torch.Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d, children: Tuple[str, ...]
+) -> torch.Tensor:
+    """The fused path of ``conv_bn2d``: one conv with BN-folded weights, then the BN's children (if any)."""
+    weight, bias = _folded(conv, bn)
+    # _conv_forward is what Conv2d.forward calls: it handles every padding_mode, groups, dilation.
+    output = conv._conv_forward(input, weight, bias)
+    for name in children:
+        output = getattr(bn, name)(output)
+    return output
+
+
+def conv_bn2d(input: torch.Tensor, conv: nn.Module, bn: nn.Module) -> torch.Tensor:
+    """``bn(conv(input))`` for any modules; one conv with BN-folded weights where that is provably the same
+    function: eval-mode BatchNorm2d with running statistics after a Conv2d, neither overridden nor hooked."""
+    if (
+        isinstance(input, torch.Tensor)
+        and input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
+        and is_plain(conv, nn.Conv2d, "_conv_forward")
+    ):
+        conv2d, children = cast(nn.Conv2d, conv), _foldable(bn, nn.BatchNorm2d)
+        if children is not None:
+            norm = cast(nn.BatchNorm2d, bn)
+            if conv2d.out_channels == norm.num_features and select("conv_bn2d", input, conv2d.weight) == "folded":
+                return _conv_bn2d_folded(input, conv2d, norm, children)
     return bn(conv(input))
 
 
-def linear_bn1d(input: torch.Tensor, linear: nn.Linear, bn: nn.BatchNorm1d) -> torch.Tensor:
-    """``bn(linear(input))``: exact in training, one linear with BN-folded weights in eval on (N, C) input."""
+def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.Tensor:
+    """``bn(linear(input))`` for any modules; one linear with BN-folded weights on (N, C) input where that is
+    provably the same function: eval-mode BatchNorm1d with running statistics after a Linear, neither
+    overridden nor hooked."""
     if (
-        input.dim() == 2
-        and _foldable(bn, nn.BatchNorm1d)
+        isinstance(input, torch.Tensor)
+        and input.dim() == 2
         and is_plain(linear, nn.Linear)
-        and linear.out_features == bn.num_features
-        and select("linear_bn1d", input, linear.weight) == "folded"
+        and _foldable(bn, nn.BatchNorm1d) == ()
     ):
-        weight, bias = _folded(linear, bn)
-        return F.linear(input, weight, bias)
+        dense, norm = cast(nn.Linear, linear), cast(nn.BatchNorm1d, bn)
+        if dense.out_features == norm.num_features and select("linear_bn1d", input, dense.weight) == "folded":
+            weight, bias = _folded(dense, norm)
+            return F.linear(input, weight, bias)
     return bn(linear(input))
 
 
-# FusedSequential calls these through this module's globals: fx leaves here too (see adopter_kernels/__init__.py).
-torch.fx.wrap("conv_bn2d")
-torch.fx.wrap("linear_bn1d")
+# Not torch.fx leaves: under symbolic tracing the input is a Proxy, not a tensor, so both ops record
+# ``bn(conv(x))`` / ``bn(linear(x))`` as call_module nodes, which is the original model's graph, node names included
+# (torchvision's create_feature_extractor asks for nodes such as "layer1.0.bn1"; fx quantization and
+# torch.fx.experimental.optimization.fuse look for Conv2d -> BatchNorm2d modules). docs/COMPILE_AND_TRACE.md.
 
 
 class FusedSequential(nn.Sequential):

@@ -10,6 +10,10 @@ the RNG exactly as ``nn.Dropout`` then add then ``nn.LayerNorm``, so training ou
 to the original model under the same seed. Dropout follows ``self.training`` at every call (epoi's
 version froze it at construction).
 
+Pre-LN blocks keep the sum as their residual stream (``x = x + drop(a); h = ln(x)``, ``x`` read again later):
+``dropout_add_layer_norm_residual(a, x, ln, drop)`` returns both ``(ln(x), x)``; its reference path calls the
+model's own Dropout (or ``F.dropout``) and LayerNorm modules, so it is the original computation.
+
 Triton path (CUDA, or forced): one fused kernel for the forward and one for the backward (see
 ``triton_kernels.layer_norm``). Its dropout mask comes from Triton's Philox stream, so with ``p > 0`` in
 training it is statistically, not bitwise, equal to torch's. It needs ``input`` and ``residual`` of the
@@ -20,7 +24,7 @@ and a normalised size up to ``MAX_N``; anything else takes the reference path.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +32,7 @@ from torch import nn
 
 from ._dispatch import TRITON, register_kernel, select
 
-__all__ = ["FusedDropoutAddLayerNorm", "dropout_add_layer_norm"]
+__all__ = ["FusedDropoutAddLayerNorm", "dropout_add_layer_norm", "dropout_add_layer_norm_residual"]
 
 _ShapeLike = Union[int, Sequence[int], torch.Size]
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -90,6 +94,63 @@ def dropout_add_layer_norm(
         )
         return out.view(input.shape)
     return F.layer_norm(F.dropout(input, p, training) + residual, shape, weight, bias, eps)
+
+
+def dropout_add_layer_norm_residual(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    norm: nn.LayerNorm,
+    dropout: Optional[nn.Dropout] = None,
+    *,
+    p: float = 0.5,
+    training: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(norm(h), h)`` with ``h = dropout(input) + residual`` (``F.dropout(input, p, training)`` when no ``dropout``
+    module is given; ``p`` and ``training`` default as in ``F.dropout``): a pre-LN block's residual add and the next
+    LayerNorm, the sum returned too because the block adds to it again."""
+    fast = _residual_fast_path(input, residual, norm, dropout, p, training)
+    if fast is not None:
+        return fast
+    dropped = dropout(input) if dropout is not None else F.dropout(input, p, training)
+    summed = dropped + residual
+    return norm(summed), summed
+
+
+def _residual_fast_path(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    norm: nn.LayerNorm,
+    dropout: Optional[nn.Dropout],
+    p: float,
+    training: bool,
+) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """The Triton kernel's ``(norm(h), h)`` when dispatch picks it and the call fits it, else None: plain
+    ``nn.LayerNorm``/``nn.Dropout`` modules without hooks (the kernel does not call them), fitting tensors."""
+    if type(norm) is not nn.LayerNorm or norm._forward_hooks or norm._forward_pre_hooks:
+        return None
+    if dropout is not None:
+        if type(dropout) is not nn.Dropout or dropout.inplace or dropout._forward_hooks or dropout._forward_pre_hooks:
+            return None
+        p, training = dropout.p, dropout.training
+    weight, bias = norm.weight, norm.bias
+    tensors = [t for t in (input, residual, weight, bias) if t is not None]
+    if select("dropout_add_layer_norm", *tensors) != "triton":
+        return None
+    shape = list(norm.normalized_shape)
+    if not (_triton_eligible(input, residual, shape, weight, bias) and 0.0 <= p <= 1.0):
+        return None
+    from .triton_kernels.layer_norm import dropout_add_layer_norm_residual as fused
+
+    n = math.prod(shape)
+    out, summed = fused(
+        input.view(-1, n),
+        residual.view(-1, n),
+        None if weight is None else weight.reshape(n),
+        None if bias is None else bias.reshape(n),
+        norm.eps,
+        p if training else 0.0,
+    )
+    return out.view(input.shape), summed.view(input.shape)
 
 
 def _fused_forward(module: "FusedDropoutAddLayerNorm", input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

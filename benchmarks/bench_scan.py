@@ -178,14 +178,14 @@ def profile(files: list[Path], rule_keys: Optional[list[str]], limit: int) -> No
     for p in files:
         data = p.read_bytes()
         try:
-            modules.append((cst.parse_module(data), data))
+            modules.append((p, cst.parse_module(data), data))
         except Exception:  # noqa: BLE001 - listed by the timed run
             continue
     profiler = cProfile.Profile()
     profiler.enable()
-    for module, data in modules:
+    for path, module, data in modules:
         ensure_parser_survives("", data)
-        analyse(module, rules, source=data).findings()
+        analyse(module, rules, str(path), source=data).findings()
     profiler.disable()
     print("\n== cProfile of the analysis (cumulative)")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(limit)

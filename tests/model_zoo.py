@@ -34,16 +34,16 @@ def transformers5_pythonpath() -> str:
     return os.pathsep.join([str(TRANSFORMERS5_DIR), str(ROOT)])
 
 
-def import_vision() -> tuple[types.ModuleType, types.ModuleType]:
-    """``(torchvision, timm)`` from ``VISION_DIR``.
+def import_vision(directory: Path = VISION_DIR) -> tuple[types.ModuleType, types.ModuleType]:
+    """``(torchvision, timm)`` from ``directory`` (``VISION_DIR``, or a rewritten copy in a fresh process).
 
     torchvision's wheel is built against a CUDA torch, so its compiled operators do not load on the CPU wheel and
     its meta-kernel registrations for them fail at import. The model code needs neither (detection ops aside), so
     that registration module is replaced by an empty one before the import.
     """
-    require(VISION_DIR)
-    if str(VISION_DIR) not in sys.path:
-        sys.path.insert(0, str(VISION_DIR))
+    require(directory)
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
     sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
     import timm
     import torchvision

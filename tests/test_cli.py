@@ -43,7 +43,7 @@ class SelfOutput(nn.Module):
         return self.LayerNorm(hidden_states + input_tensor)
 """
 CLEAN_SOURCE = "import torch\n\n\ndef f(x):\n    return x + 1\n"
-FINDING_KEYS = ["code", "rule", "path", "class", "function", "line", "end_line", "message", "fixable"]
+FINDING_KEYS = ["code", "rule", "path", "class", "function", "line", "end_line", "message", "fixable", "certainty"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -71,7 +71,7 @@ def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFix
     report = json.loads(out)
     assert status == 1
     assert list(report) == ["version", "files_scanned", "findings", "errors", "skipped"]
-    assert report["version"] == 2 and report["files_scanned"] == 3 and report["errors"] == []
+    assert report["version"] == 3 and report["files_scanned"] == 3 and report["errors"] == []
     assert report["skipped"] == []
     assert all(list(f) == FINDING_KEYS for f in report["findings"])
     # a thin adapter: exactly the API's findings, files in walk order
@@ -174,10 +174,10 @@ def test_internal_error_in_one_file_does_not_hide_the_others(
 ) -> None:
     real = engine.build_module_structure
 
-    def build(module):  # type: ignore[no-untyped-def]
+    def build(module, path=None):  # type: ignore[no-untyped-def]
         if "def f(x)" in module.code:
             raise RuntimeError("boom")
-        return real(module)
+        return real(module, path)
 
     monkeypatch.setattr(engine, "build_module_structure", build)
     status, out, _ = run(capsys, "scan", "src", "--format", "json")
@@ -226,7 +226,7 @@ def test_progress_only_on_a_terminal(
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json"])
     assert "[2/2] src/pkg/util.py" in terminal.getvalue()
-    assert json.loads(capsys.readouterr().out)["version"] == 2  # stdout untouched by the progress line
+    assert json.loads(capsys.readouterr().out)["version"] == 3  # stdout untouched by the progress line
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     main(["scan", "src", "--format", "json", "--no-progress"])

@@ -52,6 +52,11 @@ REWRITTEN = {
         return h
     """,
     "nested": "return self.ln(self.drop(x) + r)",
+    "pre-LN: sum used after": """
+        s = self.drop(x) + r
+        y = self.ln(s)
+        return y + s
+    """,
     "commutative add": "return self.ln(r + self.drop(x))",
     "value versions": """
         h = self.drop(x)
@@ -134,10 +139,16 @@ REFUSED = {
         y = self.ln(d + r)
         return y + d
     """,
-    "sum used after": """
+    "sum read between add and LayerNorm (pre-LN copy)": """
         s = self.drop(x) + r
+        kept = s
         y = self.ln(s)
-        return y + s
+        return y + kept
+    """,
+    "sum overwritten by the LayerNorm output while the Dropout is shared": """
+        s = self.drop(x) + r
+        s = self.ln(s)
+        return s + self.drop(r)
     """,
     # Regression: `d2 = d` read the deleted `d` but was no use, so the rewrite left a NameError behind.
     "intermediate aliased": """

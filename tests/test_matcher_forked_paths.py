@@ -55,3 +55,35 @@ def test_match_after_a_fork_is_accepted() -> None:
 
 def test_input_rebound_after_a_fork_is_refused() -> None:
     assert _matches("        y = self.conv(x)\n        x = x + 1\n        z = self.bn(y)\n        return z + x\n") == 0
+
+
+SUM_RULE = """\
+rule SumPair
+code ADP901
+init:
+    torch.nn.Conv2d(**$c) -> $conv;
+    torch.nn.BatchNorm2d(**$b) -> $bn
+forward:
+    $conv($x) -> $y;
+    $bn($x) -> $w;
+    $y + $w -> $z
+    =>
+    kernels.sum_pair($x, $conv, $bn) -> $z
+"""
+
+
+def _sum_matches(body: str) -> int:
+    structure = build_module_structure(cst.parse_module(HEADER + body))
+    (cls,) = structure.classes
+    return len(find_matches(parse_rule(SUM_RULE), cls))
+
+
+def test_one_input_on_every_path_is_accepted() -> None:
+    assert _sum_matches("        u = x\n        w = x\n        return self.conv(u) + self.bn(w)\n") == 1
+
+
+def test_one_input_on_some_paths_only_is_refused() -> None:
+    # Found where `u` and `w` alias one value; where `flag` rebinds `u`, the two layers read different values and
+    # `sum_pair(u, ...)` would feed the BatchNorm the changed one.
+    body = "        u = x\n        w = x\n        if flag:\n            u = self.act(u)\n        return self.conv(u) + self.bn(w)\n"
+    assert _sum_matches(body) == 0

@@ -68,3 +68,69 @@ def test_fuse_dropout_ln_on_real_model(model: str) -> None:
         mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
         report = compare_models(vanilla, fused, (), {"input_ids": ids, "attention_mask": mask})
     report.raise_if_failed()
+
+
+def test_prenorm_form_on_oneformer_decoder_layer() -> None:
+    """OneFormer's query-transformer decoder layer has a pre-LN `forward_pre` (`output = output + dropout1(o2);
+    output2 = norm2(output)`, `output` added to again) beside a post-LN `forward_post` sharing the same Dropouts.
+    Only the two pre-LN sites are rewritten (the post-LN ones would delete a Dropout `forward_pre` still passes on),
+    and the layer, built pre-norm, computes the same outputs and gradients in eval and in training with dropout on."""
+    path, source = _source("oneformer")
+    result = rewrite_source(source, ["ADP005"], path=path)
+    layer = "OneFormerTransformerDecoderQueryTransformerDecoderLayer"
+    assert [(f.cls, f.function) for f in result.findings] == [(layer, "forward_pre")] * 2
+    assert result.code.count("adopter_kernels.dropout_add_layer_norm_residual(") == 2
+    assert "FusedDropoutAddLayerNorm" not in result.code  # the post-LN sites keep their shared Dropouts
+    cst.parse_module(result.code)
+    assert rewrite_source(result.code, ["ADP005"]).code == result.code
+
+    original = importlib.import_module("transformers.models.oneformer.modeling_oneformer")
+    rewritten = load_source_as_module(
+        result.code, "transformers.models.oneformer.modeling_oneformer_adopted", package="transformers.models.oneformer"
+    )
+    with default_dtype(torch.float64), seeded(0):
+        kwargs = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "dropout": 0.2, "normalize_before": True}
+        vanilla = getattr(original, layer)(**kwargs)
+        fused = getattr(rewritten, layer)(**kwargs)
+        output, memory = torch.randn(5, 2, 8), torch.randn(7, 2, 8)  # (sequence, batch, d_model)
+        report = compare_models(vanilla, fused, (output, memory), {"query_pos": torch.randn(5, 2, 8)})
+    report.raise_if_failed()
+    assert "train" in report.modes
+
+
+# Pre-LN decoder LMs: model dir -> (model class, the block, config built with dropout on)
+PRENORM_MODELS = {
+    "ctrl": ("CTRLModel", "EncoderLayer", lambda: transformers.CTRLConfig(
+        vocab_size=40, n_positions=32, n_embd=16, dff=32, n_layer=2, n_head=2, resid_pdrop=0.2, embd_pdrop=0.0,
+    )),
+    "mpt": ("MptModel", "MptBlock", lambda: transformers.MptConfig(
+        vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_seq_len=32, attn_config={"attn_pdrop": 0.2},
+    )),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", sorted(PRENORM_MODELS))
+def test_prenorm_form_on_real_decoder_models(model: str) -> None:
+    """CTRL's EncoderLayer and MPT's block are pre-LN (`out1 = x + dropout1(attn)`; `out2 = layernorm2(out1)`; the
+    feed-forward adds to `out1`): one pre-LN finding per block class; the whole tiny model, rewritten, loads the
+    original's checkpoint strictly and computes the same outputs and gradients in eval and in training."""
+    model_cls, block, make_config = PRENORM_MODELS[model]
+    path, source = _source(model)
+    result = rewrite_source(source, ["ADP005"], path=path)
+    assert [f.cls for f in result.findings] == [block]
+    assert result.code.count("adopter_kernels.dropout_add_layer_norm_residual(") == 1
+    cst.parse_module(result.code)
+    assert rewrite_source(result.code, ["ADP005"]).code == result.code
+
+    original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    rewritten = load_source_as_module(
+        result.code, f"transformers.models.{model}.modeling_{model}_adopted", package=f"transformers.models.{model}"
+    )
+    with default_dtype(torch.float64), seeded(0):
+        config = make_config()
+        vanilla = getattr(original, model_cls)(config)
+        fused = getattr(rewritten, model_cls)(config)
+        ids = torch.randint(0, 40, (2, 7))
+        report = compare_models(vanilla, fused, (), {"input_ids": ids})
+    report.raise_if_failed()
+    assert "train" in report.modes

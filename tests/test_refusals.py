@@ -22,6 +22,7 @@ from conftest import FIXTURES, fixture_cases, is_negative, rule_code
 # Every negative fixture: its refusals as `line: category: reason (line of the cause)`; [] where the rule does not
 # match structurally at all (another layer type, no such call...), so nothing was refused.
 NEGATIVE_REFUSALS: dict[str, list[str]] = {
+    'ADP001_fuse_bert_self_attention/neg_local_class_does_not_fit.py': [],
     'ADP001_fuse_bert_self_attention/neg_not_bound_to_self.py': [],
     'ADP001_fuse_bert_self_attention/neg_similar_names.py': [],
     'ADP001_fuse_bert_self_attention/neg_star_args.py': [],
@@ -29,6 +30,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP002_fuse_t5_attention/neg_similar_names.py': [],
     'ADP003_fuse_gpt2_attention/neg_not_bound_to_self.py': [],
     'ADP003_fuse_gpt2_attention/neg_similar_names.py': [],
+    'ADP004_fast_softmax/neg_arguments_do_not_fit.py': [],
     'ADP004_fast_softmax/neg_compiled_and_unpacked.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
@@ -45,6 +47,13 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '13: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 15)',
     ],
     'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
+    'ADP005_fuse_dropout_ln/neg_possible_layer_norm.py': [],  # a type only possible: not a structural match here
+    'ADP005_fuse_dropout_ln/neg_prenorm_same_name.py': [
+        '15: layer-used-elsewhere: self.drop, which the rewrite removes from __init__, is also used here (line 17)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_prenorm_sum_aliased_between.py': [
+        '18: intermediate-used-elsewhere: `hidden_states`, an intermediate result the fused call hides, is used here (line 20)',
+    ],
     'ADP005_fuse_dropout_ln/neg_sum_reused.py': [
         '13: intermediate-used-elsewhere: `s`, an intermediate result the fused call hides, is used here (line 15)',
     ],
@@ -82,6 +91,8 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP007_fuse_conv_bn/neg_input_redefined.py': [
         "12: input-redefined: `x` is assigned again here, so at the fused call's place it would hold another value (line 13)",
     ],
+    'ADP007_fuse_conv_bn/neg_list_not_followed.py': [],
+    'ADP007_fuse_conv_bn/neg_unknown_or_other_types.py': [],  # unknown/other types never match
     'ADP007_fuse_conv_bn/neg_other_layer_types.py': [],
     'ADP007_fuse_conv_bn/neg_output_replaced_in_a_branch.py': [
         '15: other-value-read: on a path through this assignment, `y` holds another value where a matched call reads it (line 17)',
@@ -107,17 +118,29 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP009_fuse_qkv/neg_bert_branches.py': [
         '25: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 36)',
     ],
+    # The forked classes: q/k read a phi of the two aliases, v the value before the branch. The graph matches no
+    # such structure (a pattern variable binds one value on every path), so nothing is refused there.
     'ADP009_fuse_qkv/neg_different_inputs.py': [],
+    'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
+        '38: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 39)',
+        '46: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 48)',
+        '81: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 82)',
+        '89: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 92)',
+        '99: not-placeable: the matched calls run in different loop iterations or loops (line 101)',
+        '108: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 110)',
+        '121: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 122)',
+        '129: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 131)',
+        '138: guard: guard qkv_distinct_layers: one layer stands for two of the projections: packing it would compute its GEMM twice',
+        '149: output-read-early: `q` is read here, before the place where the fused call would produce it (line 150)',
+    ],
     'ADP009_fuse_qkv/neg_outputs_modified_in_place.py': [
         '24: guard: guard qkv_outputs_not_modified_in_place: `query_vectors` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 31)',
         '49: guard: guard qkv_outputs_not_modified_in_place: `heads` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 53)',
         '65: guard: guard qkv_outputs_not_modified_in_place: `v` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 68)',
+        '83: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 84)',
+        '103: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 106)',
     ],
-    'ADP009_fuse_qkv/neg_wrapped_projections.py': [
-        '21: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 22)',
-        '41: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 42)',
-        '55: output-read-early: `q` is read here, before the place where the fused call would produce it (line 56)',
-    ],
+    'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
     'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
         '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
     ],
@@ -265,7 +288,7 @@ def test_one_refusal_per_site_over_several_paths() -> None:
         if flag:
             x = x * 2
         s = self.dropout(h) + x
-        out = self.LayerNorm(s)
+        out = self.LayerNorm(s) * 2  # not `name = ln(s)`: no pre-LN form either
         return out + s
 '''
     assert _refused(source) == [
@@ -329,7 +352,7 @@ def test_cli_text_without_the_flag_lists_nothing(capsys: pytest.CaptureFixture[s
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     main(["scan", "--show-refused", "--no-cache", "--format", "json", "--rules", "ADP005", str(SUM_REUSED)])
     document = json.loads(capsys.readouterr().out)
-    assert document["version"] == 2
+    assert document["version"] == 3
     assert document["refused"] == [
         {
             "code": "ADP005",

@@ -123,7 +123,7 @@ def test_scan_text_notes_on_stderr(model: Path, capsys: pytest.CaptureFixture[st
 def test_scan_json_skipped_list(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["scan", "--no-cache", "--format", "json", "m.py"])
     report = json.loads(capsys.readouterr().out)
-    assert report["version"] == 2
+    assert report["version"] == 3
     assert report["skipped"] == [s.to_json() for s in EXPECTED]
     assert list(report["skipped"][0]) == ["path", "class", "function", "line", "reason"]
 

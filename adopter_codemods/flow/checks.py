@@ -294,6 +294,45 @@ def _read_outside(
     return event
 
 
+def read_after_anchor(match: "m.Match", graph: FlowGraph, vids: set[int]) -> Optional[Event]:
+    """An event outside the matched nodes that reads one of `vids` (or a phi they flow into) after the anchor, on a
+    path through the match, if any (the first in graph order)."""
+    assert match.anchor is not None
+    chain = sorted(n.index for n in match.nodes)
+    keys = {key(n) for n in match.nodes}
+    return _read_outside(graph, graph.reach, vids, keys, chain, frozenset(), (match.anchor.index, graph.exit))
+
+
+def hoist_instances(match: "m.Match", graph: FlowGraph) -> Optional[list[dict[Key, DLNode]]]:
+    """The copies of a match whose nodes all move to one statement before the first of them (plan "hoist"): per
+    copy of the first matched node, the nodes of the other keys on its paths. None unless every path running a
+    matched node runs each of them exactly once, some path runs them, and every copy's nodes read the matched
+    values on every path through it (not a phi's other operand)."""
+    reach = graph.reach
+    keys = _ordered_keys(match)
+    copies = {k: [n for n in graph.by_key.get(k, ()) if reach.live[n.index]] for k in keys}
+    for nodes in copies.values():  # one path running a node twice (a loop body, a helper inlined twice in a row)
+        if any(reach.before(a.index, b.index) for a in nodes for b in nodes if a is not b):
+            return None
+    if _missing_key_paths(reach, keys, set(keys)) is not None:
+        return None
+    first_key = key(min(match.nodes, key=lambda n: n.index))
+    instances = []
+    for first in copies[first_key]:
+        instance: dict[Key, DLNode] = {}
+        for k in keys:
+            ordered = [n for n in copies[k] if reach.ordered(n.index, first.index)]
+            if len(ordered) != 1:
+                return None
+            instance[k] = ordered[0]
+        rep_to_path = {n.out: instance[key(n)].out for n in match.nodes}
+        chain = sorted(n.index for n in instance.values())
+        if _phi_other_operand(match, graph, reach, instance, rep_to_path, chain) is not None:
+            return None
+        instances.append(instance)
+    return instances or None
+
+
 def _check_complete(
     match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], deleted: set[int],
     ignore: frozenset[int] = frozenset(),

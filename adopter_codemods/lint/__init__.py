@@ -39,7 +39,7 @@ from fixit.engine import LintRunner
 from libcst.metadata import CodePosition, CodeRange
 
 from ..dsl import Rule
-from ..engine import Finding, analyse
+from ..engine import GUARDED_NOTE, Finding, analyse
 from ..gc_pause import CollectorHold
 from ..rules import builtin_rules, rule_doc
 from .mode import lint_without_diff
@@ -66,7 +66,10 @@ class _FileState:
         both by the engine, so the fix never rewrites a silenced site."""
         if self.findings is not None:
             return
-        analysis = analyse(self.module, self.rules, source=_parsed_source(self.module))
+        runner = _runner(self.module)
+        source = runner.source if runner is not None and isinstance(runner.source, bytes) else None
+        # The linted file's path: bases imported from other files are resolved from it.
+        analysis = analyse(self.module, self.rules, str(runner.path) if runner else None, source=source)
         found = analysis.findings()  # one positions pass for all
         self.findings = [[f for f in found if f.code == rule.code] for rule in self.rules]
         fixable = [f for f in found if f.fixable]
@@ -84,16 +87,15 @@ class _FileState:
         return f" (autofix: the fix of line {self.fix_at.line})" if self.fix_at else ""
 
 
-def _parsed_source(module: cst.Module) -> Optional[bytes]:
-    """The bytes Fixit parsed `module` from, which place the reported statements faster (as in ``scan``): Fixit
-    hands a rule the tree only, so take them from its ``LintRunner`` up the stack, if it holds this very module."""
+def _runner(module: cst.Module) -> Optional[LintRunner]:
+    """Fixit's ``LintRunner`` of `module`, for the bytes it parsed (which place the reported statements faster, as
+    in ``scan``) and the file's path: Fixit hands a rule the tree only, so take it from up the stack, if it holds
+    this very module."""
     frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code is _COLLECT_VIOLATIONS:
             runner = frame.f_locals.get("self")
-            if isinstance(runner, LintRunner) and runner.module is module and isinstance(runner.source, bytes):
-                return runner.source
-            return None
+            return runner if isinstance(runner, LintRunner) and runner.module is module else None
         frame = frame.f_back
     return None
 
@@ -158,7 +160,8 @@ def _lint_rule(rule: Rule) -> type[LintRule]:
                 for f in state.findings[state.linters.index(self)]:
                     self.report(
                         original_node,
-                        f"{f.code} {f.message}{state.suffix(f)}",
+                        f"{f.code} {f.message}{' [' + GUARDED_NOTE + ']' if f.certainty == 'guarded' else ''}"
+                        f"{state.suffix(f)}",
                         position=CodeRange(CodePosition(f.line, f.col - 1), CodePosition(f.end_line, f.end_col - 1)),
                         replacement=state.fix if f is state.fix_at else None,
                     )

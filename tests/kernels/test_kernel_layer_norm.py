@@ -104,3 +104,44 @@ def test_constructor_validation_and_repr() -> None:
     module = ak.FusedDropoutAddLayerNorm(4, 1e-6, dropout=0.25)
     assert module.eps == 1e-6 and module.dropout == 0.25
     assert "dropout=0.25" in repr(module)
+
+
+# --- pre-LN: dropout_add_layer_norm_residual -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("functional", [False, True], ids=["dropout_module", "F.dropout"])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+@pytest.mark.parametrize("training", [True, False])
+def test_residual_form_bit_identical_under_same_seed(functional: bool, p: float, training: bool) -> None:
+    """``(ln(h), h)`` with ``h = dropout(a) + x`` against the original statements, both outputs feeding the loss (a
+    pre-LN block adds to ``h`` again), float64, the same seed for the dropout mask."""
+    original, _ = _pair((6,), p, torch.float64)
+    original.train(training)
+    a = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    a2, x2 = (t.detach().clone().requires_grad_() for t in (a, x))
+    gy, gh = torch.randn(3, 4, 6, dtype=torch.float64), torch.randn(3, 4, 6, dtype=torch.float64)
+
+    torch.manual_seed(5)
+    if functional:
+        y, h = ak.dropout_add_layer_norm_residual(a, x, original["ln"], p=p, training=training)
+    else:
+        y, h = ak.dropout_add_layer_norm_residual(a, x, original["ln"], original["drop"])
+    ours = torch.autograd.grad((y, h), [a, x, *original["ln"].parameters()], (gy, gh))
+    torch.manual_seed(5)
+    h_ref = x2 + (F.dropout(a2, p, training) if functional else original["drop"](a2))
+    y_ref = original["ln"](h_ref)
+    ref = torch.autograd.grad((y_ref, h_ref), [a2, x2, *original["ln"].parameters()], (gy, gh))
+
+    assert torch.equal(y, y_ref) and torch.equal(h, h_ref)
+    assert all(torch.equal(g, g_ref) for g, g_ref in zip(ours, ref))
+
+
+def test_residual_form_functional_defaults_are_f_dropouts() -> None:
+    torch.manual_seed(0)
+    a, x = torch.randn(4, 8), torch.randn(4, 8)
+    ln = nn.LayerNorm(8)
+    torch.manual_seed(1)
+    y, h = ak.dropout_add_layer_norm_residual(a, x, ln)
+    torch.manual_seed(1)
+    assert torch.equal(h, F.dropout(a) + x) and torch.equal(y, ln(h))  # p=0.5, training=True

@@ -76,3 +76,61 @@ def test_backend_choice_does_not_change_cpu_result(backend: Optional[str], monke
         monkeypatch.setenv(ak.BACKEND_ENV, backend)
     x = torch.randn(4, 16)
     assert torch.equal(ak.softmax(x, -1), F.softmax(x, -1))
+
+
+# --- torch.softmax and Tensor.softmax drop-ins ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("args,kwargs", [((-1,), {}), ((0,), {}), ((), {"dim": 1}), ((-1, torch.float64), {}),
+                                         ((1,), {"dtype": torch.float64})])  # fmt: skip
+def test_torch_and_method_forms_are_bit_identical(args: tuple, kwargs: dict, dtype: torch.dtype) -> None:
+    x = torch.randn(3, 4, 5, dtype=dtype, requires_grad=True)
+    g = torch.randn(3, 4, 5, dtype=torch.float64)
+    ref = x.softmax(*args, **kwargs)
+    (ref_grad,) = torch.autograd.grad(ref, x, g.to(ref.dtype))
+    for ours in (ak.tensor_softmax(x, *args, **kwargs), ak.torch_softmax(x, *args, **kwargs)):
+        assert torch.equal(ours, ref) and ours.dtype == ref.dtype
+        assert torch.equal(torch.autograd.grad(ours, x, g.to(ours.dtype))[0], ref_grad)
+
+
+def test_signatures_match_the_apis() -> None:
+    params = [(p.name, p.default) for p in inspect.signature(ak.torch_softmax).parameters.values()]
+    assert params == [("input", inspect.Parameter.empty), ("dim", inspect.Parameter.empty), ("dtype", None)]
+    assert [(p.name, p.default) for p in inspect.signature(ak.tensor_softmax).parameters.values()] == params
+
+
+class _Logits:
+    """Not a tensor, with a softmax method of its own: what `obj.softmax(-1)` may be in code the codemod reads."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def softmax(self, *args: object, **kwargs: object) -> str:
+        self.calls.append((args, kwargs))
+        return "own softmax"
+
+
+def test_method_form_on_another_object_makes_the_same_call() -> None:
+    logits = _Logits()
+    assert ak.tensor_softmax(logits, -1) == "own softmax"  # type: ignore[arg-type]
+    assert ak.tensor_softmax(logits, 0, dtype=torch.float64) == "own softmax"  # type: ignore[arg-type]
+    assert logits.calls == [((-1,), {}), ((0,), {"dtype": torch.float64})]
+
+
+def test_method_form_on_a_subclass_calls_its_override() -> None:
+    class Tempered(torch.Tensor):
+        def softmax(self, dim: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:  # type: ignore[override]
+            return torch.Tensor.softmax(self / 2, dim)
+
+    x = torch.randn(2, 6).as_subclass(Tempered)
+    expected = torch.softmax(x.as_subclass(torch.Tensor) / 2, -1)
+    assert torch.allclose(ak.tensor_softmax(x, -1).as_subclass(torch.Tensor), expected)
+
+
+def test_errors_are_the_apis_own() -> None:
+    x = torch.randn(2, 3)
+    with pytest.raises(TypeError):
+        ak.tensor_softmax(x)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError, match="softmax"):
+        ak.tensor_softmax([1.0, 2.0], -1)  # type: ignore[arg-type]  # a list has no softmax method, as in `[..].softmax`

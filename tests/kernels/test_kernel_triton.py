@@ -180,6 +180,74 @@ def test_dropout_add_layer_norm_fallbacks(kernels: Dict[str, ModuleType]) -> Non
     assert _ran(fused.double()(x64, x64), "NativeLayerNormBackward0")  # float64: torch
 
 
+@pytest.mark.parametrize("functional", [False, True], ids=["dropout_module", "F.dropout"])
+def test_dropout_add_layer_norm_residual_kernel(kernels: Dict[str, ModuleType], functional: bool) -> None:
+    """The pre-LN form: the kernel also writes the sum, and the sum's own gradient joins the normalisation's."""
+    ln = nn.LayerNorm(16, device=DEVICE)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    drop = nn.Dropout(0.0)
+    x = _randn(6, 16, requires_grad=True)
+    r = _randn(6, 16, requires_grad=True)
+    if functional:
+        y, s = ak.dropout_add_layer_norm_residual(x, r, ln, p=0.0, training=True)
+    else:
+        y, s = ak.dropout_add_layer_norm_residual(x, r, ln, drop)
+    assert _ran(y, "_DropoutAddLayerNormBackward") and _ran(s, "_DropoutAddLayerNormBackward")
+    s_ref = x + r
+    y_ref = ln(s_ref)
+    torch.testing.assert_close(s, s_ref)
+    torch.testing.assert_close(y, y_ref)
+    gy, gs = torch.randn_like(y), torch.randn_like(s)
+    grads = torch.autograd.grad((y, s), [x, r, ln.weight, ln.bias], (gy, gs))
+    grads_ref = torch.autograd.grad((y_ref, s_ref), [x, r, ln.weight, ln.bias], (gy, gs))
+    for a, b in zip(grads, grads_ref):
+        torch.testing.assert_close(a, b)
+    only_normed = torch.autograd.grad(ak.dropout_add_layer_norm_residual(x, r, ln, drop)[0].sum(), [x])[0]
+    torch.testing.assert_close(only_normed, torch.autograd.grad(ln(x + r).sum(), [x])[0])  # unused sum: zero grad
+
+
+def test_dropout_add_layer_norm_residual_kernel_with_dropout(kernels: Dict[str, ModuleType]) -> None:
+    drop = nn.Dropout(0.4).train()
+    ln = nn.LayerNorm(32, device=DEVICE)
+    x = _randn(12, 32, requires_grad=True)
+    r = _randn(12, 32, requires_grad=True)
+    y, s = ak.dropout_add_layer_norm_residual(x, r, ln, drop)
+    keep = (s - r) != 0  # the stored sum shows the mask the kernel drew
+    assert 0.45 < keep.float().mean().item() < 0.75
+    torch.testing.assert_close(s, x * keep / 0.6 + r)
+    torch.testing.assert_close(y, ln(x * keep / 0.6 + r))
+    gx = torch.autograd.grad(s.sum(), [x])[0]
+    torch.testing.assert_close(gx, keep / 0.6)  # the backward regenerates the same mask
+
+
+def test_dropout_add_layer_norm_residual_fallbacks(kernels: Dict[str, ModuleType]) -> None:
+    """Modules the kernel would bypass run as written: a LayerNorm subclass, a hook, an in-place Dropout."""
+    x, r = _randn(3, 8, requires_grad=True), _randn(3, 8)
+
+    class Scaled(nn.LayerNorm):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            return 2 * super().forward(input)
+
+    y, _ = ak.dropout_add_layer_norm_residual(x, r, Scaled(8, device=DEVICE), p=0.0)
+    torch.testing.assert_close(y, 2 * F.layer_norm(x + r, (8,)))
+    hooked = nn.LayerNorm(8, device=DEVICE)
+    hooked.register_forward_hook(lambda module, args, out: out * 3)
+    y, _ = ak.dropout_add_layer_norm_residual(x, r, hooked, p=0.0)
+    torch.testing.assert_close(y, 3 * F.layer_norm(x + r, (8,)))
+    y, _ = ak.dropout_add_layer_norm_residual(x.detach(), r, nn.LayerNorm(8, device=DEVICE), nn.Dropout(0.0, inplace=True))
+    assert not _ran(y, "_DropoutAddLayerNormBackward")
+
+
+def test_softmax_forms_take_the_kernel(kernels: Dict[str, ModuleType]) -> None:
+    """torch.softmax and Tensor.softmax drop-ins reach the same row kernel as F.softmax's."""
+    x = _randn(4, 33, requires_grad=True)
+    for out in (ak.torch_softmax(x, -1), ak.tensor_softmax(x, dim=1), ak.tensor_softmax(x, -1, torch.float32)):
+        assert _ran(out, "_SoftmaxLastDimBackward")
+        torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
 # --- bias + activation --------------------------------------------------------------------------------
 
 
@@ -242,11 +310,14 @@ for dt in ("*fp16", "*bf16", "*fp32"):
         build(S._softmax_bwd, {"Y": dt, "DY": dt, "DX": dt, "n_cols": "i32"}, {"BLOCK": 1024, "SINGLE": single})
 scalars = {"p": "fp32", "scale": "fp32", "seed": "i32"}
 for dropout in (True, False):
-    flags = {"HAS_W": True, "HAS_B": not dropout, "DROPOUT": dropout, "BLOCK_N": 1024}
-    fwd = {**{n: "*fp16" for n in "X R W B Y".split()}, "Mean": "*fp32", "Rstd": "*fp32", "N": "i32", "eps": "fp32"}
-    build(L._dal_fwd, {**fwd, **scalars}, flags)
-    bwd = {**{n: "*fp16" for n in "X R W DY DX DR".split()}, **{n: "*fp32" for n in "Mean Rstd DW DB".split()}}
-    build(L._dal_bwd, {**bwd, "M": "i32", "N": "i32", "rows_per_program": "i32", **scalars}, flags)
+    for residual_out in (False, True):  # the pre-LN form also writes the sum and takes its gradient
+        flags = {"HAS_W": True, "HAS_B": not dropout, "DROPOUT": dropout, "BLOCK_N": 1024}
+        fwd = {**{n: "*fp16" for n in "X R W B Y S".split()}, "Mean": "*fp32", "Rstd": "*fp32", "N": "i32",
+               "eps": "fp32"}
+        build(L._dal_fwd, {**fwd, **scalars}, {**flags, "STORE_SUM": residual_out})
+        bwd = {**{n: "*fp16" for n in "X R W DY DS DX DR".split()}, **{n: "*fp32" for n in "Mean Rstd DW DB".split()}}
+        build(L._dal_bwd, {**bwd, "M": "i32", "N": "i32", "rows_per_program": "i32", **scalars},
+              {**flags, "HAS_DS": residual_out})
 for act in B.ACTIVATIONS.values():
     flags = {"ACT": act, "HAS_BIAS": True, "BLOCK": 1024}
     build(B._bias_act_fwd, {"X": "*bf16", "B": "*bf16", "Y": "*bf16", "numel": "i64", "n": "i32"}, flags)
@@ -266,4 +337,4 @@ def test_kernels_compile_for_sm90() -> None:
     if proc.returncode != 0 and "ImportError" in proc.stderr and "triton.compiler" in proc.stderr:
         pytest.skip("this triton version has another compiler API")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "compiled 24" in proc.stdout
+    assert "compiled 28" in proc.stdout

@@ -1,0 +1,340 @@
+"""Plan "hoist": the fused call bound to fresh temporaries in a new statement before the first matched node.
+
+For rules whose target is a tuple of the source nodes' outputs and whose source nodes read only the rule's inputs
+(ADP009: ``$q($x) -> $qo; $k($x) -> $ko; $v($x) -> $vo``), when the outputs are not each the whole value of a
+``name = node`` statement (``q = self.q_proj(x).view(b, s, h, d).transpose(1, 2)``,
+``key_layer = self.transpose_for_scores(self.key(h))``, ``mixed = self.query(h)`` beside those)::
+
+    q_proj_out, k_proj_out, v_proj_out = adopter_kernels.packed_qkv_linear(x, self.q_proj, self.k_proj, self.v_proj)
+    q = q_proj_out.view(b, s, h, d).transpose(1, 2)
+
+A first node that is the whole value of ``name = node`` gives that name to its output, and the new statement
+replaces it (``mixed, key_out, value_out = ...``). Every other part of the matched statements stays as written.
+
+The nodes now run earlier, at the new statement, so this is sound when (on every path through them, asked on the function's graph):
+
+* the nodes are small statements of one block (same function, helper inlining and loop iteration), every path
+  running one of them runs all of them once, and none sits where it may not run or may run again (lambdas,
+  comprehensions, conditional expressions and ``and``/``or`` hold no DSL nodes; chained comparisons are refused);
+* every input of the target holds, at the new statement, the value each node reads (a name defined in between,
+  a name first defined on the new statement's line, a value computed in a matched statement: refused); no
+  statement in between that makes calls reads it (it may mutate it in place); no call of a node's own statement
+  runs before the node;
+* the layers the nodes call are not referenced in between other than by those calls (``self.k.weight.mul_(2)``).
+
+The remaining assumption, shared with the rule's other plans, which also move a projection: calling the layers
+has no side effect and depends only on their parameters and the input (a forward hook with side effects, or code
+in an opaque call in between that replaces a layer's weights, would now run in another order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from . import cstwalk
+from .dsl import Wildcard
+from .flow import checks as flow_checks
+from .flow.graph import FlowGraph, read_vids
+from .matcher import Match, _EffectScan, _names_at_anchor, _target_inputs
+from .structure import DLNode, Value
+
+# Expressions whose parts may run zero or several times: a matched node inside one cannot move out of it.
+_CONDITIONAL_PARTS = (
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+    cst.IfExp,
+    cst.BooleanOperation,
+)
+
+
+# Tensor methods that only read their receiver's metadata: a statement in between calling them (``bsz, n, _ =
+# x.size()``) cannot change the input.
+_METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
+
+
+class _MutationScan(_EffectScan):
+    """Calls that may change what they reach, in a statement outside the matched nodes (metadata reads aside)."""
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS):
+            super().visit_Call(node)
+
+
+class _CallsBefore(cst.CSTVisitor):
+    """Whether a call of a statement that runs before `target` (textual order; enclosing calls run after it) may
+    reach an input: it reads one of the `roots` names. The statement's opaque part has a single event, after its
+    DSL nodes, so the path checks cannot place such a call before the node."""
+
+    def __init__(self, target: cst.CSTNode, matched: set[int], roots: set[str]) -> None:
+        self.target = target
+        self.matched = matched
+        self.roots = roots
+        self.reached = False
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.reached = self.reached or node is self.target
+        return not self.reached and id(node) not in self.matched and super().on_visit(node)
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        func = original_node.func
+        if self.reached or id(original_node) in self.matched:
+            return
+        if isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS:
+            return
+        read = {n.value for n in cstwalk.walk(original_node, lambda n: id(n) not in self.matched) if isinstance(n, cst.Name)}
+        self.found = self.found or bool(read & self.roots)
+
+
+@dataclass(frozen=True, eq=False)
+class Hoist:
+    """Where the fused call goes: before `line`, or in place of `replaces` (the first node's ``name = node``)."""
+
+    line: cst.SimpleStatementLine
+    replaces: Optional[cst.Assign]
+    names: tuple[str, ...]  # one per target output, in the target's order
+    outputs: tuple[DLNode, ...]  # the node computing each target output (same order)
+    function: cst.FunctionDef  # where the names are bound: one hoist per function and rewrite round
+
+
+def plan_hoist(match: Match) -> bool:
+    """Plan `match` as a hoist (see the module docstring); False when the rule does not allow it or it is unsafe."""
+    rule = match.rule
+    assert rule.forward is not None and rule.forward.target is not None
+    target = rule.forward.target[0]
+    output_vars = [v.name for v in target.outputs]  # type: ignore[union-attr]
+    if len(output_vars) < 2:
+        return False
+    if any(isinstance(p, Wildcard) or p.optional or any(v.name not in output_vars for v in p.outputs) for p in rule.forward.source):
+        return False  # a node reading another node's output cannot run before it
+    outputs = []
+    for var in output_vars:
+        bound = match.env.get(var)
+        node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
+        if node is None:
+            return False
+        outputs.append(node)
+    nodes = sorted(match.nodes, key=lambda n: n.index)
+    first = nodes[0]
+    line = first.site.line
+    if not isinstance(line, cst.SimpleStatementLine) or not any(s is line for s in first.site.block):
+        return False
+    inputs = _target_inputs(match)
+    if any(v.kind == "expr" and not v.pure for v in inputs):
+        return False
+    if any(name.startswith("%") for v in inputs for name, _ in v.uses):
+        return False  # computed by a DSL node of a matched statement
+    # Root names through which a call could reach an input (`self` for an input held in `self.<attr>`).
+    roots = {name.split(".")[0] for v in inputs for name, _ in v.uses}
+    matched = {id(n.expr) for n in nodes}
+    for node in nodes:
+        site = node.site
+        if (
+            site.owner is not first.site.owner
+            or site.inline_stack != first.site.inline_stack
+            or site.loop_copy != first.site.loop_copy
+            or not isinstance(site.small, cst.BaseSmallStatement)
+            or not _runs_once(site.small, node.expr)
+        ):
+            return False
+        before = _CallsBefore(node.expr, matched, roots)
+        site.small.visit(before)
+        if before.found:
+            return False
+    replaces = _whole_assignment(first)
+    layers = {n.layer[len("self."):] for n in match.nodes if n.layer is not None}
+    graph = match.graph
+    assert graph is not None
+    instances = flow_checks.hoist_instances(match, graph)
+    if instances is None:
+        return False  # some path runs only part of the nodes or one of them twice, or they read other values
+    entry_names = match.cls.entry_names
+    if not all(_instance_safe(graph, instance, line, replaces, layers, entry_names) for instance in instances):
+        return False
+    function = _enclosing_function(match, line)
+    if function is None:
+        return False
+    names = _fresh_names(function, outputs, replaces)
+    match.plan = "hoist"
+    match.anchor = first
+    match.deleted = []
+    match.names = _names_at_anchor(match)
+    match.hoist = Hoist(line, replaces, names, tuple(outputs), function)
+    return True
+
+
+def _runs_once(small: cst.BaseSmallStatement, expr: cst.BaseExpression) -> bool:
+    """Whether `expr` is evaluated exactly once whenever `small` runs (no conditional part on the way to it)."""
+    parent: dict[int, cst.CSTNode] = {}
+    for node in cstwalk.walk(small):  # iterative: expressions may nest deeper than Python's recursion limit
+        for part in cstwalk.children(node):
+            parent[id(part)] = node
+    if id(expr) not in parent:
+        return False
+    child: cst.CSTNode = expr
+    while child is not small:
+        node = parent[id(child)]
+        if isinstance(node, _CONDITIONAL_PARTS):
+            return False
+        if isinstance(node, cst.Comparison) and any(child is c for c in node.comparisons[1:]):
+            return False  # `a < b < c` skips `c` when `a < b` is false
+        child = node
+    return True
+
+
+def _whole_assignment(node: DLNode) -> Optional[cst.Assign]:
+    small = node.site.small
+    if (
+        node.whole_statement
+        and isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and small.value is node.expr
+    ):
+        return small
+    return None
+
+
+def _instance_safe(
+    graph: FlowGraph,
+    instance: dict[flow_checks.Key, DLNode],
+    line: cst.SimpleStatementLine,
+    replaces: Optional[cst.Assign],
+    layers: set[str],
+    entry_names: dict[int, str],
+) -> bool:
+    """The checks on the paths through one copy of the match (`flow_checks.hoist_instances`), from the new
+    statement's place to the last node: the nodes read what their inputs hold there, and nothing in between may
+    change it, touch a layer, or leave the block."""
+    reach = graph.reach
+    occ = sorted(instance.values(), key=lambda n: n.index)
+    chain = [n.index for n in occ]
+    first = occ[0]
+    # The new statement's place: the replaced statement's first event, else that of the first node's line.
+    small_ids = {id(replaces)} if replaces is not None else {id(s) for s in line.body}
+    start = min(
+        pos
+        for small in small_ids
+        for pos in graph.by_statement.get(small, ())
+        if graph.events[pos].site.inline_stack == first.site.inline_stack  # type: ignore[union-attr]
+        and reach.before(pos, first.index)
+    )
+    stop = chain[-1]
+    # The value each name holds at the new statement: as at the first node, the line's earlier statements undone
+    # (with `replaces`, the statements before it on the line run before the new statement too); a name no path to
+    # it assigns holds its value on entry (a parameter, a global).
+    undone = set() if replaces is not None else small_ids
+    holding = flow_checks.state_at(graph, first, undone)
+    read: set[int] = set()
+    for node in occ:
+        for value in (*node.args, *(v for _, v in node.kwargs)):
+            for name, vid in value.uses:
+                if holding.get(name, vid if entry_names.get(vid) == name else None) != vid:
+                    return False
+                read.add(vid)
+    matched = {id(n.expr) for n in occ}
+    carried = reach.carried(read, chain)
+    scanned: set[int] = set()
+    for pos in range(start, stop + 1):
+        event = graph.events[pos]
+        if event is None or not (reach.before(start, pos) and reach.before(pos, stop) and reach.on_chain(pos, chain)):
+            continue
+        if isinstance(event, DLNode) and id(event.expr) in matched:
+            continue
+        reads = read_vids(event)
+        if any(vid in reads and reach.reads_at(pos, chain, joins) for vid, joins in carried.items()):
+            if isinstance(event, DLNode):
+                impure = event.kind != "op" or not all(v.pure for v in (*event.args, *(v for _, v in event.kwargs)))
+            else:  # a statement's opaque part: judged by the calls it makes
+                scan = _MutationScan(matched)
+                event.site.small.visit(scan)
+                impure = scan.unsafe
+            if impure:
+                return False
+        if id(event.site.small) not in scanned:
+            scanned.add(id(event.site.small))
+            if _references_layers(event.site.small, layers, matched) or _may_leave(event.site.small):
+                return False
+    return True
+
+
+def _may_leave(statement: cst.CSTNode) -> bool:
+    """Whether a compound statement in between may end the block early (``if flag: return q``): the walk folds
+    statements without layer calls into one event, so such a path is not among the class's paths. An exception
+    ends the computation, so ``raise`` is fine: the nodes have no effect of their own."""
+
+    def search(node: cst.CSTNode, in_loop: bool) -> bool:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(node, cst.Return) or (isinstance(node, (cst.Break, cst.Continue)) and not in_loop):
+            return True
+        inner = in_loop or isinstance(node, (cst.For, cst.While))
+        return any(search(child, inner) for child in cstwalk.children(node))
+
+    return isinstance(statement, cst.BaseCompoundStatement) and search(statement, False)
+
+
+def _references_layers(small: cst.CSTNode, layers: set[str], matched: set[int]) -> bool:
+    """Whether `small` reaches ``self.<layer>`` other than by calling it (``self.k.weight.mul_(2)``, passing the
+    layer on): that might change the layer in between. Calls are fine: calling a layer changes nothing."""
+    callees = {id(n.func) for n in cstwalk.walk(small) if isinstance(n, cst.Call)}
+    for node in cstwalk.walk(small, lambda n: id(n) not in matched):
+        if (
+            id(node) not in matched
+            and id(node) not in callees
+            and isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "self"
+            and node.attr.value in layers
+        ):
+            return True
+    return False
+
+
+def _enclosing_function(match: Match, line: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The innermost function definition holding `line` (a method of the class or of a local base, whose helper
+    was inlined, or a top-level function)."""
+    root = match.cls.module if match.cls.module is not None else match.cls.node
+    if root is None:
+        return None
+
+    def search(node: cst.CSTNode, function: Optional[cst.FunctionDef]) -> Optional[cst.FunctionDef]:
+        if node is line:
+            return function
+        if isinstance(node, cst.BaseSmallStatement):
+            return None  # statements hold no statement lines below them
+        inner = node if isinstance(node, cst.FunctionDef) else function
+        for child in cstwalk.children(node):
+            found = search(child, inner)
+            if found is not None:
+                return found
+        return None
+
+    return search(root, None)
+
+
+def _fresh_names(function: cst.FunctionDef, outputs: list[DLNode], replaces: Optional[cst.Assign]) -> tuple[str, ...]:
+    """``<layer attribute>_out`` per output (``q_proj_out``), numbered where the function already uses the name
+    anywhere (a local, a parameter, a global it reads); the first output keeps the name of a statement it replaces."""
+    taken = {n.value for n in cstwalk.walk(function) if isinstance(n, cst.Name)}
+    names: list[str] = []
+    for node in outputs:
+        if replaces is not None and node.site.small is replaces:
+            target = replaces.targets[0].target
+            assert isinstance(target, cst.Name)
+            names.append(target.value)
+            continue
+        base = (node.layer or "out").split(".")[-1] + "_out"
+        name, number = base, 1
+        while name in taken:
+            name, number = f"{base}_{number}", number + 1
+        taken.add(name)
+        names.append(name)
+    return tuple(names)
