@@ -11,7 +11,8 @@ For rules whose target is a tuple of the source nodes' outputs and whose source 
 A first node that is the whole value of ``name = node`` gives that name to its output, and the new statement
 replaces it (``mixed, key_out, value_out = ...``). Every other part of the matched statements stays as written.
 
-The nodes now run earlier, at the new statement, so this is sound when (on every path through them, asked on the function's graph):
+The nodes now run earlier, at the new statement, so this is sound when (on every path through them, asked on the
+function's graph):
 
 * the nodes are small statements of one block (same function, helper inlining and loop iteration), every path
   running one of them runs all of them once, and none sits where it may not run or may run again (lambdas,
