@@ -10,6 +10,7 @@ import libcst as cst
 import pytest
 
 from adopter_codemods import provider
+from adopter_codemods.provider import syntax
 
 SOURCE = """\
 import torch
@@ -36,7 +37,7 @@ class Block(nn.Module):
 
 def test_no_node_is_scanned_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     scanned: dict[str, list[cst.CSTNode]] = {"read": [], "written": []}  # keeps nodes alive: ids stay unique
-    real_read, real_written = provider._read_names, provider._written_names
+    real_read, real_written = syntax._read_names, syntax._written_names
 
     def read(node: cst.CSTNode) -> tuple[list[str], bool]:
         scanned["read"].append(node)
@@ -46,8 +47,8 @@ def test_no_node_is_scanned_twice(monkeypatch: pytest.MonkeyPatch) -> None:
         scanned["written"].append(node)
         return real_written(node)
 
-    monkeypatch.setattr(provider, "_read_names", read)
-    monkeypatch.setattr(provider, "_written_names", written)
+    monkeypatch.setattr(syntax, "_read_names", read)
+    monkeypatch.setattr(syntax, "_written_names", written)
     structure = provider.build_module_structure(cst.parse_module(SOURCE))
     (cls,) = structure.classes
     (graph,) = cls.graphs

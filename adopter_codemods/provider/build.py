@@ -1,0 +1,129 @@
+"""build_module_structure: discovers a file's nn.Module classes and gives each its bindings, scans and lazy walk."""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import libcst as cst
+
+from ..class_bases import BaseResolver
+from ..gc_pause import collector_paused
+from ..init_bindings import InitReader
+from ..qualnames import ImportTable, dotted_name
+from ..structure import ClassStructure, ModuleStructure
+from .discovery import _ClassInfo, _family, _is_module_class, _rebound, _scan
+from .syntax import _suite_body
+from .walk import _ClassWalker
+
+_SEQUENTIAL = "torch.nn.Sequential"
+
+
+@collector_paused
+def build_module_structure(module: cst.Module, path: Optional[str] = None) -> ModuleStructure:
+    """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
+    for the module's top-level functions when any of them holds a DSL node. `path`: the module's file, from which
+    bases imported from other files are resolved (`class_bases`); without it only their names decide."""
+    table = ImportTable.from_module(module)
+    resolver = BaseResolver(path)
+    classes: dict[str, _ClassInfo] = {}
+    functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            info = _ClassInfo(stmt)
+            for item in _suite_body(stmt.body):
+                if isinstance(item, cst.FunctionDef):
+                    info.methods[item.name.value] = item
+            info.bases = [n for n in (dotted_name(b.value) for b in stmt.bases) if n is not None]
+            classes[stmt.name.value] = info
+    memo: dict[str, bool] = {}
+    foreign: set[str] = set()
+    scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items() if info.node is not None}
+    foreign_stores = set().union(*(scan.foreign_stores for scan in scans.values()))
+    function_callees: set[str] = set()
+    function_operators: set[str] = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.ClassDef):
+            scan = _scan(stmt, table, foreign)
+            # Outside a class body `self` is any object (`def _fwd(self, x)` assigned as `forward = _fwd`).
+            foreign.update(scan.refs)
+            foreign_stores.update(scan.foreign_stores, scan.stores, ["*"] if scan.dynamic else [])
+            if isinstance(stmt, cst.FunctionDef):
+                function_callees |= scan.callees
+                function_operators |= scan.operators
+    subclasses: dict[str, set[str]] = {n: set() for n in classes}
+    for name, info in classes.items():
+        for base in info.bases:
+            if base in subclasses:
+                subclasses[base].add(name)
+    result: list[ClassStructure] = []
+    for name, info in classes.items():
+        if not _is_module_class(info, classes, table, memo, resolver):
+            continue
+        walker = _ClassWalker(info, classes, table)
+        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees)
+        # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
+        # subclasses sees the layers (and may rebind them, or call the removed ones).
+        family = _family(name, classes, subclasses)
+        self_refs: dict[str, list[cst.Attribute]] = {}
+        for cls_name in family:
+            for attr, nodes in scans[cls_name].refs.items():
+                self_refs.setdefault(attr, []).extend(nodes)
+        structure = ClassStructure(name, info.node, walker.bindings, None, self_refs, walker.entry_names)
+        structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
+        structure.foreign_stores = frozenset(foreign_stores)
+        structure.foreign_attributes = frozenset(foreign)
+        # Forward and helpers may come from local bases.
+        bases = _family(name, classes, {})
+        external = [ref for c in bases for ref in classes[c].external_bases]
+        if external:
+            # Methods of bases in other files run on this class's instances: a layer they read is not removed, and
+            # one they bind is not relied on (they are not walked, so their uses cannot be checked).
+            reads, stores = resolver.attributes(external)
+            structure.rebound |= stores
+            structure.foreign_attributes |= reads
+        structure.callees = frozenset().union(*(scans[c].callees for c in bases))
+        structure.operators = frozenset().union(*(scans[c].operators for c in bases))
+        structure.walk = functools.partial(_walk_class, walker)
+        structure.containers = walker.containers
+        structure.container_graphs = walker.container_graphs()
+        result.append(structure)
+    if function_callees:
+        # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
+        walker = _ClassWalker(_ClassInfo(None), classes, table)
+        unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
+        unit.operators = frozenset(function_operators)
+        unit.walk = functools.partial(_walk_functions, walker, list(functions.values()))
+        if _SEQUENTIAL in function_callees:
+            reader = InitReader(table, functions)
+            for fn in functions.values():
+                reader.read_other(fn, fn.name.value, method=False)
+            walker.containers = reader.containers
+            unit.containers = reader.containers
+            unit.container_graphs = walker.container_graphs()
+        result.append(unit)
+    for structure in result:
+        structure.module = module
+        structure.resolver = resolver
+    return ModuleStructure(result, module, resolver)
+
+
+def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
+    """The graphs of a class, computed on first use."""
+    walker.split_guarded_ifs = structure.split_guarded_ifs
+    try:
+        structure.graphs = walker.forward_graphs()
+    except RecursionError:
+        structure.truncated = True
+        structure.skipped_reason = "forward is nested too deeply to analyse"
+    if structure.truncated:
+        assert structure.node is not None and structure.skipped_reason is not None
+        structure.skipped.append((structure.node, structure.skipped_reason))
+    else:
+        others = [fn for method, fn in walker.info.methods.items() if method not in ("__init__", "forward")]
+        structure.graphs += walker.other_graphs(others, structure.skipped)
+
+
+def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
+    walker.split_guarded_ifs = structure.split_guarded_ifs
+    structure.graphs = walker.other_graphs(functions, structure.skipped)

@@ -1,0 +1,148 @@
+"""The walk's per-class state: partial paths, value numbering, joins, and the memoised name scans of revisited
+nodes. The statement walk (walk.py) and expression unchaining (unchain.py) build on it."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import libcst as cst
+
+from ..flow.graph import FlowGraph, FlowSink, merge_states
+from ..qualnames import ImportTable
+from ..structure import LayerBinding, Site, Value
+from . import syntax
+from .discovery import _ClassInfo, _find_method
+from .syntax import _is_self_attr
+
+
+# How a partial path ends so far: still "open" (statements follow), or left by return/raise/break/continue.
+PathStatus = Literal["open", "return", "raise", "break", "continue"]
+
+
+@dataclass
+class _Partial:
+    """A partial path of the walk (merged with the others of its status after each statement)."""
+
+    events: FlowSink
+    state: dict[str, int]
+    status: PathStatus = "open"
+    ret: Optional[Value] = None
+
+
+@dataclass
+class _Ctx:
+    function: str
+    prefix: str
+    inline_stack: tuple[Site, ...]
+    loop_copy: tuple[int, ...]
+    owner: cst.CSTNode
+    block: tuple[cst.BaseStatement, ...]
+    helper_stack: tuple[str, ...]
+
+
+class _WalkState:
+    """What one class's walk keeps between statements: the graph being built, value ids, layer bindings."""
+
+    def __init__(
+        self,
+        info: _ClassInfo,
+        classes: dict[str, _ClassInfo],
+        table: ImportTable,
+    ) -> None:
+        self.info = info
+        self.graph: Optional[FlowGraph] = None  # the graph being built
+        self.entry_vids: dict[str, int] = {}  # per function: one value id per name read before any assignment
+        self.classes = classes
+        self.table = table
+        self._vid = itertools.count(1)
+        self._temp = itertools.count(1)
+        self._inline = itertools.count(1)
+        self._loop = itertools.count(1)
+        self.bindings: dict[str, list[LayerBinding]] = {}
+        self.containers: list[LayerBinding] = []  # every nn.Sequential the class builds (init_bindings.py)
+        self.entry_names: dict[int, str] = {}
+        self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
+        # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (a
+        # rewrite there stays as local as one inside forward).
+        self.on_its_own = False
+        # Walk `if`s with a simple test holding tensor ops as separate branches (`_guards_ops`).
+        self.split_guarded_ifs = True
+        # Loop-body copies and helpers inlined twice revisit statements and expressions: memoise their name scans.
+        self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
+        self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
+
+    # ------------------------------------------------------------------ class helpers
+    def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
+        """A method of this class or of a base class defined in the same file (left-to-right MRO approximation)."""
+        return _find_method(self.info, self.classes, name, set() if seen is None else seen)
+
+    def read_names(self, node: cst.CSTNode) -> tuple[list[str], bool]:
+        hit = self._reads.get(id(node))
+        if hit is None or hit[0] is not node:  # the entry keeps its node alive, so its id is not reused
+            hit = self._reads[id(node)] = (node, syntax._read_names(node))
+        return hit[1]
+
+    def written_names(self, node: cst.CSTNode) -> list[str]:
+        hit = self._writes.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = self._writes[id(node)] = (node, sorted(syntax._written_names(node)))
+        return hit[1]
+
+
+    def qualify(self, function: str) -> str:
+        return f"{self.info.name}.{function}" if self.info.name else function
+
+    def merged(self, partials: list[_Partial]) -> list[_Partial]:
+        """One partial path per status (returns aside: `inline` joins them with their values)."""
+        groups: dict[str, list[_Partial]] = {}
+        out = []
+        for p in partials:
+            if p.status == "return":
+                out.append(p)
+            else:
+                groups.setdefault(p.status, []).append(p)
+        return [self.join(group) for group in groups.values()] + out
+
+    def join(self, parts: list[_Partial]) -> _Partial:
+        if len(parts) == 1:
+            return parts[0]
+        graph = self.graph
+        assert graph is not None
+        sinks = [p.events for p in parts]
+        tails = tuple(sorted({t for sink in sinks for t in sink.tails}))
+        state, phis = merge_states(graph, [p.state for p in parts], [sink.tails for sink in sinks], self.entry_vids, self.new_vid)
+        # A join right after another (nothing in between) still gates the first join's phis.
+        pending = tuple(phis) + tuple(phi for sink in sinks for phi in sink.pending)
+        return _Partial(FlowSink(graph, tails, pending), state, parts[0].status, parts[0].ret)
+
+    def new_vid(self) -> int:
+        return next(self._vid)
+
+    def lookup(self, state: dict[str, int], name: str) -> int:
+        vid = state.get(name)
+        if vid is None:
+            vid = self.entry_vids.get(name)
+            if vid is None:
+                vid = self.entry_vids[name] = self.new_vid()  # parameters and globals: defined on entry
+                self.entry_names[vid] = name
+            state[name] = vid
+        return vid
+
+    def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
+        return Site(small, line, ctx.block, ctx.owner, ctx.function, ctx.inline_stack, ctx.loop_copy, ctx.prefix)  # type: ignore[arg-type]
+
+    @staticmethod
+    def fork(p: _Partial) -> _Partial:
+        return _Partial(p.events.copy(), p.state.copy(), p.status, p.ret)
+
+    def target_name(self, target: cst.BaseExpression, ctx: _Ctx) -> Optional[str]:
+        if isinstance(target, cst.Name):
+            return ctx.prefix + target.value
+        attr = _is_self_attr(target)
+        return "self." + attr if attr is not None else None
+
+    @staticmethod
+    def scoped(name: str, ctx: _Ctx) -> str:
+        return name if name.startswith("self.") else ctx.prefix + name

@@ -1,0 +1,187 @@
+"""CST predicates shared by class discovery, the walk and expression unchaining: literals, ``self.<attr>``, the
+names an expression reads or a statement writes, the tensor methods and operators the walk turns into DSL nodes."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import libcst as cst
+
+from .. import cstwalk
+
+_BINARY_OPS: dict[type, str] = {
+    cst.Add: "+",
+    cst.Subtract: "-",
+    cst.Multiply: "*",
+    cst.Divide: "/",
+    cst.MatrixMultiply: "@",
+}
+# Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
+# follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
+# these: every other method call stays an opaque expression, and a compound statement holding only method calls is
+# still folded (they do not count in `_has_dsl_call`), so the walk forks no more often.
+TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
+
+
+# The hottest predicates of the walk test exact types: LibCST nodes are ABCs, so isinstance() goes through
+# ABCMeta.__instancecheck__ (these leaf classes have no subclasses).
+_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+
+def _is_self_attr(node: cst.BaseExpression) -> Optional[str]:
+    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":  # type: ignore[attr-defined]
+        return node.attr.value  # type: ignore[attr-defined]
+    return None
+
+
+def _const_text(node: cst.BaseExpression) -> Optional[str]:
+    kind = type(node)
+    if kind in _LITERALS:
+        return node.value  # type: ignore[attr-defined]
+    if kind is cst.Name:
+        return node.value if node.value in ("True", "False", "None") else None  # type: ignore[attr-defined]
+    if (
+        kind is cst.UnaryOperation
+        and type(node.operator) is cst.Minus  # type: ignore[attr-defined]
+        and type(node.expression) in (cst.Integer, cst.Float)  # type: ignore[attr-defined]
+    ):
+        return "-" + node.expression.value  # type: ignore[attr-defined]
+    return None
+
+
+def _not_self_attr(node: cst.CSTNode) -> bool:
+    return not (type(node) is cst.Attribute and _is_self_attr(node) is not None)
+
+
+def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
+    """Names read by an expression: plain names and ``self.<attr>``; and whether it calls (impure)."""
+    names: list[str] = []
+    has_call = False
+    for sub in cstwalk.walk(node, _not_self_attr):
+        kind = type(sub)
+        if kind is cst.Name:
+            names.append(sub.value)  # type: ignore[attr-defined]
+        elif kind is cst.Attribute:
+            attr = _is_self_attr(sub)  # type: ignore[arg-type]
+            if attr is not None:
+                names.append("self." + attr)
+        elif kind in (cst.Call, cst.Await, cst.NamedExpr):
+            has_call = True  # a walrus assigns inside: never move it either
+    return names, has_call
+
+
+class _TargetCollector:
+    """Names (re)bound or mutated anywhere inside a statement: assignment targets, for targets, del, augassign."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit(self, root: cst.CSTNode) -> None:
+        for node in cstwalk.walk(root):
+            kind = type(node)
+            if kind in (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del, cst.NamedExpr):
+                self._targets(node.target)  # type: ignore[attr-defined]
+            elif kind is cst.WithItem:
+                if node.asname is not None:  # type: ignore[attr-defined]
+                    self._targets(node.asname.name)  # type: ignore[attr-defined]
+            elif kind is cst.ExceptHandler:
+                if node.name is not None:  # type: ignore[attr-defined]
+                    self._targets(node.name.name)  # type: ignore[attr-defined]
+            elif kind is cst.Call:
+                # `x.add_(y)`: in-place tensor methods mutate their receiver.
+                func = node.func  # type: ignore[attr-defined]
+                if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+                    self._targets(func.value)
+
+    def _targets(self, node: cst.BaseExpression) -> None:
+        if isinstance(node, cst.Name):
+            self.names.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:
+                self._targets(el.value)
+        elif isinstance(node, cst.StarredElement):
+            self._targets(node.value)
+        elif isinstance(node, (cst.Attribute, cst.Subscript)):
+            root: cst.BaseExpression = node
+            while isinstance(root, (cst.Attribute, cst.Subscript)):
+                attr = _is_self_attr(root) if isinstance(root, cst.Attribute) else None
+                if attr is not None:
+                    self.names.add("self." + attr)
+                    return
+                root = root.value
+            if isinstance(root, cst.Name):
+                self.names.add(root.value)  # mutation of the object the name refers to
+
+
+def _written_names(node: cst.CSTNode) -> set[str]:
+    collector = _TargetCollector()
+    collector.visit(node)
+    return collector.names
+
+
+def _tensor_method(call: cst.Call) -> Optional[str]:
+    """``name`` for ``<expr>.name(...)`` with ``name`` in TENSOR_METHODS and a receiver other than ``self`` (whose
+    methods are helpers or layers); the caller has checked the callee is no imported name (``torch.transpose``)."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value not in TENSOR_METHODS:  # type: ignore[attr-defined]
+        return None
+    receiver = func.value  # type: ignore[attr-defined]
+    if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
+        return None
+    return func.attr.value  # type: ignore[attr-defined]
+
+
+def simple_condition(test: cst.BaseExpression) -> bool:
+    """Names, `x is None`, `x is not None`, `not`, `and`/`or`: a value no call or attribute can change."""
+    if isinstance(test, cst.Name):
+        return test.value not in ("True", "False", "None")
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return simple_condition(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return simple_condition(test.left) and simple_condition(test.right)
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        none = isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"
+        return none and isinstance(comp.operator, (cst.Is, cst.IsNot))
+    return False
+
+
+def _suite_body(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.body
+    return [suite]  # type: ignore[list-item]  # SimpleStatementSuite: one "line" of small statements
+
+
+def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
+    """The parts an expression evaluates, in order; None when some part may not run or is a new scope."""
+    if isinstance(expr, cst.Attribute):
+        return [expr.value]
+    if isinstance(expr, cst.Call):
+        return [expr.func, *(a.value for a in expr.args)]
+    if isinstance(expr, cst.Subscript):
+        parts: list[cst.BaseExpression] = [expr.value]
+        for el in expr.slice:
+            if isinstance(el.slice, cst.Index):
+                parts.append(el.slice.value)
+            elif isinstance(el.slice, cst.Slice):
+                parts.extend(x for x in (el.slice.lower, el.slice.upper, el.slice.step) if x is not None)
+        return parts
+    if isinstance(expr, cst.BinaryOperation):
+        return [expr.left, expr.right]
+    if isinstance(expr, cst.UnaryOperation):
+        return [expr.expression]
+    if isinstance(expr, cst.Comparison):
+        return [expr.left, *(c.comparator for c in expr.comparisons)]
+    if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
+        return [el.value for el in expr.elements]
+    if isinstance(expr, cst.Dict):
+        out: list[cst.BaseExpression] = []
+        for item in expr.elements:
+            if isinstance(item, cst.DictElement):
+                out.extend((item.key, item.value))
+            else:
+                out.append(item.value)
+        return out
+    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)):
+        return []
+    return None

@@ -1,0 +1,331 @@
+"""Expression unchaining: nested calls and tensor ops become DSL nodes in evaluation order (temporaries ``%n``),
+``nn.Sequential`` calls one layer node per element, and calls to ``self`` helper methods are inlined (parameters bound
+as aliases, returns joined; a helper already being inlined is not inlined again: recursion-safe)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Optional, Sequence
+
+import libcst as cst
+
+from ..qualnames import canonical_torch_name
+from ..structure import OPAQUE, Def, DLNode, LayerBinding, NodeKind, Use, Value
+from .state import _Ctx, _Partial, _WalkState
+from .syntax import _BINARY_OPS, _const_text, _is_self_attr, _sub_expressions, _suite_body, _tensor_method
+
+
+class _Unchainer(_WalkState, ABC):
+    """The expression half of the walk; the statement half (walk.py) provides `walk_block`, which inlining needs."""
+
+    @abstractmethod
+    def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
+        """The partial paths after a block of statements."""
+
+    def walk_expr(
+        self,
+        expr: cst.BaseExpression,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        """Unchain an expression: DSL nodes in evaluation order; returns (partial, value) alternatives."""
+        const = _const_text(expr)
+        if const is not None:
+            return [(p, Value("const", const, 0, expr, ()))]
+        if isinstance(expr, cst.Name):
+            name = ctx.prefix + expr.value
+            vid = self.lookup(p.state, name)
+            return [(p, Value("var", expr.value, vid, expr, ((name, vid),)))]
+        attr = _is_self_attr(expr)
+        if attr is not None:
+            name = "self." + attr
+            vid = self.lookup(p.state, name)
+            return [(p, Value("var", name, vid, expr, ((name, vid),)))]
+        if isinstance(expr, cst.Call):
+            return self.walk_call(expr, small, line, ctx, p, parent, whole)
+        if isinstance(expr, cst.BinaryOperation) and type(expr.operator) in _BINARY_OPS:
+            return self.walk_op(_BINARY_OPS[type(expr.operator)], [expr.left, expr.right], expr, small, line, ctx, p, parent, whole)
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            return self.walk_op("neg", [expr.expression], expr, small, line, ctx, p, parent, whole)
+        return self.walk_opaque_expr(expr, small, line, ctx, p, parent)
+
+    def walk_opaque_expr(
+        self,
+        expr: cst.BaseExpression,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+    ) -> list[tuple[_Partial, Value]]:
+        """An expression that is no DSL node: still unchain DSL nodes nested in it, except where they may not run
+        (lambdas, comprehensions, conditional expressions, `and`/`or`): those are read as a whole."""
+        children = _sub_expressions(expr)
+        alternatives = [(p, [])] if children is None else self.walk_values(children, small, line, ctx, p, parent)
+        names, has_call = self.read_names(expr)
+        out = []
+        for q, vals in alternatives:
+            if children is None:
+                uses = {(self.scoped(n, ctx), self.lookup(q.state, self.scoped(n, ctx))) for n in names}
+            else:
+                uses = {u for v in vals for u in v.uses}  # what the parts read (a DSL node's result for nodes)
+            out.append((q, Value("expr", "", self.new_vid(), expr, tuple(sorted(uses)), pure=not has_call)))
+        return out
+
+    def walk_op(
+        self,
+        op: str,
+        operands: list[cst.BaseExpression],
+        expr: cst.BaseExpression,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        out = []
+        for q, vals in self.walk_values(operands, small, line, ctx, p, expr):
+            if q.status != "open":
+                out.append((q, Value("const", "None", 0, expr, ())))
+                continue
+            out.append((q, self.emit_node("op", op, None, (), vals, (), None, expr, parent, whole, small, line, ctx, q)))
+        return out
+
+    def walk_values(
+        self,
+        exprs: Sequence[cst.BaseExpression],
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+    ) -> list[tuple[_Partial, list[Value]]]:
+        """Evaluate expressions left to right; one (partial, values) alternative per path through them."""
+        alternatives: list[tuple[_Partial, list[Value]]] = [(p, [])]
+        for e in exprs:
+            nxt = []
+            for q, vals in alternatives:
+                if q.status != "open":
+                    nxt.append((q, vals))
+                    continue
+                for q2, v in self.walk_expr(e, small, line, ctx, q, parent, whole=False):
+                    nxt.append((q2, vals + [v]))
+            alternatives = nxt
+        return alternatives
+
+    def emit_node(
+        self,
+        kind: NodeKind,
+        qualname: Optional[str],
+        layer: Optional[str],
+        bindings: tuple[LayerBinding, ...],
+        args: list[Value],
+        kwargs: tuple[tuple[str, Value], ...],
+        call: Optional[cst.Call],
+        expr: cst.BaseExpression,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+    ) -> Value:
+        temp = f"%{next(self._temp)}"
+        vid = self.new_vid()  # read through the node's value, never by name: not in the state
+        node = DLNode(
+            kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
+        )
+        p.events.append(node)
+        p.events.graph.states[id(node)] = dict(p.state)
+        return Value("var", temp, vid, expr, ((temp, vid),))
+
+    def walk_call(
+        self,
+        call: cst.Call,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        if any(a.star for a in call.args):
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        attr = _is_self_attr(call.func)
+        if attr is not None and attr not in self.bindings and not self.on_its_own:
+            method = self.find_method(attr)
+            if method is not None and attr not in ctx.helper_stack and _inlinable(method):
+                return self.inline(method, call, small, line, ctx, p, parent)
+        qualname: Optional[str] = None
+        bindings: tuple[LayerBinding, ...] = ()
+        kind: NodeKind = "func"
+        if attr is not None and attr in self.bindings:
+            kind = "layer"
+            bindings = tuple(self.bindings[attr])
+            types = {b.qualname for b in bindings}
+            qualname = types.pop() if len(types) == 1 else None
+        elif attr is None:
+            qualname = self.table.resolve(call.func)
+            if qualname is not None:
+                qualname = canonical_torch_name(qualname)
+        positional = [a.value for a in call.args if a.keyword is None]
+        tensor_method = _tensor_method(call) if kind == "func" and qualname is None else None
+        if tensor_method is not None:
+            qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
+        if kind == "func" and qualname is None:
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        if kind == "layer" and len(bindings) == 1 and bindings[0].elements and _fixed_order(bindings[0]):
+            return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
+        keyword = [a for a in call.args if a.keyword is not None]
+        out = []
+        for q, vals in self.walk_values(positional + [a.value for a in keyword], small, line, ctx, p, call):
+            if q.status != "open":
+                out.append((q, Value("const", "None", 0, call, ())))
+                continue
+            kwargs = tuple((a.keyword.value, v) for a, v in zip(keyword, vals[len(positional):]))  # type: ignore[union-attr]
+            layer = "self." + attr if attr is not None else None
+            out.append(
+                (
+                    q,
+                    self.emit_node(
+                        kind, qualname, layer, bindings, vals[: len(positional)], kwargs, call, call, parent, whole, small, line, ctx, q
+                    ),
+                )
+            )
+        return out
+
+    def walk_sequential(
+        self,
+        binding: LayerBinding,
+        call: cst.Call,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+        whole: bool,
+    ) -> list[tuple[_Partial, Value]]:
+        """``self.block(x)`` on an ``nn.Sequential``: one layer node per element, in order."""
+        if len(call.args) != 1 or call.args[0].keyword is not None:
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        out = []
+        for q, val in self.walk_expr(call.args[0].value, small, line, ctx, p, call, whole=False):
+            if q.status != "open":
+                out.append((q, val))
+                continue
+            for element in binding.elements:
+                val = self.emit_node(
+                    "layer", element.qualname, "self." + element.attr, (element,), [val], (), None, call, parent, False,
+                    small, line, ctx, q,
+                )
+            out.append((q, val))
+        return out
+
+    def inline(
+        self,
+        method: cst.FunctionDef,
+        call: cst.Call,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+        parent: Optional[cst.BaseExpression],
+    ) -> list[tuple[_Partial, Value]]:
+        """Inline a helper method: bind parameters as aliases, walk its paths, continue with its return value."""
+        params = [prm for prm in method.params.params][1:]  # drop `self`
+        kwonly = list(method.params.kwonly_params)
+        positional = [a for a in call.args if a.keyword is None]
+        keyword = {a.keyword.value: a for a in call.args if a.keyword is not None}  # type: ignore[union-attr]
+        if len(positional) > len(params):
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        prefix = f"{ctx.prefix}{method.name.value}@{next(self._inline)}::"
+        bound: list[tuple[str, cst.BaseExpression]] = []
+        for i, prm in enumerate(params + kwonly):
+            name = prm.name.value
+            if i < len(positional) and prm in params:
+                bound.append((name, positional[i].value))
+            elif name in keyword:
+                bound.append((name, keyword[name].value))
+            elif prm.default is not None:
+                bound.append((name, prm.default))
+            else:
+                return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        if set(keyword) - {n for n, _ in bound}:
+            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+        self.inlined.add(method.name.value)
+        helper_ctx = _Ctx(
+            self.qualify(method.name.value),
+            prefix,
+            ctx.inline_stack + (self.site(ctx, small, line),),
+            ctx.loop_copy,
+            method,
+            tuple(_suite_body(method.body)),
+            ctx.helper_stack + (method.name.value,),
+        )
+        out: list[tuple[_Partial, Value]] = []
+        for q, vals in self.walk_values([e for _, e in bound], small, line, ctx, p, call):
+            if q.status != "open":
+                out.append((q, Value("const", "None", 0, call, ())))
+                continue
+            site = self.site(ctx, small, line)
+            for (name, _), val in zip(bound, vals):
+                if val.kind == "var" and not val.text.startswith("%"):
+                    q.events.append(Use((val.vid,), site))  # the call reads its argument, used in the helper or not
+                scoped = prefix + name
+                vid = q.state[scoped] = val.vid if val.kind == "var" else self.new_vid()
+                q.events.append(Def(scoped, vid, site))
+            for r in self.walk_block(method.body, helper_ctx, [q]):
+                if r.status == "return" and r.ret is not None:
+                    ret = r.ret
+                    r.status, r.ret = "open", None
+                    out.append((r, ret))
+                elif r.status in ("open", "return"):
+                    r.status = "open"
+                    out.append((r, Value("const", "None", 0, call, ())))
+                else:
+                    out.append((r, Value("const", "None", 0, call, ())))
+        return self.joined_returns(out, call)
+
+    def joined_returns(self, alternatives: list[tuple[_Partial, Value]], call: cst.Call) -> list[tuple[_Partial, Value]]:
+        """The helper's returns joined into one partial path; differing return values get a phi."""
+        returned = [(p, v) for p, v in alternatives if p.status == "open"]
+        if len(returned) < 2:
+            return alternatives
+        assert self.graph is not None
+        joined = self.join([p for p, _ in returned])
+        first = returned[0][1]
+        same = all(v.kind == first.kind and v.vid == first.vid and v.text == first.text for _, v in returned)
+        value = first
+        if not same:
+            vid = self.new_vid()
+            self.graph.phis[vid] = frozenset(v.vid for _, v in returned)
+            sources: dict[int, tuple[int, ...]] = {}
+            for p, v in returned:
+                sources[v.vid] = sources.get(v.vid, ()) + p.events.tails
+            self.graph.phi_tails[vid] = sources
+            joined.events.pending += (vid,)
+            value = Value("var", f"%{vid}", vid, call, ((f"%{vid}", vid),))
+        return [(joined, value)] + [(p, v) for p, v in alternatives if p.status != "open"]
+
+
+def _fixed_order(container: LayerBinding) -> bool:
+    """Whether a container's elements are known in order (no barrier where the arms of an ``if`` meet)."""
+    return all(e.layer_type.certainty != OPAQUE for e in container.elements)
+
+
+def _inlinable(method: cst.FunctionDef) -> bool:
+    prm = method.params
+    return (
+        bool(prm.params)
+        and prm.params[0].name.value == "self"
+        and not isinstance(prm.star_arg, cst.Param)
+        and prm.star_kwarg is None
+        and not prm.posonly_params
+        and not method.decorators
+        and not method.asynchronous
+    )

@@ -1,0 +1,390 @@
+"""The forward/helper walker: follows each function's control flow with partial paths (if/elif/else, early
+return/raise, loops unrolled to two body copies, try/with, match), recording its events into a
+``flow.graph.FlowGraph``; also reads the ``__init__`` bindings and the ``nn.Sequential`` containers of a class."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import libcst as cst
+
+from .. import cstwalk
+from ..flow.graph import FlowGraph, FlowSink, FlowState
+from ..init_bindings import InitReader
+from ..qualnames import dotted_name
+from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
+from . import syntax
+from .discovery import _sequential_base
+from .state import _Ctx, _Partial
+from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, simple_condition
+from .unchain import _Unchainer
+
+# Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
+_TRANSPARENT_DECORATORS = (
+    "staticmethod",
+    "classmethod",
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.enable_grad",
+    "torch.jit.ignore",  # TorchScript leaves these bodies to Python
+    "torch.jit.unused",
+)
+
+
+class _ClassWalker(_Unchainer):
+    """Builds one class's structure."""
+
+    # ------------------------------------------------------------------ __init__
+    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool) -> None:
+        """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
+        build (adopter_codemods/init_bindings.py)."""
+        init = self.find_method("__init__")
+        base = _sequential_base(self.info, self.table) if init is not None else None
+        reader = InitReader(self.table, functions, base, sequential_calls)
+        if init is not None:
+            reader.read_init(init)
+            if init is not self.info.methods.get("__init__"):
+                reader.containers.clear()  # an inherited __init__'s containers are the base class's findings
+        if sequential_calls:
+            for name, method in self.info.methods.items():
+                if name != "__init__":
+                    reader.read_other(method, self.qualify(name), method=True)
+        self.bindings = reader.bindings
+        self.containers = reader.containers
+
+    def container_graphs(self) -> list[FlowGraph]:
+        """One straight-line graph per ``nn.Sequential`` built: its elements called in order, each on the previous
+        one's output (what ``nn.Sequential.forward`` does), so a rule's forward pattern matches adjacent elements."""
+        graphs = []
+        for container in self.containers:
+            line = container.statement
+            assert line is not None
+            site = Site(line.body[0], line, (line,), line, container.where, (), ())
+            value = Value("var", "%in", self.new_vid(), container.value, ())
+            graph = FlowGraph()
+            sink = FlowSink(graph, (0,))
+            for element in container.elements:
+                opaque = element.layer_type.certainty == OPAQUE
+                node = DLNode(
+                    "op" if opaque else "layer", "barrier" if opaque else element.qualname,
+                    None if opaque else "self." + element.attr, () if opaque else (element,), (value,), (), None,
+                    self.new_vid(), element.value, None, False, site,
+                )
+                sink.append(node)
+                graph.states[id(node)] = {}  # no name holds a value inside the container
+                value = Value("var", f"%{node.out}", node.out, element.value, ((f"%{node.out}", node.out),))
+            graph.finish([sink])
+            graphs.append(graph)
+        return graphs
+
+    # ------------------------------------------------------------------ forward
+    def forward_graphs(self) -> list[FlowGraph]:
+        # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
+        forward = self.info.methods.get("forward")
+        return [self.function_graph(forward)] if forward is not None else []
+
+    def other_graphs(
+        self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]
+    ) -> list[FlowGraph]:
+        """The graph of each function walked on its own, helpers not inlined (class methods other than forward,
+        module-level functions), skipping helpers already inlined into forward; a function nested too deeply for
+        the walk is left out alone (and added to `skipped` with the reason)."""
+        graphs: list[FlowGraph] = []
+        self.on_its_own = True
+        for fn in functions:
+            if fn.name.value in self.inlined or not self.standalone(fn):
+                continue
+            try:
+                graphs.append(self.function_graph(fn))
+            except RecursionError:
+                skipped.append((fn, f"{fn.name.value} is nested too deeply to analyse"))
+        return graphs
+
+    def standalone(self, fn: cst.FunctionDef) -> bool:
+        """Whether a function's body runs as plain Python: not async, decorated at most by a wrapper that calls it
+        as is (a ``torch.jit.script`` body, for one, could not call the runtime kernels)."""
+        for dec in fn.decorators:
+            expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+            name = dotted_name(expr)
+            if name not in _TRANSPARENT_DECORATORS and self.table.resolve(expr) not in _TRANSPARENT_DECORATORS:
+                return False
+        return not fn.asynchronous
+
+    def function_graph(self, fn: cst.FunctionDef) -> FlowGraph:
+        """The graph of one function, ``self`` helpers inlined (unless walking functions on their own).
+
+        The walk follows control flow with a list of partial paths, forking at branches; at the end of every
+        statement the partial paths with the same status are merged (`join`), so each statement is walked once
+        per loop-body copy and helper inlining, whatever the number of paths reaching it."""
+        ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
+        graph = self.graph = FlowGraph()
+        self.entry_vids = {}
+        try:
+            partials = self.walk_block(fn.body, ctx, [_Partial(FlowSink(graph, (0,)), FlowState(graph))])
+        finally:
+            self.graph = None
+        graph.finish(p.events for p in partials)  # type: ignore[misc]
+        return graph
+
+    def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
+        body = _suite_body(suite)
+        ctx = _Ctx(ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy, suite, tuple(body), ctx.helper_stack)
+        for stmt in body:
+            open_partials = [p for p in partials if p.status == "open"]
+            if not open_partials:
+                break
+            closed = [p for p in partials if p.status != "open"]
+            partials = self.merged(closed + self.walk_statement(stmt, ctx, open_partials))
+        return partials
+
+    def walk_statement(self, stmt: cst.BaseStatement, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                partials = self._flat_map(partials, lambda p, s=small: self.walk_small(s, stmt, ctx, p))
+            return partials
+        if not self.is_interesting(stmt):
+            return [self.opaque(stmt, stmt, ctx, p) for p in partials]
+        if isinstance(stmt, cst.If):
+            return self._flat_map(partials, lambda p: self.walk_if(stmt, ctx, p))
+        if isinstance(stmt, (cst.For, cst.While)):
+            return self._flat_map(partials, lambda p: self.walk_loop(stmt, ctx, p))
+        if isinstance(stmt, (cst.Try, cst.TryStar)):
+            return self._flat_map(partials, lambda p: self.walk_try(stmt, ctx, p))
+        if isinstance(stmt, cst.With):
+            out = []
+            for p in partials:
+                for item in stmt.items:
+                    p = self.opaque(item, stmt, ctx, p)
+                out.extend(self.walk_block(stmt.body, ctx, [p]))
+            return out
+        if isinstance(stmt, cst.Match):
+            return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
+        return [self.opaque(stmt, stmt, ctx, p) for p in partials]
+
+    def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
+        out: list[_Partial] = []
+        for p in partials:
+            if p.status != "open":
+                out.append(p)
+            else:
+                out.extend(fn(p))
+        return out
+
+    def opaque(self, node: cst.CSTNode, line: cst.BaseStatement, ctx: _Ctx, p: _Partial) -> _Partial:
+        """A statement with no DSL content: one use event for what it reads, fresh ids for what it writes."""
+        names, _ = self.read_names(node)
+        site = self.site(ctx, node, line)
+        vids = tuple(self.lookup(p.state, ctx.prefix + n if not n.startswith("self.") else n) for n in names)
+        if vids:
+            p.events.append(Use(vids, site))
+        for name in self.written_names(node):
+            scoped = name if name.startswith("self.") else ctx.prefix + name
+            vid = p.state[scoped] = self.new_vid()
+            p.events.append(Def(scoped, vid, site))
+        return p
+
+    def is_interesting(self, node: cst.CSTNode) -> bool:
+        """Whether a compound statement holds a layer/function/helper call worth separate paths."""
+        if _has_dsl_call(self, node):
+            return True
+        return self.split_guarded_ifs and _guards_ops(node)
+
+    def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        out: list[_Partial] = []
+        for p2 in self.walk_expr_stmt(stmt.test, stmt, ctx, p, stmt):
+            if p2.status != "open":
+                out.append(p2)
+                continue
+            out.extend(self.walk_block(stmt.body, ctx, [self.fork(p2)]))
+            orelse = stmt.orelse
+            if orelse is None:
+                out.append(self.fork(p2))
+            elif isinstance(orelse, cst.If):
+                # An elif is the single statement of the else block.
+                ectx = _Ctx(ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy, orelse, (orelse,), ctx.helper_stack)
+                out.extend(self.walk_if(orelse, ectx, self.fork(p2)))
+            else:
+                out.extend(self.walk_block(orelse.body, ctx, [self.fork(p2)]))
+        return out
+
+    def walk_loop(self, stmt: cst.For | cst.While, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
+        p = self.opaque(header, stmt, ctx, p)
+        if isinstance(stmt, cst.For):
+            p = self.opaque(cst.Assign([cst.AssignTarget(stmt.target)], cst.Name("None")), stmt, ctx, p)
+        skipped = self.fork(p)
+        partials = [p]
+        # Two copies of the body: matches stay inside one copy, the second shows loop-carried uses.
+        for _ in range(2):
+            copy_ctx = _Ctx(
+                ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy + (next(self._loop),), stmt, (), ctx.helper_stack
+            )
+            partials = self.walk_block(stmt.body, copy_ctx, partials)
+            for q in partials:
+                if q.status in ("break", "continue"):
+                    q.status = "open"
+        out = [skipped] + partials
+        if stmt.orelse is not None:
+            out = self._flat_map(out, lambda q: self.walk_block(stmt.orelse.body, ctx, [q]))  # type: ignore[union-attr]
+        return out
+
+    def walk_try(self, stmt: cst.Try | cst.TryStar, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        main = self.walk_block(stmt.body, ctx, [self.fork(p)])
+        if stmt.orelse is not None:
+            main = self._flat_map(main, lambda q: self.walk_block(stmt.orelse.body, ctx, [q]))  # type: ignore[union-attr]
+        out = main
+        for handler in stmt.handlers:
+            h = self.opaque(handler.type, stmt, ctx, self.fork(p)) if handler.type is not None else self.fork(p)
+            out.extend(self.walk_block(handler.body, ctx, [h]))
+        if stmt.finalbody is not None:
+            final = stmt.finalbody
+            out = [q for q in out if q.status != "open"] + self.walk_block(
+                final.body, ctx, [q for q in out if q.status == "open"]
+            )
+        return out
+
+    def walk_match(self, stmt: cst.Match, ctx: _Ctx, p: _Partial) -> list[_Partial]:
+        p = self.opaque(stmt.subject, stmt, ctx, p)
+        out: list[_Partial] = []
+        for case in stmt.cases:
+            q = self.opaque(case.pattern, stmt, ctx, self.fork(p))
+            out.extend(self.walk_block(case.body, ctx, [q]))
+        return out
+
+    # ------------------------------------------------------------------ simple statements
+    def walk_small(
+        self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, ctx: _Ctx, p: _Partial
+    ) -> list[_Partial]:
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            value = small.value
+            if value is None:
+                return [p]
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            out = []
+            for q, val in self.walk_expr(value, small, line, ctx, p, None, whole=True):
+                if q.status == "open":
+                    self.assign(targets, val, small, line, ctx, q)
+                out.append(q)
+            return out
+        if isinstance(small, cst.Return):
+            if small.value is None:
+                p.status = "return"
+                return [p]
+            out = []
+            for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
+                if q.status == "open":
+                    if not ctx.prefix:  # a helper's return value flows into its caller, which records the uses
+                        q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                    q.status, q.ret = "return", val
+                out.append(q)
+            return out
+        if isinstance(small, cst.Expr):
+            out = []
+            for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
+                if q.status == "open" and val.kind != "var":
+                    if val.uses:
+                        q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                    for name in sorted(syntax._written_names(small)):
+                        scoped = name if name.startswith("self.") else ctx.prefix + name
+                        vid = q.state[scoped] = self.new_vid()
+                        q.events.append(Def(scoped, vid, self.site(ctx, small, line)))
+                elif q.status == "open" and not val.text.startswith("%"):
+                    # `self._helper(x)` whose inlined `return h` names a variable: the return still reads it.
+                    q.events.append(Use((val.vid,), self.site(ctx, small, line)))
+                out.append(q)
+            return out
+        if isinstance(small, cst.Raise):
+            p = self.opaque(small, line, ctx, p)
+            p.status = "raise"
+            return [p]
+        if isinstance(small, cst.Break):
+            p.status = "break"
+            return [p]
+        if isinstance(small, cst.Continue):
+            p.status = "continue"
+            return [p]
+        return [self.opaque(small, line, ctx, p)]
+
+    def walk_expr_stmt(
+        self, expr: cst.BaseExpression, small: cst.CSTNode, ctx: _Ctx, p: _Partial, line: cst.BaseStatement
+    ) -> list[_Partial]:
+        """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads."""
+        out = []
+        for q, val in self.walk_expr(expr, small, line, ctx, p, None, whole=False):
+            if q.status == "open" and val.uses:
+                q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+            out.append(q)
+        return out
+
+    def assign(
+        self,
+        targets: Sequence[cst.BaseAssignTargetExpression],
+        val: Value,
+        small: cst.CSTNode,
+        line: cst.BaseStatement,
+        ctx: _Ctx,
+        p: _Partial,
+    ) -> None:
+        site = self.site(ctx, small, line)
+        for target in targets:
+            name = self.target_name(target, ctx)
+            if name is not None and val.kind == "var":
+                if not val.text.startswith("%"):
+                    p.events.append(Use((val.vid,), site))  # `b = a` reads `a`: its definition must stay
+                p.state[name] = val.vid  # alias (or the DSL node's output): same value id
+                p.events.append(Def(name, val.vid, site))
+                continue
+            if val.kind == "expr" and val.uses:
+                p.events.append(Use(tuple(v for _, v in val.uses), site))
+            if name is not None:
+                vid = p.state[name] = self.new_vid()
+                p.events.append(Def(name, vid, site))
+                continue
+            reads, _ = syntax._read_names(target)
+            vids = tuple(self.lookup(p.state, self.scoped(n, ctx)) for n in reads)
+            if vids:
+                p.events.append(Use(vids, site))
+            for written in sorted(syntax._written_names(cst.Assign([cst.AssignTarget(target)], cst.Name("None")))):
+                scoped = self.scoped(written, ctx)
+                vid = p.state[scoped] = self.new_vid()
+                p.events.append(Def(scoped, vid, site))
+
+
+def _guards_ops(node: cst.CSTNode) -> bool:
+    """An ``if`` with a simple test (`simple_condition`), no else, that updates a name by a tensor op on it, such as
+    ``if head_mask is not None: probs = probs * head_mask``: walked as separate paths, so a rule can tell the paths
+    that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
+    if type(node) is not cst.If or node.orelse is not None or not simple_condition(node.test):  # type: ignore[attr-defined]
+        return False
+    for line in _suite_body(node.body):  # type: ignore[attr-defined]
+        if type(line) is not cst.SimpleStatementLine:
+            return False
+        for small in line.body:  # type: ignore[attr-defined]
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name:
+                name, value = small.targets[0].target.value, small.value
+                if type(value) is cst.BinaryOperation and type(value.operator) in _BINARY_OPS and any(
+                    type(side) is cst.Name and side.value == name for side in (value.left, value.right)
+                ):
+                    return True
+    return False
+
+
+def _not_a_scope(node: cst.CSTNode) -> bool:
+    return type(node) is not cst.FunctionDef and type(node) is not cst.ClassDef
+
+
+def _has_dsl_call(walker: _ClassWalker, root: cst.CSTNode) -> bool:
+    """Whether `root` (nested functions and classes aside) holds a call the walk would turn into a DSL node or
+    inline."""
+    for node in cstwalk.walk(root, _not_a_scope):
+        if type(node) is not cst.Call:
+            continue
+        func = node.func  # type: ignore[attr-defined]
+        attr = _is_self_attr(func)
+        if attr is not None:
+            inlined = not walker.on_its_own and walker.find_method(attr) is not None
+            if attr in walker.bindings or inlined:
+                return True
+        elif walker.table.resolve(func) is not None:
+            return True
+    return False
