@@ -33,6 +33,8 @@ class _Partial:
 
 @dataclass
 class _Ctx:
+    """The block being walked: the function, the helper inlining and loop-body copy it sits in, its statements."""
+
     function: str
     prefix: str
     inline_stack: tuple[Site, ...]
@@ -40,6 +42,29 @@ class _Ctx:
     owner: cst.CSTNode
     block: tuple[cst.BaseStatement, ...]
     helper_stack: tuple[str, ...]
+
+    def within(self, owner: cst.CSTNode, block: tuple[cst.BaseStatement, ...]) -> _Ctx:
+        """The context of a nested block (`owner`'s body `block`), in the same function, inlining and loop copy."""
+        return _Ctx(self.function, self.prefix, self.inline_stack, self.loop_copy, owner, block, self.helper_stack)
+
+    def at(self, small: cst.CSTNode, line: cst.BaseStatement) -> _Cursor:
+        return _Cursor(self, small, line)
+
+
+@dataclass
+class _Cursor:
+    """Where the walk records events: a statement of a block (`small`, the part of `line` the events belong to: a
+    small statement, a compound statement or its header). The statement and expression walks pass it down instead
+    of the block context and both statements; the partial path and the enclosing DSL node change as they go, so
+    those stay arguments."""
+
+    ctx: _Ctx
+    small: cst.CSTNode
+    line: cst.BaseStatement
+
+    def site(self) -> Site:
+        ctx = self.ctx
+        return Site(self.small, self.line, ctx.block, ctx.owner, ctx.function, ctx.inline_stack, ctx.loop_copy, ctx.prefix)  # type: ignore[arg-type]
 
 
 class _WalkState:
@@ -129,9 +154,6 @@ class _WalkState:
                 self.entry_names[vid] = name
             state[name] = vid
         return vid
-
-    def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
-        return Site(small, line, ctx.block, ctx.owner, ctx.function, ctx.inline_stack, ctx.loop_copy, ctx.prefix)  # type: ignore[arg-type]
 
     @staticmethod
     def fork(p: _Partial) -> _Partial:

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ..qualnames import canonical_torch_name
 from ..structure import OPAQUE, Def, DLNode, LayerBinding, NodeKind, Use, Value
-from .state import _Ctx, _Partial, _WalkState
+from .state import _Ctx, _Cursor, _Partial, _WalkState
 from .syntax import _BINARY_OPS, _const_text, _is_self_attr, _sub_expressions, _suite_body, _tensor_method
 
 
@@ -25,9 +25,7 @@ class _Unchainer(_WalkState, ABC):
     def walk_expr(
         self,
         expr: cst.BaseExpression,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
         whole: bool,
@@ -37,7 +35,7 @@ class _Unchainer(_WalkState, ABC):
         if const is not None:
             return [(p, Value("const", const, 0, expr, ()))]
         if isinstance(expr, cst.Name):
-            name = ctx.prefix + expr.value
+            name = at.ctx.prefix + expr.value
             vid = self.lookup(p.state, name)
             return [(p, Value("var", expr.value, vid, expr, ((name, vid),)))]
         attr = _is_self_attr(expr)
@@ -46,31 +44,29 @@ class _Unchainer(_WalkState, ABC):
             vid = self.lookup(p.state, name)
             return [(p, Value("var", name, vid, expr, ((name, vid),)))]
         if isinstance(expr, cst.Call):
-            return self.walk_call(expr, small, line, ctx, p, parent, whole)
+            return self.walk_call(expr, at, p, parent, whole)
         if isinstance(expr, cst.BinaryOperation) and type(expr.operator) in _BINARY_OPS:
-            return self.walk_op(_BINARY_OPS[type(expr.operator)], [expr.left, expr.right], expr, small, line, ctx, p, parent, whole)
+            return self.walk_op(_BINARY_OPS[type(expr.operator)], [expr.left, expr.right], expr, at, p, parent, whole)
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-            return self.walk_op("neg", [expr.expression], expr, small, line, ctx, p, parent, whole)
-        return self.walk_opaque_expr(expr, small, line, ctx, p, parent)
+            return self.walk_op("neg", [expr.expression], expr, at, p, parent, whole)
+        return self.walk_opaque_expr(expr, at, p, parent)
 
     def walk_opaque_expr(
         self,
         expr: cst.BaseExpression,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
     ) -> list[tuple[_Partial, Value]]:
         """An expression that is no DSL node: still unchain DSL nodes nested in it, except where they may not run
         (lambdas, comprehensions, conditional expressions, `and`/`or`): those are read as a whole."""
         children = _sub_expressions(expr)
-        alternatives = [(p, [])] if children is None else self.walk_values(children, small, line, ctx, p, parent)
+        alternatives = [(p, [])] if children is None else self.walk_values(children, at, p, parent)
         names, has_call = self.read_names(expr)
         out = []
         for q, vals in alternatives:
             if children is None:
-                uses = {(self.scoped(n, ctx), self.lookup(q.state, self.scoped(n, ctx))) for n in names}
+                uses = {(self.scoped(n, at.ctx), self.lookup(q.state, self.scoped(n, at.ctx))) for n in names}
             else:
                 uses = {u for v in vals for u in v.uses}  # what the parts read (a DSL node's result for nodes)
             out.append((q, Value("expr", "", self.new_vid(), expr, tuple(sorted(uses)), pure=not has_call)))
@@ -81,27 +77,23 @@ class _Unchainer(_WalkState, ABC):
         op: str,
         operands: list[cst.BaseExpression],
         expr: cst.BaseExpression,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
         whole: bool,
     ) -> list[tuple[_Partial, Value]]:
         out = []
-        for q, vals in self.walk_values(operands, small, line, ctx, p, expr):
+        for q, vals in self.walk_values(operands, at, p, expr):
             if q.status != "open":
                 out.append((q, Value("const", "None", 0, expr, ())))
                 continue
-            out.append((q, self.emit_node("op", op, None, (), vals, (), None, expr, parent, whole, small, line, ctx, q)))
+            out.append((q, self.emit_node("op", op, None, (), vals, (), None, expr, parent, whole, at, q)))
         return out
 
     def walk_values(
         self,
         exprs: Sequence[cst.BaseExpression],
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
     ) -> list[tuple[_Partial, list[Value]]]:
@@ -113,7 +105,7 @@ class _Unchainer(_WalkState, ABC):
                 if q.status != "open":
                     nxt.append((q, vals))
                     continue
-                for q2, v in self.walk_expr(e, small, line, ctx, q, parent, whole=False):
+                for q2, v in self.walk_expr(e, at, q, parent, whole=False):
                     nxt.append((q2, vals + [v]))
             alternatives = nxt
         return alternatives
@@ -130,16 +122,12 @@ class _Unchainer(_WalkState, ABC):
         expr: cst.BaseExpression,
         parent: Optional[cst.BaseExpression],
         whole: bool,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
     ) -> Value:
         temp = f"%{next(self._temp)}"
         vid = self.new_vid()  # read through the node's value, never by name: not in the state
-        node = DLNode(
-            kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
-        )
+        node = DLNode(kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, at.site())
         p.events.append(node)
         p.events.graph.states[id(node)] = dict(p.state)
         return Value("var", temp, vid, expr, ((temp, vid),))
@@ -147,20 +135,18 @@ class _Unchainer(_WalkState, ABC):
     def walk_call(
         self,
         call: cst.Call,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
         whole: bool,
     ) -> list[tuple[_Partial, Value]]:
         if any(a.star for a in call.args):
-            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+            return self.walk_opaque_expr(call, at, p, parent)
         attr = _is_self_attr(call.func)
         if attr is not None and attr not in self.bindings and not self.on_its_own:
             method = self.find_method(attr)
-            if method is not None and attr not in ctx.helper_stack and _inlinable(method):
-                return self.inline(method, call, small, line, ctx, p, parent)
+            if method is not None and attr not in at.ctx.helper_stack and _inlinable(method):
+                return self.inline(method, call, at, p, parent)
         qualname: Optional[str] = None
         bindings: tuple[LayerBinding, ...] = ()
         kind: NodeKind = "func"
@@ -178,51 +164,43 @@ class _Unchainer(_WalkState, ABC):
         if tensor_method is not None:
             qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
         if kind == "func" and qualname is None:
-            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+            return self.walk_opaque_expr(call, at, p, parent)
         if kind == "layer" and len(bindings) == 1 and bindings[0].elements and _fixed_order(bindings[0]):
-            return self.walk_sequential(bindings[0], call, small, line, ctx, p, parent, whole)
+            return self.walk_sequential(bindings[0], call, at, p, parent, whole)
         keyword = [a for a in call.args if a.keyword is not None]
         out = []
-        for q, vals in self.walk_values(positional + [a.value for a in keyword], small, line, ctx, p, call):
+        for q, vals in self.walk_values(positional + [a.value for a in keyword], at, p, call):
             if q.status != "open":
                 out.append((q, Value("const", "None", 0, call, ())))
                 continue
             kwargs = tuple((a.keyword.value, v) for a, v in zip(keyword, vals[len(positional):]))  # type: ignore[union-attr]
             layer = "self." + attr if attr is not None else None
-            out.append(
-                (
-                    q,
-                    self.emit_node(
-                        kind, qualname, layer, bindings, vals[: len(positional)], kwargs, call, call, parent, whole, small, line, ctx, q
-                    ),
-                )
+            value = self.emit_node(
+                kind, qualname, layer, bindings, vals[: len(positional)], kwargs, call, call, parent, whole, at, q
             )
+            out.append((q, value))
         return out
 
     def walk_sequential(
         self,
         binding: LayerBinding,
         call: cst.Call,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
         whole: bool,
     ) -> list[tuple[_Partial, Value]]:
         """``self.block(x)`` on an ``nn.Sequential``: one layer node per element, in order."""
         if len(call.args) != 1 or call.args[0].keyword is not None:
-            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+            return self.walk_opaque_expr(call, at, p, parent)
         out = []
-        for q, val in self.walk_expr(call.args[0].value, small, line, ctx, p, call, whole=False):
+        for q, val in self.walk_expr(call.args[0].value, at, p, call, whole=False):
             if q.status != "open":
                 out.append((q, val))
                 continue
             for element in binding.elements:
-                val = self.emit_node(
-                    "layer", element.qualname, "self." + element.attr, (element,), [val], (), None, call, parent, False,
-                    small, line, ctx, q,
-                )
+                layer = "self." + element.attr
+                val = self.emit_node("layer", element.qualname, layer, (element,), [val], (), None, call, parent, False, at, q)
             out.append((q, val))
         return out
 
@@ -230,9 +208,7 @@ class _Unchainer(_WalkState, ABC):
         self,
         method: cst.FunctionDef,
         call: cst.Call,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
         parent: Optional[cst.BaseExpression],
     ) -> list[tuple[_Partial, Value]]:
@@ -242,8 +218,8 @@ class _Unchainer(_WalkState, ABC):
         positional = [a for a in call.args if a.keyword is None]
         keyword = {a.keyword.value: a for a in call.args if a.keyword is not None}  # type: ignore[union-attr]
         if len(positional) > len(params):
-            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
-        prefix = f"{ctx.prefix}{method.name.value}@{next(self._inline)}::"
+            return self.walk_opaque_expr(call, at, p, parent)
+        prefix = f"{at.ctx.prefix}{method.name.value}@{next(self._inline)}::"
         bound: list[tuple[str, cst.BaseExpression]] = []
         for i, prm in enumerate(params + kwonly):
             name = prm.name.value
@@ -254,25 +230,25 @@ class _Unchainer(_WalkState, ABC):
             elif prm.default is not None:
                 bound.append((name, prm.default))
             else:
-                return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+                return self.walk_opaque_expr(call, at, p, parent)
         if set(keyword) - {n for n, _ in bound}:
-            return self.walk_opaque_expr(call, small, line, ctx, p, parent)
+            return self.walk_opaque_expr(call, at, p, parent)
         self.inlined.add(method.name.value)
         helper_ctx = _Ctx(
             self.qualify(method.name.value),
             prefix,
-            ctx.inline_stack + (self.site(ctx, small, line),),
-            ctx.loop_copy,
+            at.ctx.inline_stack + (at.site(),),
+            at.ctx.loop_copy,
             method,
             tuple(_suite_body(method.body)),
-            ctx.helper_stack + (method.name.value,),
+            at.ctx.helper_stack + (method.name.value,),
         )
         out: list[tuple[_Partial, Value]] = []
-        for q, vals in self.walk_values([e for _, e in bound], small, line, ctx, p, call):
+        for q, vals in self.walk_values([e for _, e in bound], at, p, call):
             if q.status != "open":
                 out.append((q, Value("const", "None", 0, call, ())))
                 continue
-            site = self.site(ctx, small, line)
+            site = at.site()
             for (name, _), val in zip(bound, vals):
                 if val.kind == "var" and not val.text.startswith("%"):
                     q.events.append(Use((val.vid,), site))  # the call reads its argument, used in the helper or not

@@ -15,7 +15,7 @@ from ..qualnames import dotted_name
 from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
 from . import syntax
 from .discovery import _sequential_base
-from .state import _Ctx, _Partial
+from .state import _Ctx, _Cursor, _Partial
 from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, simple_condition
 from .unchain import _Unchainer
 
@@ -128,7 +128,7 @@ class _ClassWalker(_Unchainer):
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
         body = _suite_body(suite)
-        ctx = _Ctx(ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy, suite, tuple(body), ctx.helper_stack)
+        ctx = ctx.within(suite, tuple(body))
         for stmt in body:
             open_partials = [p for p in partials if p.status == "open"]
             if not open_partials:
@@ -143,7 +143,7 @@ class _ClassWalker(_Unchainer):
                 partials = self._flat_map(partials, lambda p, s=small: self.walk_small(s, stmt, ctx, p))
             return partials
         if not self.is_interesting(stmt):
-            return [self.opaque(stmt, stmt, ctx, p) for p in partials]
+            return [self.opaque(ctx.at(stmt, stmt), p) for p in partials]
         if isinstance(stmt, cst.If):
             return self._flat_map(partials, lambda p: self.walk_if(stmt, ctx, p))
         if isinstance(stmt, (cst.For, cst.While)):
@@ -154,12 +154,12 @@ class _ClassWalker(_Unchainer):
             out = []
             for p in partials:
                 for item in stmt.items:
-                    p = self.opaque(item, stmt, ctx, p)
+                    p = self.opaque(ctx.at(item, stmt), p)
                 out.extend(self.walk_block(stmt.body, ctx, [p]))
             return out
         if isinstance(stmt, cst.Match):
             return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
-        return [self.opaque(stmt, stmt, ctx, p) for p in partials]
+        return [self.opaque(ctx.at(stmt, stmt), p) for p in partials]
 
     def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
         out: list[_Partial] = []
@@ -170,15 +170,17 @@ class _ClassWalker(_Unchainer):
                 out.extend(fn(p))
         return out
 
-    def opaque(self, node: cst.CSTNode, line: cst.BaseStatement, ctx: _Ctx, p: _Partial) -> _Partial:
-        """A statement with no DSL content: one use event for what it reads, fresh ids for what it writes."""
-        names, _ = self.read_names(node)
-        site = self.site(ctx, node, line)
-        vids = tuple(self.lookup(p.state, ctx.prefix + n if not n.startswith("self.") else n) for n in names)
+    def opaque(self, at: _Cursor, p: _Partial) -> _Partial:
+        """A statement (or header) with no DSL content: one use event for what it reads, fresh ids for what it
+        writes."""
+        names, _ = self.read_names(at.small)
+        site = at.site()
+        prefix = at.ctx.prefix
+        vids = tuple(self.lookup(p.state, prefix + n if not n.startswith("self.") else n) for n in names)
         if vids:
             p.events.append(Use(vids, site))
-        for name in self.written_names(node):
-            scoped = name if name.startswith("self.") else ctx.prefix + name
+        for name in self.written_names(at.small):
+            scoped = name if name.startswith("self.") else prefix + name
             vid = p.state[scoped] = self.new_vid()
             p.events.append(Def(scoped, vid, site))
         return p
@@ -191,7 +193,7 @@ class _ClassWalker(_Unchainer):
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []
-        for p2 in self.walk_expr_stmt(stmt.test, stmt, ctx, p, stmt):
+        for p2 in self.walk_expr_stmt(stmt.test, ctx.at(stmt, stmt), p):
             if p2.status != "open":
                 out.append(p2)
                 continue
@@ -201,17 +203,16 @@ class _ClassWalker(_Unchainer):
                 out.append(self.fork(p2))
             elif isinstance(orelse, cst.If):
                 # An elif is the single statement of the else block.
-                ectx = _Ctx(ctx.function, ctx.prefix, ctx.inline_stack, ctx.loop_copy, orelse, (orelse,), ctx.helper_stack)
-                out.extend(self.walk_if(orelse, ectx, self.fork(p2)))
+                out.extend(self.walk_if(orelse, ctx.within(orelse, (orelse,)), self.fork(p2)))
             else:
                 out.extend(self.walk_block(orelse.body, ctx, [self.fork(p2)]))
         return out
 
     def walk_loop(self, stmt: cst.For | cst.While, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         header = stmt.iter if isinstance(stmt, cst.For) else stmt.test
-        p = self.opaque(header, stmt, ctx, p)
+        p = self.opaque(ctx.at(header, stmt), p)
         if isinstance(stmt, cst.For):
-            p = self.opaque(cst.Assign([cst.AssignTarget(stmt.target)], cst.Name("None")), stmt, ctx, p)
+            p = self.opaque(ctx.at(cst.Assign([cst.AssignTarget(stmt.target)], cst.Name("None")), stmt), p)
         skipped = self.fork(p)
         partials = [p]
         # Two copies of the body: matches stay inside one copy, the second shows loop-carried uses.
@@ -234,7 +235,7 @@ class _ClassWalker(_Unchainer):
             main = self._flat_map(main, lambda q: self.walk_block(stmt.orelse.body, ctx, [q]))  # type: ignore[union-attr]
         out = main
         for handler in stmt.handlers:
-            h = self.opaque(handler.type, stmt, ctx, self.fork(p)) if handler.type is not None else self.fork(p)
+            h = self.opaque(ctx.at(handler.type, stmt), self.fork(p)) if handler.type is not None else self.fork(p)
             out.extend(self.walk_block(handler.body, ctx, [h]))
         if stmt.finalbody is not None:
             final = stmt.finalbody
@@ -244,10 +245,10 @@ class _ClassWalker(_Unchainer):
         return out
 
     def walk_match(self, stmt: cst.Match, ctx: _Ctx, p: _Partial) -> list[_Partial]:
-        p = self.opaque(stmt.subject, stmt, ctx, p)
+        p = self.opaque(ctx.at(stmt.subject, stmt), p)
         out: list[_Partial] = []
         for case in stmt.cases:
-            q = self.opaque(case.pattern, stmt, ctx, self.fork(p))
+            q = self.opaque(ctx.at(case.pattern, stmt), self.fork(p))
             out.extend(self.walk_block(case.body, ctx, [q]))
         return out
 
@@ -255,15 +256,16 @@ class _ClassWalker(_Unchainer):
     def walk_small(
         self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, ctx: _Ctx, p: _Partial
     ) -> list[_Partial]:
+        at = ctx.at(small, line)
         if isinstance(small, (cst.Assign, cst.AnnAssign)):
             value = small.value
             if value is None:
                 return [p]
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             out = []
-            for q, val in self.walk_expr(value, small, line, ctx, p, None, whole=True):
+            for q, val in self.walk_expr(value, at, p, None, whole=True):
                 if q.status == "open":
-                    self.assign(targets, val, small, line, ctx, q)
+                    self.assign(targets, val, at, q)
                 out.append(q)
             return out
         if isinstance(small, cst.Return):
@@ -271,30 +273,30 @@ class _ClassWalker(_Unchainer):
                 p.status = "return"
                 return [p]
             out = []
-            for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
+            for q, val in self.walk_expr(small.value, at, p, None, whole=True):
                 if q.status == "open":
                     if not ctx.prefix:  # a helper's return value flows into its caller, which records the uses
-                        q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                        q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
                     q.status, q.ret = "return", val
                 out.append(q)
             return out
         if isinstance(small, cst.Expr):
             out = []
-            for q, val in self.walk_expr(small.value, small, line, ctx, p, None, whole=True):
+            for q, val in self.walk_expr(small.value, at, p, None, whole=True):
                 if q.status == "open" and val.kind != "var":
                     if val.uses:
-                        q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                        q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
                     for name in sorted(syntax._written_names(small)):
                         scoped = name if name.startswith("self.") else ctx.prefix + name
                         vid = q.state[scoped] = self.new_vid()
-                        q.events.append(Def(scoped, vid, self.site(ctx, small, line)))
+                        q.events.append(Def(scoped, vid, at.site()))
                 elif q.status == "open" and not val.text.startswith("%"):
                     # `self._helper(x)` whose inlined `return h` names a variable: the return still reads it.
-                    q.events.append(Use((val.vid,), self.site(ctx, small, line)))
+                    q.events.append(Use((val.vid,), at.site()))
                 out.append(q)
             return out
         if isinstance(small, cst.Raise):
-            p = self.opaque(small, line, ctx, p)
+            p = self.opaque(at, p)
             p.status = "raise"
             return [p]
         if isinstance(small, cst.Break):
@@ -303,16 +305,14 @@ class _ClassWalker(_Unchainer):
         if isinstance(small, cst.Continue):
             p.status = "continue"
             return [p]
-        return [self.opaque(small, line, ctx, p)]
+        return [self.opaque(at, p)]
 
-    def walk_expr_stmt(
-        self, expr: cst.BaseExpression, small: cst.CSTNode, ctx: _Ctx, p: _Partial, line: cst.BaseStatement
-    ) -> list[_Partial]:
+    def walk_expr_stmt(self, expr: cst.BaseExpression, at: _Cursor, p: _Partial) -> list[_Partial]:
         """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads."""
         out = []
-        for q, val in self.walk_expr(expr, small, line, ctx, p, None, whole=False):
+        for q, val in self.walk_expr(expr, at, p, None, whole=False):
             if q.status == "open" and val.uses:
-                q.events.append(Use(tuple(v for _, v in val.uses), self.site(ctx, small, line)))
+                q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
             out.append(q)
         return out
 
@@ -320,12 +320,10 @@ class _ClassWalker(_Unchainer):
         self,
         targets: Sequence[cst.BaseAssignTargetExpression],
         val: Value,
-        small: cst.CSTNode,
-        line: cst.BaseStatement,
-        ctx: _Ctx,
+        at: _Cursor,
         p: _Partial,
     ) -> None:
-        site = self.site(ctx, small, line)
+        site, ctx = at.site(), at.ctx
         for target in targets:
             name = self.target_name(target, ctx)
             if name is not None and val.kind == "var":
