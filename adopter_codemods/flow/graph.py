@@ -1,6 +1,6 @@
 """One function's events as a graph: the path walk's events, each recorded once, linked along control flow.
 
-The provider's walk (`provider._ClassWalker`) follows control flow with partial paths, each appending its events
+The provider's walk (`provider.walk._ClassWalker`) follows control flow with partial paths, each appending its events
 to a `FlowSink`; at the end of every statement it merges the partial paths with the same status (`merge_states`),
 so a statement after a join is walked once whatever the number of paths leading to it. Loops are unrolled (no
 copy of the body, one, two: matches stay inside one copy, the second shows loop-carried uses), so the graph is
