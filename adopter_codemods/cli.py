@@ -25,6 +25,7 @@ from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
 from .engine import Finding, RefusedSite, Skip, analyse_file, analyse_source
 from .files import FileError, SourceError, atomic_write, discover
+from .gc_pause import collector_paused
 from .init_config import CONFIG_NAME, write_config
 from .report import (
     Replacement,
@@ -97,6 +98,7 @@ class _Scanned:
     refused: list[RefusedSite] = field(default_factory=list)
 
 
+@collector_paused  # for the file's whole life, parse included: see gc_pause
 def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
         cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
@@ -136,6 +138,7 @@ class _Rewritten:
     skipped: list[Skip] = field(default_factory=list)
 
 
+@collector_paused  # as _scan_file
 def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
     try:
         analysis = analyse_file(path, _RULES)
