@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -186,7 +185,11 @@ def _run(
     jobs = min(jobs or os.cpu_count() or 1, len(paths))
     progress = _Progress(len(paths), sys.stderr) if show_progress and sys.stderr.isatty() and paths else None
     results: list[T] = []
-    pool = multiprocessing.get_context().Pool(jobs, _init_worker, init) if jobs > 1 else None
+    pool = None
+    if jobs > 1:
+        import multiprocessing  # only here: a one-process run does without its imports
+
+        pool = multiprocessing.get_context().Pool(jobs, _init_worker, init)
     try:
         for done, result in enumerate(pool.imap(worker, paths) if pool else map(worker, paths), 1):
             results.append(result)

@@ -13,7 +13,6 @@ import io
 import operator
 import os
 import re
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -274,6 +273,8 @@ def atomic_write(path: str, data: bytes) -> None:
     target = os.path.realpath(path)
     directory, name = os.path.split(target)
     mode = os.stat(target).st_mode & 0o7777
+    import tempfile  # imported when writing: `scan` never does
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".adopter-tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -4,6 +4,7 @@ and runs a bare ``libcst.parse_module`` on the same files. A script, not a test 
 
     python benchmarks/bench_cli.py                 # the transformers corpus, 3 interleaved repeats
     python benchmarks/bench_cli.py --repeat 5 DIR  # any other corpus (files or directories)
+    python benchmarks/bench_cli.py --compare /tmp/main  # also time the scan of another checkout, interleaved
 
 Goal (docs/PERFORMANCE.md): median wall time of the scan <= 1.3x the median of the bare-parse process. The
 two commands alternate (baseline first, then the scan first, ...) so that a change of the machine's load hits
@@ -87,6 +88,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("paths", nargs="*", help="files or directories (default: the transformers corpus)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each command (interleaved)")
     parser.add_argument("--limit", type=int, help="only the first N files (quick runs)")
+    parser.add_argument("--compare", metavar="CHECKOUT", help="also time `scan` of the package in this source tree")
     args = parser.parse_args(argv)
     files = expand(args.paths) if args.paths else default_corpus()
     if args.limit:
@@ -96,33 +98,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="bench_cli_") as tmp:
         corpus = copy_corpus(files, Path(tmp))
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
-        commands = {
-            "bare parse": [sys.executable, "-c", BARE_PARSE, str(corpus)],
-            "scan": [sys.executable, "-m", "adopter_codemods", "scan", "--no-cache", "--no-progress", str(corpus)],
-        }
+        scan = [sys.executable, "-m", "adopter_codemods", "scan", "--no-cache", "--no-progress", str(corpus)]
+        commands = {"bare parse": ([sys.executable, "-c", BARE_PARSE, str(corpus)], environment(ROOT, Path(tmp)))}
+        commands["scan"] = (scan, environment(ROOT, Path(tmp)))
+        if args.compare:
+            commands[f"scan of {args.compare}"] = (scan, environment(Path(args.compare).resolve(), Path(tmp)))
         size_mb = sum(p.stat().st_size for p in files) / 1e6
         print(f"{len(files)} files ({size_mb:.1f} MB), {args.repeat} interleaved runs each, load {os.getloadavg()[0]:.1f}")
-        warm = {name: run_process(cmd, env) for name, cmd in commands.items()}  # compiles the bytecode; untimed
-        if warm["bare parse"].returncode != 0 or warm["scan"].returncode not in (0, 1):
+        warm = {name: run_process(*command) for name, command in commands.items()}  # compiles the bytecode; untimed
+        if warm["bare parse"].returncode != 0 or any(r.returncode not in (0, 1) for r in warm.values()):
             print(f"a command failed: {[(n, r.returncode) for n, r in warm.items()]}", file=sys.stderr)
             return 2
         runs: dict[str, list[Run]] = {name: [] for name in commands}
+        width = max(map(len, commands))
         for i in range(args.repeat):
             order = list(commands) if i % 2 == 0 else list(reversed(commands))
             for name in order:
-                runs[name].append(run_process(commands[name], env))
-                print(f"  {name:10s} run {i + 1}: wall {runs[name][-1].wall_s:6.2f} s, cpu {runs[name][-1].cpu_s:6.2f} s")
-        findings = len(warm["scan"].stdout.splitlines())
-        base, scan = runs["bare parse"], runs["scan"]
-        base_wall, scan_wall = median([r.wall_s for r in base]), median([r.wall_s for r in scan])
-        base_cpu, scan_cpu = median([r.cpu_s for r in base]), median([r.cpu_s for r in scan])
-        print(f"scan: {findings} findings (exit {warm['scan'].returncode}); load {os.getloadavg()[0]:.1f}")
-        print(f"median wall: bare parse process {base_wall:.2f} s, scan --no-cache {scan_wall:.2f} s; ratio {scan_wall / base_wall:.2f}")
-        print(f"median CPU:  bare parse process {base_cpu:.2f} s, scan --no-cache {scan_cpu:.2f} s; ratio {scan_cpu / base_cpu:.2f}")
+                runs[name].append(run_process(*commands[name]))
+                print(f"  {name:{width}s} run {i + 1}: wall {runs[name][-1].wall_s:6.2f} s, cpu {runs[name][-1].cpu_s:6.2f} s")
+        print(f"load {os.getloadavg()[0]:.1f}")
+        base_wall = median([r.wall_s for r in runs["bare parse"]])
+        base_cpu = median([r.cpu_s for r in runs["bare parse"]])
+        print(f"{'bare parse':{width}s}: median wall {base_wall:6.2f} s, CPU {base_cpu:6.2f} s")
+        for name in list(commands)[1:]:
+            wall, cpu = median([r.wall_s for r in runs[name]]), median([r.cpu_s for r in runs[name]])
+            findings = len(warm[name].stdout.splitlines())
+            print(
+                f"{name:{width}s}: median wall {wall:6.2f} s, CPU {cpu:6.2f} s; ratio to the bare parse: "
+                f"wall {wall / base_wall:.2f}, CPU {cpu / base_cpu:.2f} ({findings} findings)"
+            )
     return 0
+
+
+def environment(package_root: Path, tmp: Path) -> dict[str, str]:
+    """This environment with `package_root` first on the path and a bytecode cache under `tmp`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(package_root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    return env
 
 
 if __name__ == "__main__":
