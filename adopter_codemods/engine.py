@@ -418,10 +418,11 @@ def analyse(
     (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
     are resolved from it (:mod:`.class_bases`); `with_refusals`: also collect the refused sites
     (:meth:`Analysis.refused`)."""
-    if structure is None:
-        structure = build_module_structure(module, path)
-    refusals: Optional[list[Refusal]] = [] if with_refusals else None
-    matches = find_all(structure, rules, refusals)
+    with files.known_source(module, source):  # the guards' whole-file `ast` parses it instead of rendering it
+        if structure is None:
+            structure = build_module_structure(module, path)
+        refusals: Optional[list[Refusal]] = [] if with_refusals else None
+        matches = find_all(structure, rules, refusals)
     return Analysis(module, rules, path or "", source, structure, matches, refusals)
 
 

@@ -8,6 +8,7 @@ original encoding and newline style.
 from __future__ import annotations
 
 import ast
+import contextlib
 import faulthandler
 import io
 import operator
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from itertools import accumulate, compress
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -222,6 +223,32 @@ def parse(source: Union[str, bytes], path: str) -> cst.Module:
     (PEP 263 cookie or BOM, kept for ``module.bytes``), str taken as text."""
     ensure_parser_survives(path, source.encode("utf-8") if isinstance(source, str) else source)
     return cst.parse_module(source)
+
+
+# The modules being analysed and the bytes each was parsed from (engine.analyse), innermost last.
+_KNOWN_SOURCES: list[tuple[cst.Module, bytes]] = []
+
+
+@contextlib.contextmanager
+def known_source(module: cst.Module, source: Optional[bytes]) -> Iterator[None]:
+    """While in the block, :func:`source_of` gives `module`'s `source` (the bytes it was parsed from, if known)."""
+    if source is None:
+        yield
+        return
+    _KNOWN_SOURCES.append((module, source))
+    try:
+        yield
+    finally:
+        _KNOWN_SOURCES.pop()
+
+
+def source_of(module: cst.Module) -> Union[str, bytes]:
+    """What to give ``ast.parse`` for a whole module: the bytes it was parsed from while it is analysed, else its
+    code, generated from the tree (the same text: LibCST round-trips exactly; generating it costs about a parse)."""
+    for known, source in reversed(_KNOWN_SOURCES):
+        if known is module:
+            return source
+    return module.code
 
 
 def read_source(path: str) -> bytes:
