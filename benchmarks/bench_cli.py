@@ -57,11 +57,11 @@ class Run:
     stdout: str
 
 
-def run_process(command: list[str], env: dict[str, str]) -> Run:
+def run_process(command: list[str], env: dict[str, str], cwd: Path) -> Run:
     """Wall time and CPU time (user + system of the child) of one process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    done = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -99,10 +99,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_cli_") as tmp:
         corpus = copy_corpus(files, Path(tmp))
         scan = [sys.executable, "-m", "adopter_codemods", "scan", "--no-cache", "--no-progress", str(corpus)]
-        commands = {"bare parse": ([sys.executable, "-c", BARE_PARSE, str(corpus)], environment(ROOT, Path(tmp)))}
-        commands["scan"] = (scan, environment(ROOT, Path(tmp)))
+        # `python -m` puts the working directory first on the path: each scan runs in its own checkout.
+        commands = {"bare parse": ([sys.executable, "-c", BARE_PARSE, str(corpus)], environment(ROOT, Path(tmp)), ROOT)}
+        commands["scan"] = (scan, environment(ROOT, Path(tmp)), ROOT)
         if args.compare:
-            commands[f"scan of {args.compare}"] = (scan, environment(Path(args.compare).resolve(), Path(tmp)))
+            other = Path(args.compare).resolve()
+            commands[f"scan of {args.compare}"] = (scan, environment(other, Path(tmp)), other)
         size_mb = sum(p.stat().st_size for p in files) / 1e6
         print(f"{len(files)} files ({size_mb:.1f} MB), {args.repeat} interleaved runs each, load {os.getloadavg()[0]:.1f}")
         warm = {name: run_process(*command) for name, command in commands.items()}  # compiles the bytecode; untimed
