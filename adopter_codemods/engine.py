@@ -19,7 +19,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
+from .matcher import Certainty, LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
 from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -44,7 +44,7 @@ class Finding:
     fixable: bool = True
     # "exact": the layer types are certain; "guarded": some is only possible or unknown (`norm_layer(planes)`), and
     # the rewrite calls a kernel that checks the modules at run time and computes the original code otherwise.
-    certainty: str = "exact"
+    certainty: Certainty = "exact"
     # 1-based column where the first matched statement starts and (exclusive) where the last one ends, for
     # text/SARIF/Fixit positions; not part of the JSON contract (docs/DESIGN.md §6).
     col: int = 1
@@ -220,7 +220,7 @@ def refusals_for(
 
 @collector_paused
 def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = None) -> list[Skip]:
-    """The units of `structure` the walk gave up on (too many control-flow paths, nesting too deep). Read it after
+    """The units of `structure` the walk gave up on (nesting too deep for its recursion). Read it after
     matching: classes are walked lazily, only where some rule needed their paths."""
     units = [(cls, node, reason) for cls in structure.classes for node, reason in cls.skipped]
     if not units:
