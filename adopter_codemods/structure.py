@@ -194,7 +194,7 @@ class ClassStructure:
     # the unit): an op node of a rule's pattern needs its operator among them.
     operators: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
-    # Whether the walk splits `if`s that update a name by an op (provider `_guards_ops`): only a rule with a
+    # Whether the walk splits `if`s that update a name by an op (`provider.walk._guards_ops`): only a rule with a
     # fallback plan needs them apart; `find_all` clears it for classes no such rule may match.
     split_guarded_ifs: bool = True
     # Every nn.Sequential the class's own methods build (the module's functions, for the unit), elements in order,
