@@ -93,6 +93,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP007_fuse_conv_bn/neg_list_not_followed.py': [],
     'ADP007_fuse_conv_bn/neg_unknown_or_other_types.py': [],  # unknown/other types never match
+    'ADP007_fuse_conv_bn/neg_cross_file_factories.py': [],  # factories of adp007_layers/ naming no pair
     'ADP007_fuse_conv_bn/neg_other_layer_types.py': [],
     'ADP007_fuse_conv_bn/neg_test_reads_conv_output.py': [
         '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 13)',

@@ -23,9 +23,10 @@ EXPECTED: Dict[str, Tuple[int, int, int, int]] = {
     "torchvision mobilenet_v2": (52, 2, 52, 52),
     "torchvision efficientnet_b0": (49, 1, 49, 49),
     # The deep stem `self.conv1 = nn.Sequential(*[...])` is matched (norm_layer from timm's get_norm_layer, a function
-    # of another file: factory_types.py). Not matched: its last conv -> self.bn1, refused because
-    # prune_intermediate_layers rebinds attributes through a computed setattr (self.conv1 may be anything at the
-    # call); the rewrite would be exact but not fold, self.conv1 being the Sequential (README, "Real vision models").
+    # of another file: factory_types.py). Not matched: its last conv -> self.bn1, refused because ResNet binds
+    # attributes by computed name (`self.add_module(*stage)`, `setattr(self, n, ...)`: self.conv1 may be anything at
+    # the call); matched, it would be exact but not fold, self.conv1 being the Sequential (README, "Real vision
+    # models").
     "timm resnet50d": (55, 5, 54, 54),
     # create_conv2d() and norm_act_layer() (from get_norm_act_layer()) are followed into timm/layers: possible types,
     # guarded rewrites; the kernel folds BatchNormAct2d. Not matched: conv_head -> bn2, refused because
