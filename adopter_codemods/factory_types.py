@@ -105,9 +105,9 @@ class _Scope:
         args = node.args
         for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
             self.params.add(arg.arg)
-        for arg in (args.vararg, args.kwarg):
-            if arg is not None:
-                self.assigned.setdefault(arg.arg, []).append(None)
+        for rest in (args.vararg, args.kwarg):
+            if rest is not None:
+                self.assigned.setdefault(rest.arg, []).append(None)
         for stmt in _body_nodes(node):
             if isinstance(stmt, ast.Assign):
                 for target in stmt.targets:

@@ -7,6 +7,9 @@
   ``functools.partial(nn.BatchNorm2d, eps=...)``: the caller may pass anything, so the type is only *possible*;
 * ``self.conv = conv3x3(a, b)`` where a module-level function returns ``nn.Conv2d(...)``: the type is certain and
   the arguments are the returned call's, the function's parameters replaced by what the call passes;
+* ``self.conv = create_conv2d(...)`` / ``norm_act_layer = get_norm_act_layer(norm_layer)`` where the function is
+  defined in another file or package (timm): read by :mod:`.factory_types`, certain when every path returns one
+  type, possible otherwise; its arguments are not known;
 * ``nn.Sequential(*layers)`` over a list built by ``layers.append(...)``, ``layers += [...]``, ``extend``, from an
   ``OrderedDict``, and a subclass of ``nn.Sequential`` calling ``super().__init__(*layers)`` (torchvision's
   ``ConvNormActivation``).
@@ -218,7 +221,7 @@ class InitReader:
                     if inner is not None and inner.type.certainty == CERTAIN:
                         return Constructor(inner.type, (), False, True)
                 return None
-            function = self._external_function(expr)
+            function = self._external_function(expr, env)
             if function is not None:
                 assert self.factories is not None
                 builds = self.factories.call(function, None).layer
@@ -231,29 +234,28 @@ class InitReader:
                 return Constructor(certain(canonical_torch_name(qualname)))
         return None
 
-    def _external_function(self, expr: cst.BaseExpression) -> Optional[Function]:
+    def _external_function(self, expr: cst.BaseExpression, env: dict[str, Held]) -> Optional[Function]:
         """The function of another file an imported name (`create_conv2d`, `layers.make_norm`) names."""
         if self.factories is None:
             return None
         name = dotted_name(expr)
-        if name is None or name.split(".")[0] not in self.table.names:
+        head = name.split(".")[0] if name is not None else None
+        if head is None or head not in self.table.names or head in env:
             return None
         qualname = self.table.resolve(expr)
         return self.factories.function(qualname) if qualname is not None else None
 
     def _external_call(self, call: cst.Call, env: dict[str, Held]) -> Optional[Value]:
         """What a call of a function of another file returns, given what its arguments build."""
-        function = self._external_function(call.func)
+        function = self._external_function(call.func, env)
         if function is None:
             return None
         assert self.factories is not None
-        args: Optional[list[tuple[Optional[str], Types]]] = []
+        if any(arg.star for arg in call.args):
+            return self.factories.call(function, None)
+        args = []
         for arg in call.args:
-            if arg.star:
-                args = None
-                break
             made = self.constructor(arg.value, env)
-            assert args is not None
             args.append((arg.keyword.value if arg.keyword is not None else None,
                          Types.of(made.type) if made is not None else Types(other=True)))
         return self.factories.call(function, args)

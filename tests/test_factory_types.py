@@ -22,11 +22,9 @@ LAYERS = {
     "pkg/__init__.py": "",
     "pkg/layers/__init__.py": """\
         from .convs import conv3x3, create_conv
-        from .norms import get_norm
+        from .get_norm import get_norm
         from .odd import cached, generator, recursive, redefined, tupled
         """,
-    # Named like the function it defines: `from pkg.layers import convs` would be the module, but the package's
-    # own binding of `create_conv` hides nothing here; `norms` is both a submodule and re-bound below.
     "pkg/layers/convs.py": """\
         from torch import nn
 
@@ -54,7 +52,9 @@ LAYERS = {
         class Conv2dSame(nn.Conv2d):
             pass
         """,
-    "pkg/layers/norms.py": """\
+    # Named like the function it defines, as timm's create_conv2d.py: `from pkg.layers import get_norm` is the
+    # function the package's __init__ binds, not the submodule.
+    "pkg/layers/get_norm.py": """\
         import functools
 
         import torch.nn as nn
@@ -204,10 +204,10 @@ def test_dependencies_record_the_factory_files(package: Path) -> None:
     path.write_text(MODEL, encoding="utf-8")
     record = build_module_structure(cst.parse_module(MODEL), str(path)).dependencies
     read = {Path(f[0]).name for f in record["files"]}  # type: ignore[index, union-attr]
-    assert {"convs.py", "same.py", "norms.py"} <= read
+    assert {"convs.py", "same.py", "get_norm.py"} <= read
     assert not any("torch" in f[0] for f in record["files"])  # type: ignore[index, union-attr]
     assert dependencies_unchanged(record, str(path))
-    (package / "pkg" / "layers" / "norms.py").write_text("def get_norm(n):\n    return n\n", encoding="utf-8")
+    (package / "pkg" / "layers" / "get_norm.py").write_text("def get_norm(n):\n    return n\n", encoding="utf-8")
     assert not dependencies_unchanged(record, str(path))
 
 
@@ -232,3 +232,12 @@ def test_scan_cache_misses_when_a_factory_file_changes(package: Path, monkeypatc
                                                                "nn.Conv1d(a, b, k)").replace(
         "return Conv2dSame(a, b, k)", "return nn.Conv1d(a, b, k)"), encoding="utf-8")
     assert scan() == [18] and parsed == ["pkg/model.py"]
+
+
+def test_a_parameter_shadowing_the_import_is_not_followed(package: Path) -> None:
+    source = MODEL.replace("def __init__(self, c, norm_layer=nn.BatchNorm2d):",
+                           "def __init__(self, c, norm_layer=nn.BatchNorm2d, create_conv=None):")
+    path = package / "pkg" / "model.py"
+    path.write_text(source, encoding="utf-8")
+    (block,) = build_module_structure(cst.parse_module(source), str(path)).classes
+    assert block.init_bindings["conv2"][0].layer_type.certainty == UNKNOWN  # whatever the caller passes
