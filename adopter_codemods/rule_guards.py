@@ -7,10 +7,12 @@ from typing import Callable, Optional, Union
 import libcst as cst
 
 from . import cstwalk
+from .flow import checks as flow_checks
+from .flow.graph import FlowGraph
 from .guards import Refused, guard
 from .matcher import LayerRef, Match
 from .signatures import SIGNATURES
-from .structure import Def, DLNode, Site, Use, Value
+from .structure import Def, Site, Value
 
 
 # ------------------------------------------------------------------------------------------ ADP004 FastSoftmax
@@ -53,19 +55,8 @@ def prenorm_sum_read_later(match: Match) -> bool:
     names = [_assigned_name(match, value.vid) for value in (normed, summed)]
     if None in names or names[0] == names[1]:
         return False
-    matched = match.key()
-    events = match.path.events
-    start = next((i for i, e in enumerate(events) if e is match.anchor), len(events))
-    for event in events[start + 1 :]:
-        if isinstance(event, DLNode):
-            if (id(event.expr), event.layer) in matched:
-                continue
-            read = {vid for v in [*event.args, *(v for _, v in event.kwargs)] for _, vid in v.uses}
-        else:
-            read = set(event.vids) if isinstance(event, Use) else set()
-        if summed.vid in read:
-            return True
-    return False
+    assert match.graph is not None
+    return flow_checks.read_after_anchor(match, match.graph, {summed.vid}) is not None
 
 
 def _assigned_name(match: Match, vid: int) -> Optional[str]:
@@ -200,46 +191,59 @@ def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
     target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
+    assert match.graph is not None
+    refused = _outputs_modified(match.graph, out_keys)
+    return refused if refused is not None else True
+
+
+def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> Optional[Refused]:
+    """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
+    edges of each event (a view is tracked from any name the function defines: more aliases, never fewer). The
+    refusal naming the first statement that modifies one in place, if any."""
+    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
+    tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
     # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
     # view of that expression aliases the output.
     sources = frozenset(key[0] for key in out_keys)
-    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets, shared by all paths
-    for path in match.cls.forward_paths:
-        tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
-        if len(tainted) != len(out_keys):
+    defined = {e.name for e in graph.events if isinstance(e, Def)}
+    holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
+    for pos, event in enumerate(graph.events):
+        preds = graph.preds[pos]
+        names = frozenset().union(*(holding[p] for p in preds)) if preds else frozenset()
+        if event is None:
+            holding[pos] = names
             continue
-        holds: dict[str, int] = {}
-        checked: set[int] = set()
-        for event in path.events:
-            site = event.site
+        site = event.site
 
-            def scoped(name: str, site: Site = site) -> str:
-                return name if name.startswith("self.") else site.scope + name
+        def scoped(name: str, site: Site = site) -> str:
+            return name if name.startswith("self.") else site.scope + name
 
-            if id(site.small) not in checked:
-                checked.add(id(site.small))
-                if id(site.small) not in in_place:
-                    in_place[id(site.small)] = _in_place_targets(site.small)
-                modified = next((n for n in in_place[id(site.small)] if holds.get(scoped(n)) in tainted), None)
-                if modified is not None:
-                    return Refused(
-                        f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
-                        "modifies it in place (autograd refuses that on a view of a split)",
-                        site.line,
-                    )
-            if not isinstance(event, Def):
-                continue
+        first = all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds)  # type: ignore[union-attr]
+        if first and names:
+            if id(site.small) not in in_place:
+                in_place[id(site.small)] = _in_place_targets(site.small)
+            modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
+            if modified is not None:
+                return Refused(
+                    f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
+                    "modifies it in place (autograd refuses that on a view of a split)",
+                    site.line,
+                )
+        if isinstance(event, Def):
             small = site.small
             aliased = event.vid in tainted
             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                root = _view_root(small.value, lambda name: scoped(name) in holds, sources)
-                aliased = aliased or root == _PROJECTION or (root is not None and holds.get(scoped(root)) in tainted)
+                root = _view_root(small.value, lambda name: scoped(name) in defined, sources)
+                aliased = aliased or root == _PROJECTION or (root is not None and scoped(root) in names)
             elif isinstance(small, cst.AugAssign):
-                aliased = aliased or holds.get(event.name) in tainted  # `x += y` keeps the object
+                aliased = aliased or event.name in names
             if aliased:
                 tainted.add(event.vid)
-            holds[event.name] = event.vid
-    return True
+                names = names | {event.name}
+            else:
+                names = names - {event.name}
+        holding[pos] = names
+    return None
 
 
 # ------------------------------------------------------------------------------------------ ADP010 FuseAttentionCore
