@@ -8,6 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from ..class_bases import BaseResolver
+from ..factory_types import FactoryTypes
 from ..gc_pause import collector_paused
 from ..init_bindings import InitReader
 from ..qualnames import ImportTable, dotted_name
@@ -26,6 +27,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
     bases imported from other files are resolved (`class_bases`); without it only their names decide."""
     table = ImportTable.from_module(module)
     resolver = BaseResolver(path)
+    factories = FactoryTypes(resolver)  # layer factories of other files, read through the same resolver
     classes: dict[str, _ClassInfo] = {}
     functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
     for stmt in module.body:
@@ -61,7 +63,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         if not _is_module_class(info, classes, table, memo, resolver):
             continue
         walker = _ClassWalker(info, classes, table)
-        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees)
+        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
         family = _family(name, classes, subclasses)
@@ -95,7 +97,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         unit.operators = frozenset(function_operators)
         unit.walk = functools.partial(_walk_functions, walker, list(functions.values()))
         if _SEQUENTIAL in function_callees:
-            reader = InitReader(table, functions)
+            reader = InitReader(table, functions, factories=factories)
             for fn in functions.values():
                 reader.read_other(fn, fn.name.value, method=False)
             walker.containers = reader.containers

@@ -4,11 +4,12 @@ return/raise, loops unrolled to two body copies, try/with, match), recording its
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
 from .. import cstwalk
+from ..factory_types import FactoryTypes
 from ..flow.graph import FlowGraph, FlowSink, FlowState
 from ..init_bindings import InitReader
 from ..qualnames import dotted_name
@@ -35,12 +36,13 @@ class _ClassWalker(_Unchainer):
     """Builds one class's structure."""
 
     # ------------------------------------------------------------------ __init__
-    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool) -> None:
+    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool,
+                         factories: Optional[FactoryTypes] = None) -> None:
         """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
         build (adopter_codemods/init_bindings.py)."""
         init = self.find_method("__init__")
         base = _sequential_base(self.info, self.table) if init is not None else None
-        reader = InitReader(self.table, functions, base, sequential_calls)
+        reader = InitReader(self.table, functions, base, sequential_calls, factories)
         if init is not None:
             reader.read_init(init)
             if init is not self.info.methods.get("__init__"):
