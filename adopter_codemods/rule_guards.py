@@ -40,6 +40,20 @@ def softmax_arguments_fit(match: Match) -> bool:
 
 
 @guard
+def dropout_not_inplace(match: Match) -> Union[bool, Refused]:
+    """ADP005 functional forms: the matched ``F.dropout`` call's ``inplace`` (bound to ``$inplace``; absent: False) is
+    the constant False. An in-place dropout overwrites its input, which the fused kernels leave as it was."""
+    inplace = match.env.get("inplace")
+    if inplace is None or (isinstance(inplace, Value) and inplace.kind == "const" and inplace.text == "False"):
+        return True
+    dropout = next((n for n in match.nodes if n.qualname == "torch.nn.functional.dropout"), None)
+    return Refused(
+        "this dropout may run in place (`inplace=` is not False), overwriting its input; the fused kernel does not",
+        dropout.site.line if dropout is not None else None,
+    )
+
+
+@guard
 def prenorm_sum_read_later(match: Match) -> bool:
     """ADP005 pre-LN forms (target ``($c, $b) = ...``): the sum ``$b`` and the normalised ``$c`` go to different names
     (``output, output = ...`` would leave the sum, not the LayerNorm's output), and the sum is read after the
@@ -69,9 +83,10 @@ def prenorm_sum_read_later(match: Match) -> bool:
 
 
 def _assigned_name(match: Match, vid: int) -> Optional[str]:
-    """The name of ``name = <node>`` whose node outputs `vid` among the matched nodes."""
+    """The name the fused call assigns `vid` to: that of ``name = <node>`` whose node outputs `vid` among the matched
+    nodes, or of the copy ``alias = name`` the rewrite deletes instead (``Match.output_copies``)."""
     node = next((n for n in match.nodes if n.out == vid), None)
-    small = node.site.small if node is not None else None
+    small = match.output_copies.get(vid) or (node.site.small if node is not None else None)
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
         return small.targets[0].target.value
     return None
