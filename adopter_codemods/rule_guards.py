@@ -54,10 +54,53 @@ def dropout_not_inplace(match: Match) -> Union[bool, Refused]:
 
 
 @guard
+def no_call_after_dropout(match: Match) -> Union[bool, Refused]:
+    """ADP005: the fused call runs the dropout where the LayerNorm was called, so nothing the original evaluates
+    between the dropout and the LayerNorm may make a call: a call may draw random numbers (another dropout), which
+    would then come before this dropout's mask. Only the matched nodes, operators and statements without calls may
+    run in between."""
+    assert match.anchor is not None
+    dropout = match.nodes[0]
+    matched = match.key()
+    # the matched nodes' statements and those deleted with them (a helper's call statement, a copy of an output)
+    statements = {id(n.site.small) for n in match.nodes} | {id(small) for small in match.deleted}
+    checked: set[int] = set()
+    for event in match.path.events[dropout.index + 1 : match.anchor.index]:
+        if isinstance(event, DLNode):
+            if (id(event.expr), event.layer) in matched or event.kind == "op":
+                continue
+            return Refused("this call runs between the dropout and the LayerNorm; the fused call would run it first",
+                           event.site.line)  # fmt: skip
+        small = event.site.small
+        if id(small) in statements or id(small) in checked:
+            continue  # a matched statement's calls are its nodes, judged above
+        checked.add(id(small))
+        if any(type(node) is cst.Call for part in _evaluated_here(small) for node in cstwalk.walk(part)):
+            return Refused("this statement makes a call between the dropout and the LayerNorm; the fused call would "
+                           "run the dropout after it", event.site.line)  # fmt: skip
+    return True
+
+
+def _evaluated_here(small: cst.CSTNode) -> list[cst.CSTNode]:
+    """What a statement evaluates itself: a compound statement's header (its body's statements are events of their
+    own), a small statement whole."""
+    if isinstance(small, (cst.If, cst.While)):
+        return [small.test]
+    if isinstance(small, cst.For):
+        return [small.iter]
+    if isinstance(small, cst.With):
+        return list(small.items)
+    if isinstance(small, cst.BaseCompoundStatement):
+        return []
+    return [small]
+
+
+@guard
 def prenorm_sum_read_later(match: Match) -> bool:
     """ADP005 pre-LN forms (target ``($c, $b) = ...``): the sum ``$b`` and the normalised ``$c`` go to different names
-    (``output, output = ...`` would leave the sum, not the LayerNorm's output), and the sum is read after the
-    LayerNorm, by code the match does not cover: that is what makes the block pre-LN. The post-LN form passes."""
+    (``output, output = ...`` would leave the sum, not the LayerNorm's output; the sum goes to the name of its copy
+    where the engine deletes one, ``Match.output_copies``), and the sum is read after the LayerNorm, by code the
+    match does not cover: that is what makes the block pre-LN. The post-LN forms pass."""
     assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
     outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     if len(outputs) == 1:

@@ -34,6 +34,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP004_fast_softmax/neg_compiled_and_unpacked.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
+    'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
+        '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 18)',
+    ],
     'ADP005_fuse_dropout_ln/neg_dropout_used_elsewhere.py': [
         '14: layer-used-elsewhere: self.dropout, which the rewrite removes from __init__, is also used here (line 13)',
     ],
@@ -62,6 +65,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP005_fuse_dropout_ln/neg_prenorm_copy_rebound_between.py': [
         '15: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 17)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
+        '16: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 16)',
     ],
     'ADP005_fuse_dropout_ln/neg_sum_reused.py': [
         '13: intermediate-used-elsewhere: `s`, an intermediate result the fused call hides, is used here (line 15)',
