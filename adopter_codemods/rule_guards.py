@@ -58,26 +58,36 @@ def no_call_after_dropout(match: Match) -> Union[bool, Refused]:
     """ADP005: the fused call runs the dropout where the LayerNorm was called, so nothing the original evaluates
     between the dropout and the LayerNorm may make a call: a call may draw random numbers (another dropout), which
     would then come before this dropout's mask. Only the matched nodes, operators and statements without calls may
-    run in between."""
+    run in between, on every path."""
     assert match.anchor is not None
-    dropout = match.nodes[0]
+    dropout, anchor = (id(match.nodes[0].expr), match.nodes[0].layer), (id(match.anchor.expr), match.anchor.layer)
     matched = match.key()
     # the matched nodes' statements and those deleted with them (a helper's call statement, a copy of an output)
     statements = {id(n.site.small) for n in match.nodes} | {id(small) for small in match.deleted}
     checked: set[int] = set()
-    for event in match.path.events[dropout.index + 1 : match.anchor.index]:
-        if isinstance(event, DLNode):
-            if (id(event.expr), event.layer) in matched or event.kind == "op":
-                continue
-            return Refused("this call runs between the dropout and the LayerNorm; the fused call would run it first",
-                           event.site.line)  # fmt: skip
-        small = event.site.small
-        if id(small) in statements or id(small) in checked:
-            continue  # a matched statement's calls are its nodes, judged above
-        checked.add(id(small))
-        if any(type(node) is cst.Call for part in _evaluated_here(small) for node in cstwalk.walk(part)):
-            return Refused("this statement makes a call between the dropout and the LayerNorm; the fused call would "
-                           "run the dropout after it", event.site.line)  # fmt: skip
+    for path in match.cls.forward_paths:
+        starts = [n.index for n in path.nodes if (id(n.expr), n.layer) == dropout]
+        ends = [n.index for n in path.nodes if (id(n.expr), n.layer) == anchor]
+        for start in starts:
+            stop = min((end for end in ends if end > start), default=start)
+            for event in path.events[start + 1 : stop]:
+                if isinstance(event, DLNode):
+                    if (id(event.expr), event.layer) in matched or event.kind == "op":
+                        continue
+                    return Refused(
+                        "this call runs between the dropout and the LayerNorm; the fused call would run it first",
+                        event.site.line,
+                    )
+                small = event.site.small
+                if id(small) in statements or id(small) in checked:
+                    continue  # a matched statement's calls are its nodes, judged above
+                checked.add(id(small))
+                if any(type(node) is cst.Call for part in _evaluated_here(small) for node in cstwalk.walk(part)):
+                    return Refused(
+                        "this statement makes a call between the dropout and the LayerNorm; the fused call would run "
+                        "the dropout after it",
+                        event.site.line,
+                    )
     return True
 
 

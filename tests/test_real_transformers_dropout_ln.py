@@ -1,5 +1,5 @@
 """ADP005 on real transformers 4.34.1 sources it was never tuned on: BERT, RoBERTa and ELECTRA (Dropout modules,
-post-LN), OneFormer, CTRL and MPT (pre-LN), BART, MBart and Whisper (functional dropout; MBart's and Whisper's
+post-LN), OneFormer, CTRL and MPT (pre-LN), BART, OPT, MBart and Whisper (functional dropout; MBart's and Whisper's
 pre-LN encoder layers copy the sum before the LayerNorm).
 
 Each modeling file is rewritten with the FuseDropoutLN rule only, the result must parse and be idempotent, and a tiny
@@ -142,7 +142,7 @@ def test_prenorm_form_on_real_decoder_models(model: str) -> None:
     assert "train" in report.modes
 
 
-# Encoder-decoder models with functional dropout: model dir -> (model class, config, {class: findings}, extra kwargs)
+# Models with functional dropout: model dir -> (model class, config, {class: findings}, extra kwargs)
 _SEQ2SEQ = dict(
     vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
     encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32, dropout=0.2, attention_dropout=0.1,
@@ -153,6 +153,13 @@ FUNCTIONAL_MODELS = {
     "bart": ("BartModel", lambda: transformers.BartConfig(**_SEQ2SEQ), {"BartEncoderLayer": 2, "BartDecoderLayer": 3}),
     # pre-LN with the sum copied to `residual` before the LayerNorm (`h = residual + h; residual = h; h = ln(h)`)
     "mbart": ("MBartModel", lambda: transformers.MBartConfig(**_SEQ2SEQ), {"MBartEncoderLayer": 1}),
+    # post-LN or pre-LN by configuration: the dropout and add precede `if not self.do_layer_norm_before:` holding the
+    # LayerNorm (copied into an else arm); built post-LN, so the fused arm runs
+    "opt": ("OPTModel", lambda: transformers.OPTConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=2, ffn_dim=32, num_attention_heads=2,
+        max_position_embeddings=32, word_embed_proj_dim=16, dropout=0.2, attention_dropout=0.1,
+        do_layer_norm_before=False, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+    ), {"OPTDecoderLayer": 1}),
     "whisper": ("WhisperModel", lambda: transformers.WhisperConfig(
         **{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
         num_mel_bins=8, max_source_positions=8, max_target_positions=16,
@@ -161,9 +168,9 @@ FUNCTIONAL_MODELS = {
 
 
 @pytest.mark.parametrize("model", sorted(FUNCTIONAL_MODELS))
-def test_functional_dropout_forms_on_real_seq2seq_models(model: str) -> None:
-    """BART's layers drop out with `nn.functional.dropout(h, p=self.dropout, training=self.training)` (post-LN: one
-    `dropout_add_layer_norm_module` call per residual block); MBart's and Whisper's encoder layers are pre-LN and copy
+def test_functional_dropout_forms_on_real_models(model: str) -> None:
+    """BART's and OPT's layers drop out with `nn.functional.dropout(h, p=self.dropout, training=self.training)`
+    (post-LN: one `dropout_add_layer_norm_module` call per residual block; OPT's in an `if`); MBart's and Whisper's encoder layers are pre-LN and copy
     the sum to `residual` before the next LayerNorm (one `h, residual = dropout_add_layer_norm_residual(...)`; their
     decoder layers' sites span the cross-attention `if` and are refused). The whole tiny model, rewritten, loads the
     original's checkpoint strictly and computes the same outputs and gradients in eval and in training with every
@@ -175,7 +182,7 @@ def test_functional_dropout_forms_on_real_seq2seq_models(model: str) -> None:
     for finding in result.findings:
         found[finding.cls] = found.get(finding.cls, 0) + 1
     assert found == expected
-    kernel = "dropout_add_layer_norm_module(" if model == "bart" else "dropout_add_layer_norm_residual("
+    kernel = "dropout_add_layer_norm_module(" if model in ("bart", "opt") else "dropout_add_layer_norm_residual("
     assert result.code.count(f"adopter_kernels.{kernel}") == sum(expected.values())
     assert "FusedDropoutAddLayerNorm" not in result.code  # __init__ untouched: no Dropout module to take over
     cst.parse_module(result.code)
@@ -194,10 +201,12 @@ def test_functional_dropout_forms_on_real_seq2seq_models(model: str) -> None:
                     param.add_(torch.randn_like(param) * 0.1)
         fused = getattr(rewritten, model_cls)(config)
         decoder_ids = torch.randint(0, 40, (2, 5))
+        mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
         if model == "whisper":
             inputs = {"input_features": torch.randn(2, 8, 16), "decoder_input_ids": decoder_ids}
+        elif model == "opt":
+            inputs = {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": mask}
         else:
-            mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
             inputs = {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": mask, "decoder_input_ids": decoder_ids}
         report = compare_models(vanilla, fused, (), {**inputs, "use_cache": False})
     report.raise_if_failed()

@@ -37,6 +37,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
         '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 18)',
     ],
+    'ADP005_fuse_dropout_ln/neg_call_between_on_one_path.py': [
+        '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 19)',
+    ],
     'ADP005_fuse_dropout_ln/neg_dropout_used_elsewhere.py': [
         '14: layer-used-elsewhere: self.dropout, which the rewrite removes from __init__, is also used here (line 13)',
     ],
