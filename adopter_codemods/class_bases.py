@@ -222,6 +222,28 @@ class BaseResolver:
             return is_module_by_name(qualname), None
         return self._is_module(ref, frozenset()), ref
 
+    def class_and_bases(self, ref: ClassRef) -> Optional[tuple[ast.ClassDef, list[tuple[str, Optional[ClassRef]]]]]:
+        """A class of another file (None: its file cannot be read any more, or it is one of torch's module bases),
+        with its bases in order: each written as an absolute qualified name where it is imported (as in the file
+        otherwise) and the class it resolves to (None: not found, a computed base, or torch's own base named as
+        such)."""
+        found = self._class(ref)
+        if found is None or self._is_torch_base(found[0], ref):
+            return None
+        summary, info = found
+        bases: list[tuple[str, Optional[ClassRef]]] = []
+        for base in info.bases:
+            if base is None:
+                bases.append(("", None))
+                continue
+            qualname = self._qualified(summary, base) or base
+            target = None if is_module_base_name(qualname) else self._lookup(summary, base.split("."), MAX_HOPS, frozenset())
+            target_class = self._class(target) if target is not None else None
+            if target is not None and target_class is not None and self._is_torch_base(target_class[0], target):
+                qualname, target = f"{target_class[0].module_name}.{target.name}", None  # torch's sources
+            bases.append((qualname, target))
+        return info.node, bases
+
     def attributes(self, refs: Sequence[ClassRef]) -> tuple[frozenset[str], frozenset[str]]:
         """``self`` attribute names read and bound by these classes of other files and every base they reach,
         torch's ``Module`` aside (the code of those methods runs on the analysed class's instances too)."""

@@ -19,7 +19,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
+from .matcher import Certainty, LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
 from .positions import statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -44,7 +44,7 @@ class Finding:
     fixable: bool = True
     # "exact": the layer types are certain; "guarded": some is only possible or unknown (`norm_layer(planes)`), and
     # the rewrite calls a kernel that checks the modules at run time and computes the original code otherwise.
-    certainty: str = "exact"
+    certainty: Certainty = "exact"
     # 1-based column where the first matched statement starts and (exclusive) where the last one ends, for
     # text/SARIF/Fixit positions; not part of the JSON contract (docs/DESIGN.md §6).
     col: int = 1

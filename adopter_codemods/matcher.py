@@ -81,6 +81,7 @@ Binding = Union[Value, LayerRef, InitArg, RestArgs]
 # (statements of the anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the
 # region kept as written under conditions), "init" (an instantiation rule), "container" (an nn.Sequential).
 Plan = Literal["", "inline", "block", "branch", "fallback", "hoist", "init", "container"]
+Certainty = Literal["exact", "guarded"]
 
 
 @dataclass(eq=False)
@@ -102,7 +103,7 @@ class Match:
     skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
     # "exact": every matched layer's type is certain; "guarded": some is only possible or unknown, and the rule's
     # kernel checks the modules at run time (rule header `uncertain guarded`, docs/DESIGN.md §4)
-    certainty: str = "exact"
+    certainty: Certainty = "exact"
     # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
     # `if <fallback_test>: <region as written> else: <region fused>`), and the `if`s in it the fused copy drops
     region: list[cst.BaseStatement] = field(default_factory=list)

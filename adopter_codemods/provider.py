@@ -1269,7 +1269,8 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         result.append(unit)
     for structure in result:
         structure.module = module
-    return ModuleStructure(result, module, resolver.dependencies())
+        structure.resolver = resolver
+    return ModuleStructure(result, module, resolver)
 
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:

@@ -28,6 +28,7 @@ from . import cstwalk
 from .dsl import CallNode, Const
 from .guards import Refused, guard
 from .matcher import Match
+from .class_bases import BaseResolver, ClassRef, is_module_base_name
 from .qualnames import ImportTable, ast_dotted_name
 from .structure import ClassStructure, Value
 
@@ -121,6 +122,8 @@ class _ParsedModule:
                 self.defs.setdefault(stmt.name.value, []).append(stmt)
         # memo of the guards' checks per definition: a verdict (bool) or a method count (int)
         self.verdicts: dict[tuple[object, ...], int] = {}
+        # ADP001-003: why an attention class does not fit the drop-in (None: it fits), per class and rule
+        self.drop_in_misfits: dict[tuple[str, str, str], Optional[str]] = {}
         self._asts: dict[str, ast.AST] = {}
         self._rotations: Optional[set[str]] = None
         self._bindings: Optional[dict[str, int]] = None
@@ -475,67 +478,125 @@ ATTENTION_DROP_INS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 @guard
-def attention_class_fits_drop_in(match: Match) -> bool:
-    """ADP001-003: a class defined in this file (the usual case: a modeling file's own attention class) must fit the
-    drop-in: ``forward`` takes exactly the parameters the SDPA forward takes (no decorator, no ``*args``/
-    ``**kwargs``) and the class sets every attribute it reads. Otherwise the subclass would warn and run the original
-    forward: a finding that cannot run the fast path. A class imported from another module is judged by its name, as
-    the rule lists it (the runtime still checks the signature when the class is created)."""
+def attention_class_fits_drop_in(match: Match) -> Union[bool, Refused]:
+    """ADP001-003: the attention class must fit the drop-in: ``forward`` takes exactly the parameters the SDPA
+    forward takes (no decorator, no ``*args``/``**kwargs``) and the class sets every attribute it reads. Otherwise
+    the subclass would warn and run the original forward: a finding that cannot run the fast path. The class and its
+    bases are read in this file or, when imported (``from transformers.models.bert.modeling_bert import
+    BertSelfAttention``), in the file that defines it (`class_bases`); a class or base found nowhere is taken on
+    trust (the runtime still checks the signature when the class is created)."""
     module = match.cls.module
     bindings = list(match.init_matches.values())
     if module is None or len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
         return False
-    func = bindings[0].value.func
     parsed = _parsed(module)
-    if not isinstance(func, cst.Name) or func.value in parsed.table.names:
-        return True  # imported (`BertSelfAttention`, `modeling_roberta.RobertaSelfAttention`): not in this file
-    key = ("drop-in", func.value, match.rule.code)
-    if key not in parsed.verdicts:
+    func = ast.parse(module.code_for_node(bindings[0].value.func).strip(), mode="eval").body
+    local = isinstance(func, ast.Name) and func.id not in parsed.table.names
+    name = func.id if isinstance(func, ast.Name) and local else _resolve(func, parsed.table)
+    if name is None:
+        return True  # a computed class (`layers[kind]`): judged by the rule's name pattern alone
+    key = ("drop-in", name, match.rule.code)
+    if key not in parsed.drop_in_misfits:
         parameters, attributes = ATTENTION_DROP_INS[match.rule.code]
-        parsed.verdicts[key] = parsed.bound_once(func.value) and _fits_drop_in(parsed, func.value, parameters, attributes)
-    return bool(parsed.verdicts[key])
+        if local and not parsed.bound_once(name):
+            misfit: Optional[str] = f"`{name}` is bound more than once in this file: which class runs is not known"
+        else:
+            chain = _class_chain(parsed, match.cls.resolver, name, local)
+            misfit = _drop_in_misfit(chain, parameters, attributes) if chain is not None else (
+                f"`{name}` or one of its bases has several bases or class keywords: the drop-in subclass cannot "
+                "take its place"
+            )
+        parsed.drop_in_misfits[key] = misfit
+    misfit = parsed.drop_in_misfits[key]
+    return True if misfit is None else Refused(f"{misfit}; it would run the original forward", bindings[0].value)
 
 
-def _fits_drop_in(parsed: _ParsedModule, name: str, parameters: tuple[str, ...], attributes: tuple[str, ...]) -> bool:
-    """Whether the file's class `name` (with the classes of this file it derives from) fits the drop-in. A base
-    defined in another file ends the walk: what it defines is taken on trust, as for an imported class."""
-    forward: Optional[_FunctionDef] = None
-    found: set[str] = set()
-    seen: set[str] = set()
-    current: Optional[str] = name
-    trusted_base = False
-    while current is not None:
+# A class of the chain and the file it is defined in (None: the analysed file).
+_ChainClass = tuple[ast.ClassDef, Optional[str]]
+
+
+def _class_chain(
+    parsed: _ParsedModule, resolver: Optional[BaseResolver], name: str, local: bool
+) -> Optional[tuple[list[_ChainClass], bool]]:
+    """The class `name` (of this file, or imported under that qualified name) and its bases in order, up to torch's
+    ``Module``; and whether the chain is complete (False: a base could not be read, what it defines is taken on
+    trust). None for a shape the drop-in cannot take: several bases, class keywords, a cycle."""
+    chain: list[_ChainClass] = []
+    if not local:
+        ref = resolver.resolve(name) if resolver is not None else None
+        return _foreign_chain(resolver, ref, chain) if resolver is not None and ref is not None else ([], False)
+    current = name
+    while True:
         cls = parsed.definition(current, cst.ClassDef)
-        if not isinstance(cls, ast.ClassDef) or current in seen or cls.keywords or len(cls.bases) > 1:
-            return False
-        seen.add(current)
-        for stmt in cls.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found.add(stmt.name)
-                if stmt.name == "forward" and forward is None:
-                    forward = stmt
-                if stmt.name == "__init__":
-                    found |= _self_attributes(stmt)
-        base = cls.bases[0] if cls.bases else None
-        current = None
+        if not isinstance(cls, ast.ClassDef) or any(c is cls for c, _ in chain) or cls.keywords or len(cls.bases) > 1:
+            return None
+        chain.append((cls, None))
+        if not cls.bases or _is_module_base(cls.bases, parsed.table):
+            return chain, True
+        base = cls.bases[0]
         if isinstance(base, ast.Name) and base.id in parsed.defs:
             current = base.id
-        elif base is not None and not _is_module_base([base], parsed.table):
-            trusted_base = True
+            continue
+        qualname = _resolve(base, parsed.table)
+        ref = resolver.resolve(qualname) if resolver is not None and qualname is not None else None
+        return _foreign_chain(resolver, ref, chain) if resolver is not None and ref is not None else (chain, False)
+
+
+def _foreign_chain(
+    resolver: BaseResolver, ref: ClassRef, chain: list[_ChainClass]
+) -> Optional[tuple[list[_ChainClass], bool]]:
+    """`chain` continued through classes of other files, from `ref`."""
+    seen: set[ClassRef] = set()
+    current: Optional[ClassRef] = ref
+    while current is not None:
+        found = resolver.class_and_bases(current)
+        if found is None:
+            return chain, False  # its file cannot be read any more
+        cls, bases = found
+        if current in seen or cls.keywords or len(bases) > 1:
+            return None
+        seen.add(current)
+        chain.append((cls, current.path))
+        if not bases:
+            return chain, True
+        qualname, current = bases[0]
+        if current is None:
+            return chain, is_module_base_name(qualname)
+    return chain, True
+
+
+def _drop_in_misfit(
+    found: tuple[list[_ChainClass], bool], parameters: tuple[str, ...], attributes: tuple[str, ...]
+) -> Optional[str]:
+    """Why a class (with its bases: the chain) does not fit the drop-in, or None when it does. Of an incomplete
+    chain, what the missing bases define is taken on trust, as for a class found nowhere."""
+    chain, complete = found
+    forward: Optional[tuple[_FunctionDef, ast.ClassDef, Optional[str]]] = None
+    defined: set[str] = set()
+    for cls, path in chain:
+        for stmt in cls.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.add(stmt.name)
+                if stmt.name == "forward" and forward is None:
+                    forward = (stmt, cls, path)
+                if stmt.name == "__init__":
+                    defined |= _self_attributes(stmt)
     if forward is None:
-        return trusted_base
-    args = forward.args
-    if (
-        isinstance(forward, ast.AsyncFunctionDef)
-        or forward.decorator_list
-        or args.posonlyargs
-        or args.vararg
-        or args.kwonlyargs
-        or args.kwarg
-        or tuple(a.arg for a in args.args[1:]) != parameters
-    ):
-        return False
-    return trusted_base or set(attributes) <= found
+        return None if not complete else f"`{chain[0][0].name}` defines no forward"
+    function, cls, path = forward
+    # (a local definition is parsed alone: its line numbers are not the file's)
+    where = f"`{cls.name}.forward`" + (f" (line {function.lineno} of {path})" if path else "")
+    args = function.args
+    if isinstance(function, ast.AsyncFunctionDef):
+        return f"{where} is async"
+    if function.decorator_list:
+        return f"{where} is decorated (`@{ast.unparse(function.decorator_list[0])}`), which the drop-in's forward is not"
+    if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or tuple(a.arg for a in args.args[1:]) != parameters:
+        return f"{where} takes ({ast.unparse(args)}), not the drop-in's ({', '.join(parameters)})"
+    missing = sorted(set(attributes) - defined)
+    if complete and missing:
+        return f"`{chain[0][0].name}` never sets {', '.join(f'`{m}`' for m in missing)}, which the drop-in reads"
+    return None
 
 
 def _self_attributes(init: _FunctionDef) -> set[str]:

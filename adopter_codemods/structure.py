@@ -14,6 +14,8 @@ from typing import Callable, Literal, Optional, Union
 
 import libcst as cst
 
+from .class_bases import BaseResolver
+
 
 CERTAIN = "certain"
 POSSIBLE = "possible"  # one of `candidates`, or something the caller passes instead
@@ -205,6 +207,8 @@ class ClassStructure:
     container_paths: list[Path] = field(default_factory=list)
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
+    # Resolves the module's imported classes in other files (ADP001-003 judge an imported attention class).
+    resolver: Optional[BaseResolver] = field(default=None, repr=False)
 
     def _walked(self) -> None:
         if self._forward_paths is None:
@@ -236,6 +240,11 @@ class ClassStructure:
 class ModuleStructure:
     classes: list[ClassStructure]
     module: cst.Module
-    # Besides the module's text, what class discovery read in other files (`class_bases.BaseResolver.dependencies`;
-    # empty when no base was looked up there): `scan`'s cache checks it before reusing findings.
-    dependencies: dict[str, object] = field(default_factory=dict)
+    resolver: BaseResolver
+
+    @property
+    def dependencies(self) -> dict[str, object]:
+        """Besides the module's text, what class discovery and the guards read in other files
+        (`class_bases.BaseResolver.dependencies`; empty when nothing was looked up there): `scan`'s cache checks it
+        before reusing findings, so it is read after matching."""
+        return self.resolver.dependencies()

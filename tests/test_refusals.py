@@ -22,7 +22,16 @@ from conftest import FIXTURES, fixture_cases, is_negative, rule_code
 # Every negative fixture: its refusals as `line: category: reason (line of the cause)`; [] where the rule does not
 # match structurally at all (another layer type, no such call...), so nothing was refused.
 NEGATIVE_REFUSALS: dict[str, list[str]] = {
-    'ADP001_fuse_bert_self_attention/neg_local_class_does_not_fit.py': [],
+    'ADP001_fuse_bert_self_attention/neg_local_class_does_not_fit.py': [
+        "73: guard: guard attention_class_fits_drop_in: `BertSelfAttention.forward` is decorated (`@deprecate_kwarg("
+        "'past_key_value', new_name='past_key_values', version='4.58')`), which the drop-in's forward is not; it would "
+        "run the original forward (line 73)",
+        "74: guard: guard attention_class_fits_drop_in: `ElectraSelfAttention.forward` takes (self, hidden_states, "
+        "*args, **kwargs), not the drop-in's (hidden_states, attention_mask, head_mask, encoder_hidden_states, "
+        "encoder_attention_mask, past_key_value, output_attentions); it would run the original forward (line 74)",
+        "75: guard: guard attention_class_fits_drop_in: `RobertaSelfAttention` never sets `position_embedding_type`, "
+        "which the drop-in reads; it would run the original forward (line 75)",
+    ],
     'ADP001_fuse_bert_self_attention/neg_not_bound_to_self.py': [],
     'ADP001_fuse_bert_self_attention/neg_similar_names.py': [],
     'ADP001_fuse_bert_self_attention/neg_star_args.py': [],
