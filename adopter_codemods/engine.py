@@ -219,7 +219,7 @@ def refusals_for(
 
 
 def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = None) -> list[Skip]:
-    """The units of `structure` the walk gave up on (too many control-flow paths, nesting too deep). Read it after
+    """The units of `structure` the walk gave up on (nesting too deep for its recursion). Read it after
     matching: classes are walked lazily, only where some rule needed their paths."""
     units = [(cls, node, reason) for cls in structure.classes for node, reason in cls.skipped]
     if not units:

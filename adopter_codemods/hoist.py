@@ -11,7 +11,8 @@ For rules whose target is a tuple of the source nodes' outputs and whose source 
 A first node that is the whole value of ``name = node`` gives that name to its output, and the new statement
 replaces it (``mixed, key_out, value_out = ...``). Every other part of the matched statements stays as written.
 
-The nodes now run earlier, at the new statement, so this is sound when (all checked on every path of the class):
+The nodes now run earlier, at the new statement, so this is sound when (on every path through them, asked on the
+function's graph):
 
 * the nodes are small statements of one block (same function, helper inlining and loop iteration), every path
   running one of them runs all of them once, and none sits where it may not run or may run again (lambdas,
@@ -36,8 +37,10 @@ import libcst as cst
 
 from . import cstwalk
 from .dsl import Wildcard
-from .matcher import Match, _EffectScan, _names_at_anchor, _read_vids, _target_inputs, matches_on_path
-from .structure import Def, DLNode, Path, Value
+from .flow import checks as flow_checks
+from .flow.graph import FlowGraph, read_vids
+from .matcher import Match, _EffectScan, _names_at_anchor, _target_inputs
+from .structure import DLNode, Value
 
 # Expressions whose parts may run zero or several times: a matched node inside one cannot move out of it.
 _CONDITIONAL_PARTS = (
@@ -147,20 +150,17 @@ def plan_hoist(match: Match) -> bool:
         if before.found:
             return False
     replaces = _whole_assignment(first)
-    keys = {(id(n.expr), n.layer) for n in match.nodes}
     layers = {n.layer[len("self."):] for n in match.nodes if n.layer is not None}
-    checked = False
-    for path in match.cls.forward_paths:
-        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if not occ:
-            continue
-        if len(occ) != len(keys) or {(id(n.expr), n.layer) for n in occ} != keys:
-            return False  # some path runs only part of the nodes, or one of them twice
-        if not _path_safe(match, path, occ, line, replaces, layers):
-            return False
-        checked = True
+    graph = match.graph
+    assert graph is not None
+    instances = flow_checks.hoist_instances(match, graph)
+    if instances is None:
+        return False  # some path runs only part of the nodes or one of them twice, or they read other values
+    entry_names = match.cls.entry_names
+    if not all(_instance_safe(graph, instance, line, replaces, layers, entry_names) for instance in instances):
+        return False
     function = _enclosing_function(match, line)
-    if not checked or function is None:
+    if function is None:
         return False
     names = _fresh_names(function, outputs, replaces)
     match.plan = "hoist"
@@ -204,46 +204,62 @@ def _whole_assignment(node: DLNode) -> Optional[cst.Assign]:
     return None
 
 
-def _path_safe(
-    match: Match, path: Path, occ: list[DLNode], line: cst.SimpleStatementLine, replaces: Optional[cst.Assign], layers: set[str]
+def _instance_safe(
+    graph: FlowGraph,
+    instance: dict[flow_checks.Key, DLNode],
+    line: cst.SimpleStatementLine,
+    replaces: Optional[cst.Assign],
+    layers: set[str],
+    entry_names: dict[int, str],
 ) -> bool:
-    by_key = {(id(n.expr), n.layer): n for n in occ}
-    if not matches_on_path(match, by_key):
-        return False
-    start = next(
-        i
-        for i, e in enumerate(path.events)
-        if (e.site.small is replaces if replaces is not None else e.site.line is line)
-        and e.site.inline_stack == occ[0].site.inline_stack
+    """The checks on the paths through one copy of the match (`flow_checks.hoist_instances`), from the new
+    statement's place to the last node: the nodes read what their inputs hold there, and nothing in between may
+    change it, touch a layer, or leave the block."""
+    reach = graph.reach
+    occ = sorted(instance.values(), key=lambda n: n.index)
+    chain = [n.index for n in occ]
+    first = occ[0]
+    # The new statement's place: the replaced statement's first event, else that of the first node's line.
+    small_ids = {id(replaces)} if replaces is not None else {id(s) for s in line.body}
+    start = min(
+        pos
+        for small in small_ids
+        for pos in graph.by_statement.get(small, ())
+        if graph.events[pos].site.inline_stack == first.site.inline_stack  # type: ignore[union-attr]
+        and reach.before(pos, first.index)
     )
-    stop = max(n.index for n in occ)
-    # The value each name holds at the new statement (parameters and globals: their entry value).
-    holding = {name: vid for vid, name in match.cls.entry_names.items()}
-    for event in path.events[:start]:
-        if isinstance(event, Def):
-            holding[event.name] = event.vid
-    # This path's copy of what each matched node reads (value ids differ between paths once they fork).
+    stop = chain[-1]
+    # The value each name holds at the new statement: as at the first node, the line's earlier statements undone
+    # (with `replaces`, the statements before it on the line run before the new statement too); a name no path to
+    # it assigns holds its value on entry (a parameter, a global).
+    undone = set() if replaces is not None else small_ids
+    holding = flow_checks.state_at(graph, first, undone)
     read: set[int] = set()
-    for n in match.nodes:
-        twin = by_key[(id(n.expr), n.layer)]
-        for value in (*twin.args, *(v for _, v in twin.kwargs)):
+    for node in occ:
+        for value in (*node.args, *(v for _, v in node.kwargs)):
             for name, vid in value.uses:
-                if holding.get(name) != vid:
+                if holding.get(name, vid if entry_names.get(vid) == name else None) != vid:
                     return False
                 read.add(vid)
     matched = {id(n.expr) for n in occ}
+    carried = reach.carried(read, chain)
     scanned: set[int] = set()
-    for event in path.events[start : stop + 1]:
+    for pos in range(start, stop + 1):
+        event = graph.events[pos]
+        if event is None or not (reach.before(start, pos) and reach.before(pos, stop) and reach.on_chain(pos, chain)):
+            continue
         if isinstance(event, DLNode) and id(event.expr) in matched:
             continue
-        if isinstance(event, DLNode):
-            impure = event.kind != "op" or not all(v.pure for v in (*event.args, *(v for _, v in event.kwargs)))
-        else:  # a statement's opaque part: judged by the calls it makes
-            scan = _MutationScan(matched)
-            event.site.small.visit(scan)
-            impure = scan.unsafe
-        if impure and read & _read_vids(event):
-            return False
+        reads = read_vids(event)
+        if any(vid in reads and reach.reads_at(pos, chain, joins) for vid, joins in carried.items()):
+            if isinstance(event, DLNode):
+                impure = event.kind != "op" or not all(v.pure for v in (*event.args, *(v for _, v in event.kwargs)))
+            else:  # a statement's opaque part: judged by the calls it makes
+                scan = _MutationScan(matched)
+                event.site.small.visit(scan)
+                impure = scan.unsafe
+            if impure:
+                return False
         if id(event.site.small) not in scanned:
             scanned.add(id(event.site.small))
             if _references_layers(event.site.small, layers, matched) or _may_leave(event.site.small):

@@ -1,10 +1,11 @@
 """Pattern matching (paper §3.4) plus the safety checks that make a rewrite trustworthy (docs/DESIGN.md §4.4).
 
-1. Sub-sequence matching of the ``forward`` source pattern on every path of a class, with consistent ``$var``
-   bindings (a variable binds a value *id*, so data flow is exact) and ``*`` wildcards.
+1. Sub-sequence matching of the ``forward`` source pattern along the control-flow graph of each function of a
+   class (adopter_codemods/flow), with consistent ``$var`` bindings (a variable binds a value *id*, so data flow is
+   exact) and ``*`` wildcards.
 2. The ``init`` source pattern against the ``__init__`` bindings of the layers the forward match called.
 3. A rewrite plan (where the fused call goes, which statements disappear or are copied into branches) and the
-   checks on *every* path through the matched statements: no intermediate value used outside the match, every
+   checks on *every* path through the matched statements (reachability and def-use queries on the graph): no intermediate value used outside the match, every
    input of the fused call still holds the same value where the call is placed, no removed layer used elsewhere.
 
 Matches that fail a check are not rewritten: precision first. Each check returns a :class:`Reason` (a category,
@@ -18,7 +19,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Literal, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -26,18 +27,18 @@ from . import cstwalk
 from . import guards as guard_registry
 from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .flow import checks as flow_checks
+from .flow.graph import FlowGraph
 from .provider import _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
-from .structure import (
-    CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, Event, LayerBinding, LayerType, Path, Site, Use, Value
-)
+from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
 
 if TYPE_CHECKING:
     from .hoist import Hoist
 
 # Sets and dicts here key CST nodes by id(): LibCST nodes hash by identity too, but through a Python-level __hash__
-# several times slower than id(), on the paths of every class (the scan's hot loop).
+# several times slower than id(), on the graphs of every class (the scan's hot loop).
 _COMMUTATIVE = ("+", "*")
 _SAFE_TEST_CALLS = ("isinstance", "hasattr", "getattr", "len", "callable")
 
@@ -88,7 +89,7 @@ Certainty = Literal["exact", "guarded"]
 class Match:
     rule: Rule
     cls: ClassStructure
-    path: Path
+    graph: Optional[FlowGraph]  # the graph of the matched function (None for an init-only match)
     nodes: list[DLNode]  # matched forward nodes, pattern order (wildcards excluded)
     env: dict[str, Binding]
     init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
@@ -132,6 +133,8 @@ class RefusalCategory(str, Enum):
     PARTIAL_PATH = "partial-path"  # some path runs only part of the matched calls
     INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"  # a value the fusion hides is read outside it
     OUTPUT_READ_EARLY = "output-read-early"  # an output the fused call produces later is read before
+    # on some path a matched call reads another value than the matched one (a variable assigned in a branch)
+    OTHER_VALUE_READ = "other-value-read"
     INPUT_REDEFINED = "input-redefined"  # an input holds another value where the fused call goes
     INPUT_MAY_BE_MUTATED = "input-may-be-mutated"  # a call between may modify in place what a moved statement reads
     LAYER_USED_ELSEWHERE = "layer-used-elsewhere"  # a layer the rewrite removes from __init__ is used elsewhere
@@ -190,10 +193,10 @@ def _refusal(match: Match, reason: Reason) -> Refusal:
     )
 
 
-def _name_of(vids: set[int], path: Path, cls: ClassStructure) -> Optional[str]:
-    """The variable one of `vids` was first assigned to on `path` (not a later alias such as ``self.map = probs``),
-    or the parameter holding it on entry; an inlined helper's scope prefix dropped."""
-    names = [e.name for e in path.events if isinstance(e, Def) and e.vid in vids and not e.name.startswith("%")]
+def _name_of(vids: set[int], graph: FlowGraph, cls: ClassStructure) -> Optional[str]:
+    """The variable one of `vids` was first assigned to in the function (not a later alias such as ``self.map =
+    probs``), or the parameter holding it on entry; an inlined helper's scope prefix dropped."""
+    names = [e.name for e in graph.events if isinstance(e, Def) and e.vid in vids and not e.name.startswith("%")]
     names = names or [cls.entry_names[v] for v in vids if v in cls.entry_names]
     return names[0].rsplit("::", 1)[-1] if names else None
 
@@ -375,54 +378,9 @@ def _init_pattern_for(rule: Rule, var: str) -> Optional[CallNode]:
     return None
 
 
-def _subsequences(
-    patterns: tuple[Node, ...], path: Path, rule: Rule
-) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
-    """Matches of the pattern sequence on one path: one node per pattern, None for an absent optional node."""
-    if not _may_occur(patterns, path, rule):
-        return
-    nodes = path.nodes
-    readers: dict[int, list[int]] = {}  # value id -> indices of the nodes reading it (as a variable argument)
-    for i, node in enumerate(nodes):
-        for value in (*node.args, *(v for _, v in node.kwargs)):
-            if value.kind == "var":
-                readers.setdefault(value.vid, []).append(i)
-
-    def candidates(pattern: Node, env: dict[str, Binding], start: int) -> Iterable[int]:
-        # A pattern operand already bound to a variable's value only matches a node reading that value id.
-        if isinstance(pattern, (CallNode, OpNode)):
-            atoms = pattern.operands if isinstance(pattern, OpNode) else (
-                *pattern.args.positional, *(a for _, a in pattern.args.keywords)
-            )
-            for atom in atoms:
-                bound = env.get(atom.name) if isinstance(atom, Var) else None
-                if isinstance(bound, Value) and bound.kind == "var":
-                    return [i for i in readers.get(bound.vid, ()) if i >= start]
-        return range(start, len(nodes))
-
-    def search(
-        pi: int, start: int, env: dict[str, Binding], chosen: list[Optional[DLNode]]
-    ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, Binding]]]:
-        if pi == len(patterns):
-            yield chosen, env
-            return
-        pattern = patterns[pi]
-        for ni in candidates(pattern, env, start):
-            result = _match_node(pattern, nodes[ni], env, rule)
-            if result is not None:
-                yield from search(pi + 1, ni + 1, result, chosen + [nodes[ni]])
-        if isinstance(pattern, (CallNode, OpNode)) and pattern.optional:
-            skipped = _pass_through(pattern, env)
-            if skipped is not None:
-                yield from search(pi + 1, start, skipped, chosen + [None])
-
-    yield from search(0, 0, {}, [])
-
-
-def _may_occur(patterns: tuple[Node, ...], path: Path, rule: Rule) -> bool:
-    """Whether every required pattern node has a node on the path that it could match by operator or type (the
-    first test of `_match_node`): most paths lack one, and the search would try every node against the first."""
-    summary = path.summary
+def _may_occur(patterns: tuple[Node, ...], summary: NodeSummary, rule: Rule) -> bool:
+    """Whether every required pattern node has a node in the graph that it could match by operator or type (the
+    first test of `_match_node`): most graphs lack one, and the search would try every node against the first."""
     for pattern in patterns:
         if isinstance(pattern, Wildcard) or pattern.optional:
             continue
@@ -452,7 +410,7 @@ def _may_be(layer_type: LayerType, types: tuple[str, ...], rule: Rule) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _any_matches(types: tuple[str, ...], names: frozenset[str]) -> bool:
-    # Paths of one class share their names, and a rule asks the same types of each: mostly cache hits.
+    # Graphs of one file share their names, and a rule asks the same types of each: mostly cache hits.
     return any(qualname_matches(t, q) for t in types for q in names)
 
 
@@ -814,7 +772,7 @@ def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
     outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     anchor_name = _assigned_name(anchor.site.small)
     block = list(anchor.site.block)
-    if len(outputs) < 2 or anchor_name is None or anchor.site.line not in block:
+    if len(outputs) < 2 or anchor_name is None or match.graph is None or anchor.site.line not in block:
         return {}
     copies: dict[int, cst.Assign] = {}
     for var in outputs:
@@ -838,7 +796,7 @@ def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
         at, copy = found[0]
         assert isinstance(copy, cst.Assign)
         alias = _assigned_name(copy)
-        copies_output = any(isinstance(e, Def) and e.site.small is copy and e.vid == bound.vid for e in match.path.events)
+        copies_output = any(d.site.small is copy for d in match.graph.definitions.get(bound.vid, ()))
         if copies_output and not any(alias in _written_names(line) for line in block[at + 1 : stop]):
             copies[bound.vid] = copy
     return copies
@@ -912,10 +870,8 @@ def _names_at_anchor(match: Match) -> dict[int, str]:
     assert match.anchor is not None
     deleted = {id(s) for s in match.deleted}
     scope = match.anchor.site.scope
-    state: dict[str, int] = {}
-    for event in match.path.events[: match.anchor.index]:
-        if isinstance(event, Def) and id(event.site.small) not in deleted:
-            state[event.name] = event.vid
+    assert match.graph is not None
+    state = flow_checks.state_at(match.graph, match.anchor, deleted)
     pairs = list(state.items())
     # Parameters and globals hold their entry value unless assigned before the anchor.
     pairs += [(name, vid) for vid, name in match.cls.entry_names.items() if name not in state]
@@ -992,247 +948,10 @@ def _simple_test(test: cst.BaseExpression) -> bool:
 
 
 def _check_paths(match: Match) -> Optional[Reason]:
-    """The safety checks on every path of the class that runs any matched statement; the first failure's reason."""
-    keys = {(id(n.expr), n.layer) for n in match.nodes}
-    anchor_key = (id(match.anchor.expr), match.anchor.layer)  # type: ignore[union-attr]
-    deleted = {id(s) for s in match.deleted}
-    prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
-    for path in match.cls.forward_paths:
-        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if not occ:
-            continue
-        present = {(id(n.expr), n.layer) for n in occ}
-        if anchor_key not in present:
-            if match.plan == "branch" and all(id(n.site.small) in prefix for n in occ):
-                continue  # this path takes the other branch, where the prefix is copied unchanged
-            # The deleted statements run on this path without the fused call: their results must be unused.
-            outs = {n.out for n in occ}
-            use = _used_outside(path, outs, keys, 0, len(path.events))
-            if use is not None:
-                return _used_reason(
-                    RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, path, match.cls, outs,
-                    "on a path that skips the last matched call, {name} is used here",
-                )
-            continue
-        if present != keys:
-            return _partial_path(match, present)
-        reason = _check_complete_path(match, path, occ, keys, deleted)
-        if reason is not None:
-            return reason
-    return None
-
-
-def _partial_path(match: Match, present: set[tuple[int, Optional[str]]]) -> Reason:
-    missing = next(n for n in match.nodes if (id(n.expr), n.layer) not in present)
-    return Reason(
-        RefusalCategory.PARTIAL_PATH, "some path runs the other matched calls but not the one here", missing.site.line
-    )
-
-
-def _used_reason(
-    category: RefusalCategory, use: Event, path: Path, cls: ClassStructure, vids: set[int], text: str
-) -> Reason:
-    """`text` with ``{name}``: the variable holding the value `use` reads, quoted, or a description of it."""
-
-    def sentence() -> str:
-        name = _name_of(vids & _read_vids(use, all_names=True), path, cls)
-        return text.format(name=f"`{name}`" if name else "a matched call's result")
-
-    return Reason(category, sentence, use.site.line)
-
-
-def _used_outside(
-    path: Path, vids: set[int], keys: set, start: int, stop: int, ignore: frozenset[int] = frozenset()
-) -> Optional[Event]:
-    """The first event outside the matched nodes that reads one of `vids` (events of the statements in `ignore`
-    aside), if any."""
-    for event in path.events[start:stop]:
-        if id(event.site.small) in ignore:
-            continue
-        if isinstance(event, DLNode):
-            if (id(event.expr), event.layer) in keys:
-                continue
-            if any(v.vid in vids or any(u[1] in vids for u in v.uses) for v in event.args):
-                return event
-            if any(v.vid in vids or any(u[1] in vids for u in v.uses) for _, v in event.kwargs):
-                return event
-        elif isinstance(event, Use) and vids.intersection(event.vids):
-            return event
-    return None
-
-
-def _check_complete_path(
-    match: Match, path: Path, occ: list[DLNode], keys: set, deleted: set[int], ignore: frozenset[int] = frozenset()
-) -> Optional[Reason]:
-    by_key = {(id(n.expr), n.layer): n for n in occ}
-    anchor = by_key[(id(match.anchor.expr), match.anchor.layer)]  # type: ignore[union-attr]
-    first = min(n.index for n in occ)
-    # Re-bind the pattern's values to this path's value ids via the representative match.
-    rep_to_path = {n.out: by_key[(id(n.expr), n.layer)].out for n in match.nodes}
-    inter_rep, outs_rep = _output_vids(match)
-    inter = {rep_to_path.get(v, v) for v in inter_rep}
-    outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
-    # (i) intermediates are used by matched nodes only (and by what disappears with them)
-    use = _used_outside(path, inter, keys | _absorbed(path, occ, deleted), 0, len(path.events), ignore)
-    if use is not None:
-        return _used_reason(
-            RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, path, match.cls, inter,
-            "{name}, an intermediate result the fused call hides, is used here",
-        )
-    # (ii) other target outputs are produced at the anchor now: nothing may read them earlier (their deleted copies
-    # aside, whose names the call assigns instead)
-    copies = frozenset(id(copy) for copy in match.output_copies.values())
-    use = _used_outside(path, outs, keys, first, anchor.index, ignore | copies) if outs else None
-    if use is not None:
-        return _used_reason(
-            RefusalCategory.OUTPUT_READ_EARLY, use, path, match.cls, outs,
-            "{name} is read here, before the place where the fused call would produce it",
-        )
-    # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
-    state: dict[str, int] = {}
-    assigned_at: dict[str, Def] = {}  # where each name got the value it holds at the anchor
-    for event in path.events[: anchor.index]:
-        if isinstance(event, Def) and id(event.site.small) not in deleted:
-            state[event.name] = event.vid
-            assigned_at[event.name] = event
-        elif isinstance(event, DLNode):
-            state[f"%{event.out}"] = event.out
-    anchor_stmt = id(anchor.site.small)
-    # Value ids differ between paths once they fork: read each input as this path's copy of its matched node saw it.
-    twins: dict[int, Value] = {}
-    for n in match.nodes:
-        twin = by_key[(id(n.expr), n.layer)]
-        for rep_value, value in zip([*n.args, *(v for _, v in n.kwargs)], [*twin.args, *(v for _, v in twin.kwargs)]):
-            twins[id(rep_value)] = value
-    producers = {n.out: n for n in path.nodes}
-    todo: list[tuple[str, int]] = []
-    for value in _target_inputs(match):
-        if value.kind == "expr" and not value.pure:
-            moved_from = _value_site_moves(match, value, anchor_stmt)
-            if moved_from is not None:
-                return Reason(
-                    RefusalCategory.NOT_PLACEABLE,
-                    "an argument here makes a call, and the fused call would evaluate it at another statement",
-                    moved_from,
-                )
-        twin_value = twins.get(id(value))
-        todo.extend(twin_value.uses if twin_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
-    while todo:
-        name, path_vid = todo.pop()
-        if name.startswith("%"):
-            # A nested DSL node's result: its expression is evaluated at the anchor now, so check its inputs.
-            producer = producers.get(path_vid)
-            if producer is not None:
-                for arg in [*producer.args, *(v for _, v in producer.kwargs)]:
-                    todo.extend(arg.uses)
-            continue
-        if state.get(name, path_vid) != path_vid:
-            redefined = assigned_at.get(name)
-            return Reason(
-                RefusalCategory.INPUT_REDEFINED,
-                f"`{name.rsplit('::', 1)[-1]}` is assigned again here, so at the fused call's place it would hold "
-                "another value",
-                redefined.site.line if redefined is not None else None,
-            )
-    if not matches_on_path(match, by_key):
-        return Reason(
-            RefusalCategory.INPUT_REDEFINED,
-            "on another path through these statements the matched calls read different values",
-            match.nodes[0].site.small,
-        )
-    return _moved_reads_touched(path, match.cls, anchor, keys, deleted)
-
-
-def matches_on_path(match: Match, by_key: dict[tuple[int, Optional[str]], DLNode]) -> bool:
-    """Whether this path's copies of the matched nodes match the pattern with consistent bindings too. A match is
-    found on one path; on another, the same statements may read different values (``qk = h; v_in = h`` then
-    ``if rotary: qk = rot(qk)``: q/k/v of one input on one path, not on the other)."""
-    rule = match.rule
-    assert rule.forward is not None
-    nodes = iter(match.nodes)
-    env: dict[str, Binding] = {}
-    for i, pattern in enumerate(rule.forward.source):
-        if isinstance(pattern, Wildcard):
-            continue
-        if i in match.skipped:
-            assert isinstance(pattern, (CallNode, OpNode))
-            bound = _pass_through(pattern, env)
-        else:
-            node = next(nodes)
-            bound = _match_node(pattern, by_key[(id(node.expr), node.layer)], env, rule)
-        if bound is None:
-            return False
-        env = bound
-    return True
-
-
-def _absorbed(path: Path, occ: list[DLNode], deleted: set[int]) -> set[tuple[int, Optional[str]]]:
-    """Keys of the unmatched nodes nested in a matched node of a deleted statement (``torch.finfo(s.dtype)`` in
-    ``s.masked_fill(m, torch.finfo(s.dtype).min)``): they vanish with it, so their reads are no uses. What the target
-    still reads of them is checked as a target input (iii)."""
-    inside = {id(n.expr) for n in occ if id(n.site.small) in deleted}
-    out: set[tuple[int, Optional[str]]] = set()
-    for node in reversed(path.nodes):  # a nested node comes before the node holding it
-        if node.parent is not None and id(node.parent) in inside and id(node.site.small) in deleted:
-            inside.add(id(node.expr))
-            out.add((id(node.expr), node.layer))
-    return out
-
-
-def _moved_reads_touched(
-    path: Path, cls: ClassStructure, anchor: DLNode, keys: set, deleted: set[int]
-) -> Optional[Reason]:
-    """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between,
-    which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``, ``nn.init.zeros_(x)``)."""
-    moved: set[int] = set()
-    start: Optional[int] = None
-    for i, event in enumerate(path.events[: anchor.index]):
-        if id(event.site.small) in deleted:
-            start = i if start is None else start
-            moved |= _read_vids(event)
-    if start is None:
-        return None
-    skip = deleted | {id(anchor.site.small)}
-    for event in path.events[start + 1 : anchor.index]:
-        if id(event.site.small) in deleted or (isinstance(event, DLNode) and (id(event.expr), event.layer) in keys):
-            continue
-        if isinstance(event, DLNode):
-            impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
-        else:
-            scan = _EffectScan(skip)
-            event.site.small.visit(scan)
-            impure = scan.unsafe
-        if impure and moved & _read_vids(event):
-            touched = moved & _read_vids(event)
-
-            def sentence(touched: set[int] = touched) -> str:
-                name = _name_of(touched, path, cls)
-                return (
-                    f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement "
-                    "moved to the fused call's place reads"
-                )
-
-            return Reason(RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
-    before = _CallBefore(anchor.expr)
-    anchor.site.small.visit(before)
-    if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge
-        return Reason(
-            RefusalCategory.INPUT_MAY_BE_MUTATED,
-            "this statement makes a call before the last matched call, which may modify in place what the moved "
-            "statements read",
-            anchor.site.line,
-        )
-    return None
-
-
-def _read_vids(event: Union[DLNode, Use, Def], all_names: bool = False) -> set[int]:
-    """Value ids an event reads (of a node: through variables; with `all_names` also nested nodes' results)."""
-    if isinstance(event, DLNode):
-        values = [*event.args, *(v for _, v in event.kwargs)]
-        return {vid for v in values for name, vid in v.uses if all_names or not name.startswith("%")} | (
-            {v.vid for v in values} if all_names else set()
-        )
-    return set(event.vids) if isinstance(event, Use) else set()
+    """The safety checks on every path of the function that runs any matched statement (adopter_codemods/flow);
+    the first failure's reason."""
+    assert match.graph is not None
+    return flow_checks.check_paths(match, match.graph)
 
 
 def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> Optional[cst.CSTNode]:
@@ -1258,7 +977,7 @@ def _find_init_only(rule: Rule, cls: ClassStructure, refused: Optional[Refused] 
             if env is None:
                 continue
             env[pattern.outputs[0].name] = LayerRef(attr, (binding,))
-            match = Match(rule, cls, Path([], []), [], env, {pattern.outputs[0].name: binding}, plan="init")
+            match = Match(rule, cls, None, [], env, {pattern.outputs[0].name: binding}, plan="init")
             reason = _rest_args_fit(match) or _guards_refusal(match)
             if reason is None:
                 found.append(match)
@@ -1376,10 +1095,10 @@ def _variant_matches(
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
-    for path in [*cls.forward_paths, *cls.container_paths]:
-        for nodes, env in _subsequences(rule.forward.source, path, rule):
+    for graph in [*cls.graphs, *cls.container_graphs]:
+        for nodes, env in flow_checks.subsequences(rule.forward.source, graph, rule):
             real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
-            match = Match(rule, cls, path, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
+            match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
             if key & taken:
                 continue
@@ -1427,8 +1146,8 @@ def _forward_refusal(match: Match, aligned: list[Optional[DLNode]]) -> Optional[
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
-    function among its callees) and every operator among its operators: a cheap test that spares walking the paths of most classes. A guard may add its
-    own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
+    function among its callees) and every operator among its operators: a cheap test that spares walking most
+    classes. A guard may add its own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
     assert rule.forward is not None
     for name in rule.guards:
         may_match = getattr(guard_registry.get(name), "may_match", None)
@@ -1461,9 +1180,10 @@ def _drop_unremovable_layers(matches: list[Match], refused: Optional[Refused] = 
     rewritten); dropping a match can invalidate another, so iterate to a fixpoint. Dropped matches go to `refused`.
     """
     while True:
+        covered = _covered_calls(matches)
         kept = []
         for m in matches:
-            reason = _layer_uses_covered(m, matches)
+            reason = _layer_uses_covered(m, covered)
             if reason is None:
                 kept.append(m)
             elif refused is not None:
@@ -1503,17 +1223,23 @@ def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
     return site.small if site is not None else node.site.small
 
 
-def _layer_uses_covered(match: Match, matches: list[Match]) -> Optional[Reason]:
+def _covered_calls(matches: list[Match]) -> dict[Optional[str], set[int]]:
+    """Layer ("self.<attr>") -> the calls of it rewritten by the matches that remove it. A call in a statement a
+    branch plan copies into the other arm stays there: it is no covered use. Nor is a call matched by a rewrite that
+    keeps the layer (ADP005's pre-LN form passes the Dropout on)."""
+    out: dict[Optional[str], set[int]] = {}
+    for m in matches:
+        removed = {"self." + attr for attr, _ in layers_to_delete(m)}
+        copied = _copied(m)
+        for n in m.nodes:
+            if n.layer in removed and n.call is not None and id(_statement_of(n, m)) not in copied:
+                out.setdefault(n.layer, set()).add(id(n.call.func))
+    return out
+
+
+def _layer_uses_covered(match: Match, covered: dict[Optional[str], set[int]]) -> Optional[Reason]:
     for attr, binding in layers_to_delete(match):
-        # A call in a statement a branch plan copies into the other arm stays there: it is no covered use. Nor is a
-        # call matched by a rewrite that keeps the layer (ADP005's pre-LN form passes the Dropout on).
-        allowed = {
-            id(n.call.func)
-            for m in matches
-            if m is match or any(a == attr for a, _ in layers_to_delete(m))
-            for n in m.nodes
-            if n.layer == "self." + attr and n.call is not None and id(_statement_of(n, m)) not in _copied(m)
-        }
+        allowed = set(covered.get("self." + attr, ()))
         assert binding.statement is not None
         for small in binding.statement.body:
             if isinstance(small, cst.Assign):
@@ -1631,26 +1357,8 @@ def _check_fused_paths(
     """The usual checks on the paths where every fallback test is false (no event in the statements only those
     tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
     `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
-    fused = 0
-    for path in match.cls.forward_paths:
-        if any(id(e.site.small) in original_only or id(e.site.line) in original_only for e in path.events):
-            continue
-        candidate = match
-        keys = {(id(n.expr), n.layer) for n in match.nodes}
-        occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if twin is not None and {(id(n.expr), n.layer) for n in occ} != keys:
-            candidate = twin
-            keys = {(id(n.expr), n.layer) for n in twin.nodes}
-            occ = [n for n in path.nodes if (id(n.expr), n.layer) in keys]
-        if not occ:
-            continue
-        if {(id(n.expr), n.layer) for n in occ} != keys:
-            return False
-        deleted = {id(s) for s in candidate.deleted}
-        if _check_complete_path(candidate, path, occ, keys, deleted, guarded) is not None:
-            return False
-        fused += 1
-    return fused > 0
+    assert match.graph is not None
+    return flow_checks.check_fused_paths(match, match.graph, original_only, guarded, twin)
 
 
 def _suite(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
@@ -1757,12 +1465,14 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
         twin_env[pattern.outputs[0].name] = twin_env[first.name]
     if not absorbed_ifs:
         return False
-    twin = Match(rule, match.cls, match.path, [n for n in match.nodes if id(n) not in absorbed_nodes], twin_env)
+    assert match.graph is not None
+    kept = [n for n in match.nodes if id(n) not in absorbed_nodes]
+    twin = Match(rule, match.cls, match.graph, flow_checks.rebound(match.graph, kept, twin_env), twin_env)
     twin.skipped = frozenset(twin_skipped)
     if _plan(twin) != "block" or _outputs_assigned(twin) is not None:
         return False
     twin.plan = "block"
-    match.anchor, match.deleted = twin.anchor, twin.deleted
+    match.anchor, match.deleted, match.output_copies = twin.anchor, twin.deleted, twin.output_copies
     match.names = _names_at_anchor(match)
     return _plan_fallback(match, twin, tuple(absorbed_ifs))
 

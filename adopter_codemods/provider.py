@@ -1,4 +1,4 @@
-"""ModelStructureProvider: per ``nn.Module`` class, the ``__init__`` bindings and the ``forward`` paths (paper §3.2).
+"""ModelStructureProvider: per ``nn.Module`` class, the ``__init__`` bindings and the ``forward`` graph (paper §3.2).
 
 Computed once per file (a LibCST metadata provider keyed on the Module node) and shared by every rule, codemod,
 lint rule and ``scan``. The walk is a plain recursive descent over the CST, not scope analysis:
@@ -8,10 +8,11 @@ lint rule and ``scan``. The walk is a plain recursive descent over the CST, not 
   ``class_bases`` resolves statically from the file's path (a base it cannot find counts only when named
   ``*PreTrainedModel`` or ``modeling_layers.GradientCheckpointingLayer``);
 * ``__init__``: every ``self.<attr> = <value>`` (also under ``if``), ``nn.Sequential(...)`` elements included;
-* ``forward``: every control-flow path (if/elif/else, early return/raise, loops expanded once for matching and
-  twice for the safety checks, try/with bodies, match cases), with calls to ``self`` helper methods inlined
-  (recursion-safe) and nested calls and tensor ops unchained into temporaries. Compound statements holding no
-  layer, function or helper call are folded into one opaque event, which keeps the number of paths small;
+* ``forward``: its control-flow graph (adopter_codemods/flow/graph.py: if/elif/else, early return/raise, loops
+  unrolled to no, one and two copies of the body, try/with bodies, match cases; values numbered SSA style, phis at
+  joins), with calls to ``self`` helper methods inlined (recursion-safe) and nested calls and tensor ops unchained
+  into temporaries. Each statement is walked once per loop-body copy and inlining, whatever the number of paths.
+  Compound statements holding no layer, function or helper call are folded into one opaque event;
 * the class's other methods not inlined into ``forward`` (``_attn`` called with ``*args``, ``generate``, ...) are
   walked the same way, each on its own, and so are the module's top-level functions (one unnamed unit, no
   layers): a rewrite inside them is as local as one inside ``forward``. Functions compiled by a decorator
@@ -30,28 +31,13 @@ from libcst.metadata import BaseMetadataProvider
 
 from . import cstwalk
 from .class_bases import BaseResolver, ClassRef
+from .flow.graph import FlowGraph, FlowSink, FlowState, merge_states
 from .gc_pause import collector_paused
-from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .init_bindings import InitReader
-from .structure import (
-    OPAQUE,
-    ClassStructure,
-    Def,
-    DLNode,
-    Event,
-    LayerBinding,
-    ModuleStructure,
-    NodeKind,
-    Path,
-    Site,
-    Use,
-    Value,
-)
+from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
+from .structure import OPAQUE, ClassStructure, Def, DLNode, LayerBinding, ModuleStructure, NodeKind, Site, Use, Value
 
 _SEQUENTIAL = "torch.nn.Sequential"
-MAX_PATHS = 256  # per forward; beyond this the class is skipped (matching without every path would be unsafe)
-# Per other method / top-level function, beyond which it alone is skipped (helpers worth rewriting are small).
-MAX_OTHER_PATHS = 64
 _BINARY_OPS: dict[type, str] = {
     cst.Add: "+",
     cst.Subtract: "-",
@@ -62,7 +48,7 @@ _BINARY_OPS: dict[type, str] = {
 # Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
 # follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
 # these: every other method call stays an opaque expression, and a compound statement holding only method calls is
-# still folded (they do not count in `_has_dsl_call`), so the number of paths does not change.
+# still folded (they do not count in `_has_dsl_call`), so the walk forks no more often.
 TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
 _TRANSPARENT_DECORATORS = (
@@ -74,10 +60,6 @@ _TRANSPARENT_DECORATORS = (
     "torch.jit.ignore",  # TorchScript leaves these bodies to Python
     "torch.jit.unused",
 )
-
-
-class TooManyPaths(Exception):
-    pass
 
 
 # The hottest predicates of the walk test exact types: LibCST nodes are ABCs, so isinstance() goes through
@@ -182,9 +164,9 @@ PathStatus = Literal["open", "return", "raise", "break", "continue"]
 
 @dataclass
 class _Partial:
-    """A partial path during enumeration."""
+    """A partial path of the walk (merged with the others of its status after each statement)."""
 
-    events: list[Event]
+    events: FlowSink
     state: dict[str, int]
     status: PathStatus = "open"
     ret: Optional[Value] = None
@@ -223,6 +205,8 @@ class _ClassWalker:
         table: ImportTable,
     ) -> None:
         self.info = info
+        self.graph: Optional[FlowGraph] = None  # the graph being built
+        self.entry_vids: dict[str, int] = {}  # per function: one value id per name read before any assignment
         self.classes = classes
         self.table = table
         self._vid = itertools.count(1)
@@ -233,14 +217,12 @@ class _ClassWalker:
         self.containers: list[LayerBinding] = []  # every nn.Sequential the class builds (init_bindings.py)
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
-        # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (nested
-        # inlining in generation code multiplies paths: seconds per method).
+        # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (a
+        # rewrite there stays as local as one inside forward).
         self.on_its_own = False
-        # Walk `if`s with a simple test holding tensor ops as separate paths (`_guards_ops`); a function whose paths
-        # then exceed the limit is walked again without, as before that split existed.
+        # Walk `if`s with a simple test holding tensor ops as separate branches (`_guards_ops`).
         self.split_guarded_ifs = True
-        self.guarded_ifs_split = False  # whether the current walk split any
-        # Paths revisit the same statements and nested expressions many times: memoise their name scans.
+        # Loop-body copies and helpers inlined twice revisit statements and expressions: memoise their name scans.
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
 
@@ -279,53 +261,56 @@ class _ClassWalker:
         self.bindings = reader.bindings
         self.containers = reader.containers
 
-    def container_paths(self) -> list[Path]:
-        """One path per ``nn.Sequential`` built: its elements called in order, each on the previous one's output
-        (what ``nn.Sequential.forward`` does), so a rule's forward pattern matches adjacent elements."""
-        paths = []
+    def container_graphs(self) -> list[FlowGraph]:
+        """One straight-line graph per ``nn.Sequential`` built: its elements called in order, each on the previous
+        one's output (what ``nn.Sequential.forward`` does), so a rule's forward pattern matches adjacent elements."""
+        graphs = []
         for container in self.containers:
             line = container.statement
             assert line is not None
             site = Site(line.body[0], line, (line,), line, container.where, (), ())
             value = Value("var", "%in", self.new_vid(), container.value, ())
-            nodes: list[DLNode] = []
+            graph = FlowGraph()
+            sink = FlowSink(graph, (0,))
             for element in container.elements:
                 opaque = element.layer_type.certainty == OPAQUE
                 node = DLNode(
                     "op" if opaque else "layer", "barrier" if opaque else element.qualname,
                     None if opaque else "self." + element.attr, () if opaque else (element,), (value,), (), None,
-                    self.new_vid(), element.value, None, False, site, len(nodes),
+                    self.new_vid(), element.value, None, False, site,
                 )
-                nodes.append(node)
+                sink.append(node)
+                graph.states[id(node)] = {}  # no name holds a value inside the container
                 value = Value("var", f"%{node.out}", node.out, element.value, ((f"%{node.out}", node.out),))
-            paths.append(Path(list(nodes), nodes))
-        return paths
+            graph.finish([sink])
+            graphs.append(graph)
+        return graphs
 
     # ------------------------------------------------------------------ forward
     def qualify(self, function: str) -> str:
         return f"{self.info.name}.{function}" if self.info.name else function
 
-    def forward_paths(self) -> list[Path]:
+    def forward_graphs(self) -> list[FlowGraph]:
         # The class's own forward only: an inherited one is analysed (and rewritten once) in the class defining it.
         forward = self.info.methods.get("forward")
-        return self.paths_within_limit(forward) if forward is not None else []
+        return [self.function_graph(forward)] if forward is not None else []
 
-    def other_paths(self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]) -> list[Path]:
-        """Paths through each function walked on its own, helpers not inlined (class methods other than forward,
-        module-level functions), skipping helpers already inlined into forward; a function with too many paths is
-        left out alone (and added to `skipped` with the reason)."""
-        paths: list[Path] = []
+    def other_graphs(
+        self, functions: Iterable[cst.FunctionDef], skipped: list[tuple[cst.CSTNode, str]]
+    ) -> list[FlowGraph]:
+        """The graph of each function walked on its own, helpers not inlined (class methods other than forward,
+        module-level functions), skipping helpers already inlined into forward; a function nested too deeply for
+        the walk is left out alone (and added to `skipped` with the reason)."""
+        graphs: list[FlowGraph] = []
         self.on_its_own = True
         for fn in functions:
             if fn.name.value in self.inlined or not self.standalone(fn):
                 continue
             try:
-                paths.extend(self.paths_within_limit(fn))
-            except TooManyPaths:
-                skipped.append((fn, f"more than {MAX_OTHER_PATHS} control-flow paths in {fn.name.value}"))
+                graphs.append(self.function_graph(fn))
             except RecursionError:
                 skipped.append((fn, f"{fn.name.value} is nested too deeply to analyse"))
-        return paths
+        return graphs
 
     def standalone(self, fn: cst.FunctionDef) -> bool:
         """Whether a function's body runs as plain Python: not async, decorated at most by a wrapper that calls it
@@ -337,34 +322,44 @@ class _ClassWalker:
                 return False
         return not fn.asynchronous
 
-    def paths_within_limit(self, fn: cst.FunctionDef) -> list[Path]:
-        """`function_paths`, retried without splitting `_guards_ops` ifs when that exceeds the path limit."""
-        self.guarded_ifs_split = False
-        try:
-            return self.function_paths(fn)
-        except TooManyPaths:
-            if not self.guarded_ifs_split:
-                raise
-            self.split_guarded_ifs = False
-            try:
-                return self.function_paths(fn)
-            finally:
-                self.split_guarded_ifs = True
-        self.guarded_ifs_split = False  # whether the current walk split any
+    def function_graph(self, fn: cst.FunctionDef) -> FlowGraph:
+        """The graph of one function, ``self`` helpers inlined (unless walking functions on their own).
 
-    def function_paths(self, fn: cst.FunctionDef) -> list[Path]:
-        """Every control-flow path through one function, ``self`` helpers inlined."""
+        The walk follows control flow with a list of partial paths, forking at branches; at the end of every
+        statement the partial paths with the same status are merged (`join`), so each statement is walked once
+        per loop-body copy and helper inlining, whatever the number of paths reaching it."""
         ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
-        state: dict[str, int] = {}
-        start = [_Partial([], state)]
-        partials = self.walk_block(fn.body, ctx, start)
-        paths = []
+        graph = self.graph = FlowGraph()
+        self.entry_vids = {}
+        try:
+            partials = self.walk_block(fn.body, ctx, [_Partial(FlowSink(graph, (0,)), FlowState(graph))])
+        finally:
+            self.graph = None
+        graph.finish(p.events for p in partials)  # type: ignore[misc]
+        return graph
+
+    def merged(self, partials: list[_Partial]) -> list[_Partial]:
+        """One partial path per status (returns aside: `inline` joins them with their values)."""
+        groups: dict[str, list[_Partial]] = {}
+        out = []
         for p in partials:
-            for i, ev in enumerate(p.events):
-                if isinstance(ev, DLNode):
-                    ev.index = i
-            paths.append(Path(p.events, [e for e in p.events if isinstance(e, DLNode)]))
-        return paths
+            if p.status == "return":
+                out.append(p)
+            else:
+                groups.setdefault(p.status, []).append(p)
+        return [self.join(group) for group in groups.values()] + out
+
+    def join(self, parts: list[_Partial]) -> _Partial:
+        if len(parts) == 1:
+            return parts[0]
+        graph = self.graph
+        assert graph is not None
+        sinks = [p.events for p in parts]
+        tails = tuple(sorted({t for sink in sinks for t in sink.tails}))
+        state, phis = merge_states(graph, [p.state for p in parts], [sink.tails for sink in sinks], self.entry_vids, self.new_vid)
+        # A join right after another (nothing in between) still gates the first join's phis.
+        pending = tuple(phis) + tuple(phi for sink in sinks for phi in sink.pending)
+        return _Partial(FlowSink(graph, tails, pending), state, parts[0].status, parts[0].ret)
 
     def new_vid(self) -> int:
         return next(self._vid)
@@ -372,8 +367,11 @@ class _ClassWalker:
     def lookup(self, state: dict[str, int], name: str) -> int:
         vid = state.get(name)
         if vid is None:
-            vid = state[name] = self.new_vid()  # parameters and globals: defined on entry
-            self.entry_names[vid] = name
+            vid = self.entry_vids.get(name)
+            if vid is None:
+                vid = self.entry_vids[name] = self.new_vid()  # parameters and globals: defined on entry
+                self.entry_names[vid] = name
+            state[name] = vid
         return vid
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
@@ -384,8 +382,7 @@ class _ClassWalker:
             if not open_partials:
                 break
             closed = [p for p in partials if p.status != "open"]
-            partials = closed + self.walk_statement(stmt, ctx, open_partials)
-            self.check_paths(len(partials))
+            partials = self.merged(closed + self.walk_statement(stmt, ctx, open_partials))
         return partials
 
     def site(self, ctx: _Ctx, small: cst.CSTNode, line: cst.BaseStatement) -> Site:
@@ -415,13 +412,6 @@ class _ClassWalker:
             return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
         return [self.opaque(stmt, stmt, ctx, p) for p in partials]
 
-    def check_paths(self, count: int) -> None:
-        """Partial paths are never merged or dropped, so any list of them longer than the limit means the whole
-        function has too many paths: give up at once (nested branches in inlined helpers otherwise multiply
-        far beyond the limit before a block-level check sees them: seconds for Reformer's LSHSelfAttention)."""
-        if count > (MAX_OTHER_PATHS if self.on_its_own else MAX_PATHS):
-            raise TooManyPaths()
-
     def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
         out: list[_Partial] = []
         for p in partials:
@@ -429,12 +419,11 @@ class _ClassWalker:
                 out.append(p)
             else:
                 out.extend(fn(p))
-            self.check_paths(len(out))
         return out
 
     @staticmethod
     def fork(p: _Partial) -> _Partial:
-        return _Partial(list(p.events), dict(p.state), p.status, p.ret)
+        return _Partial(p.events.copy(), p.state.copy(), p.status, p.ret)
 
     def opaque(self, node: cst.CSTNode, line: cst.BaseStatement, ctx: _Ctx, p: _Partial) -> _Partial:
         """A statement with no DSL content: one use event for what it reads, fresh ids for what it writes."""
@@ -453,9 +442,7 @@ class _ClassWalker:
         """Whether a compound statement holds a layer/function/helper call worth separate paths."""
         if _has_dsl_call(self, node):
             return True
-        split = self.split_guarded_ifs and _guards_ops(node)
-        self.guarded_ifs_split = self.guarded_ifs_split or split
-        return split
+        return self.split_guarded_ifs and _guards_ops(node)
 
     def walk_if(self, stmt: cst.If, ctx: _Ctx, p: _Partial) -> list[_Partial]:
         out: list[_Partial] = []
@@ -721,7 +708,6 @@ class _ClassWalker:
                     continue
                 for q2, v in self.walk_expr(e, small, line, ctx, q, parent, whole=False):
                     nxt.append((q2, vals + [v]))
-                self.check_paths(len(nxt))
             alternatives = nxt
         return alternatives
 
@@ -743,11 +729,12 @@ class _ClassWalker:
         p: _Partial,
     ) -> Value:
         temp = f"%{next(self._temp)}"
-        vid = p.state[temp] = self.new_vid()
+        vid = self.new_vid()  # read through the node's value, never by name: not in the state
         node = DLNode(
             kind, qualname, layer, bindings, tuple(args), kwargs, call, vid, expr, parent, whole, self.site(ctx, small, line)
         )
         p.events.append(node)
+        p.events.graph.states[id(node)] = dict(p.state)
         return Value("var", temp, vid, expr, ((temp, vid),))
 
     def walk_call(
@@ -895,7 +882,28 @@ class _ClassWalker:
                     out.append((r, Value("const", "None", 0, call, ())))
                 else:
                     out.append((r, Value("const", "None", 0, call, ())))
-        return out
+        return self.joined_returns(out, call)
+
+    def joined_returns(self, alternatives: list[tuple[_Partial, Value]], call: cst.Call) -> list[tuple[_Partial, Value]]:
+        """The helper's returns joined into one partial path; differing return values get a phi."""
+        returned = [(p, v) for p, v in alternatives if p.status == "open"]
+        if len(returned) < 2:
+            return alternatives
+        assert self.graph is not None
+        joined = self.join([p for p, _ in returned])
+        first = returned[0][1]
+        same = all(v.kind == first.kind and v.vid == first.vid and v.text == first.text for _, v in returned)
+        value = first
+        if not same:
+            vid = self.new_vid()
+            self.graph.phis[vid] = frozenset(v.vid for _, v in returned)
+            sources: dict[int, tuple[int, ...]] = {}
+            for p, v in returned:
+                sources[v.vid] = sources.get(v.vid, ()) + p.events.tails
+            self.graph.phi_tails[vid] = sources
+            joined.events.pending += (vid,)
+            value = Value("var", f"%{vid}", vid, call, ((f"%{vid}", vid),))
+        return [(joined, value)] + [(p, v) for p, v in alternatives if p.status != "open"]
 
 
 def _fixed_order(container: LayerBinding) -> bool:
@@ -1251,7 +1259,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         structure.operators = frozenset().union(*(scans[c].operators for c in bases))
         structure.walk = functools.partial(_walk_class, walker)
         structure.containers = walker.containers
-        structure.container_paths = walker.container_paths()
+        structure.container_graphs = walker.container_graphs()
         result.append(structure)
     if function_callees:
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
@@ -1265,7 +1273,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
                 reader.read_other(fn, fn.name.value, method=False)
             walker.containers = reader.containers
             unit.containers = reader.containers
-            unit.container_paths = walker.container_paths()
+            unit.container_graphs = walker.container_graphs()
         result.append(unit)
     for structure in result:
         structure.module = module
@@ -1274,13 +1282,10 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
 
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
-    """The paths of a class, computed on first use."""
+    """The graphs of a class, computed on first use."""
     walker.split_guarded_ifs = structure.split_guarded_ifs
     try:
-        structure.forward_paths = walker.forward_paths()
-    except TooManyPaths:
-        structure.truncated = True
-        structure.skipped_reason = f"more than {MAX_PATHS} control-flow paths in forward"
+        structure.graphs = walker.forward_graphs()
     except RecursionError:
         structure.truncated = True
         structure.skipped_reason = "forward is nested too deeply to analyse"
@@ -1289,12 +1294,12 @@ def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:
         structure.skipped.append((structure.node, structure.skipped_reason))
     else:
         others = [fn for method, fn in walker.info.methods.items() if method not in ("__init__", "forward")]
-        structure.forward_paths += walker.other_paths(others, structure.skipped)
+        structure.graphs += walker.other_graphs(others, structure.skipped)
 
 
 def _walk_functions(walker: _ClassWalker, functions: list[cst.FunctionDef], structure: ClassStructure) -> None:
     walker.split_guarded_ifs = structure.split_guarded_ifs
-    structure.forward_paths = walker.other_paths(functions, structure.skipped)
+    structure.graphs = walker.other_graphs(functions, structure.skipped)
 
 
 def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:

@@ -7,10 +7,12 @@ from typing import Callable, Optional, Union
 import libcst as cst
 
 from . import cstwalk
+from .flow import checks as flow_checks
+from .flow.graph import FlowGraph
 from .guards import Refused, guard
 from .matcher import LayerRef, Match
 from .signatures import SIGNATURES
-from .structure import Def, DLNode, Site, Use, Value
+from .structure import Def, DLNode, Site, Value
 
 
 # ------------------------------------------------------------------------------------------ ADP004 FastSoftmax
@@ -58,37 +60,63 @@ def no_call_after_dropout(match: Match) -> Union[bool, Refused]:
     """ADP005: the fused call runs the dropout where the LayerNorm was called, so nothing the original evaluates
     between the dropout and the LayerNorm may make a call: a call may draw random numbers (another dropout), which
     would then come before this dropout's mask. Only the matched nodes, operators and statements without calls may
-    run in between, on every path."""
-    assert match.anchor is not None
-    dropout, anchor = (id(match.nodes[0].expr), match.nodes[0].layer), (id(match.anchor.expr), match.anchor.layer)
+    run in between, on every path (`_between`)."""
+    assert match.anchor is not None and match.graph is not None
+    graph = match.graph
     matched = match.key()
     # the matched nodes' statements and those deleted with them (a helper's call statement, a copy of an output)
     statements = {id(n.site.small) for n in match.nodes} | {id(small) for small in match.deleted}
+    dropout_key = (id(match.nodes[0].expr), match.nodes[0].layer)
+    anchor_key = (id(match.anchor.expr), match.anchor.layer)
     checked: set[int] = set()
-    for path in match.cls.forward_paths:
-        starts = [n.index for n in path.nodes if (id(n.expr), n.layer) == dropout]
-        ends = [n.index for n in path.nodes if (id(n.expr), n.layer) == anchor]
-        for start in starts:
-            stop = min((end for end in ends if end > start), default=start)
-            for event in path.events[start + 1 : stop]:
-                if isinstance(event, DLNode):
-                    if (id(event.expr), event.layer) in matched or event.kind == "op":
-                        continue
-                    return Refused(
-                        "this call runs between the dropout and the LayerNorm; the fused call would run it first",
-                        event.site.line,
-                    )
-                small = event.site.small
-                if id(small) in statements or id(small) in checked:
-                    continue  # a matched statement's calls are its nodes, judged above
-                checked.add(id(small))
-                if any(type(node) is cst.Call for part in _evaluated_here(small) for node in cstwalk.walk(part)):
-                    return Refused(
-                        "this statement makes a call between the dropout and the LayerNorm; the fused call would run "
-                        "the dropout after it",
-                        event.site.line,
-                    )
+    for pos in sorted(_between(graph, dropout_key, anchor_key)):  # graph order: the refusal names the first call
+        event = graph.events[pos]
+        assert event is not None
+        if isinstance(event, DLNode):
+            if (id(event.expr), event.layer) in matched or event.kind == "op":
+                continue
+            return Refused(
+                "this call runs between the dropout and the LayerNorm; the fused call would run it first",
+                event.site.line,
+            )
+        small = event.site.small
+        if id(small) in statements or id(small) in checked:
+            continue  # a matched statement's calls are its nodes, judged above
+        checked.add(id(small))
+        if any(type(node) is cst.Call for part in _evaluated_here(small) for node in cstwalk.walk(part)):
+            return Refused(
+                "this statement makes a call between the dropout and the LayerNorm; the fused call would run the "
+                "dropout after it",
+                event.site.line,
+            )
     return True
+
+
+def _between(graph: FlowGraph, start_key: tuple[int, Optional[str]], end_key: tuple[int, Optional[str]]) -> set[int]:
+    """Positions some complete path runs after a node of `start_key` and before the next node of `end_key` (loop
+    copies, a helper inlined twice: each start up to the nearest end on that path, not to a later copy's)."""
+    reach = graph.reach
+    ends = {n.index for n in graph.by_key.get(end_key, ())}
+    out: set[int] = set()
+    for start in graph.by_key.get(start_key, ()):
+        if not reach.live[start.index]:
+            continue
+        # forward from the start, stopping at the ends: what runs before the next end, and the ends reached
+        seen: set[int] = set()
+        reached: list[int] = []
+        todo = [start.index]
+        while todo:
+            for nxt in graph.succs[todo.pop()]:
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                if nxt in ends:
+                    reached.append(nxt)
+                else:
+                    todo.append(nxt)
+        live_ends = [end for end in reached if reach.live[end]]
+        out.update(pos for pos in seen - ends if any(reach.before(pos, end) for end in live_ends))
+    return out
 
 
 def _evaluated_here(small: cst.CSTNode) -> list[cst.CSTNode]:
@@ -120,19 +148,8 @@ def prenorm_sum_read_later(match: Match) -> bool:
     names = [_assigned_name(match, value.vid) for value in (normed, summed)]
     if None in names or names[0] == names[1]:
         return False
-    matched = match.key()
-    events = match.path.events
-    start = next((i for i, e in enumerate(events) if e is match.anchor), len(events))
-    for event in events[start + 1 :]:
-        if isinstance(event, DLNode):
-            if (id(event.expr), event.layer) in matched:
-                continue
-            read = {vid for v in [*event.args, *(v for _, v in event.kwargs)] for _, vid in v.uses}
-        else:
-            read = set(event.vids) if isinstance(event, Use) else set()
-        if summed.vid in read:
-            return True
-    return False
+    assert match.graph is not None
+    return flow_checks.read_after_anchor(match, match.graph, {summed.vid}) is not None
 
 
 def _assigned_name(match: Match, vid: int) -> Optional[str]:
@@ -268,46 +285,59 @@ def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
     target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
+    assert match.graph is not None
+    refused = _outputs_modified(match.graph, out_keys)
+    return refused if refused is not None else True
+
+
+def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> Optional[Refused]:
+    """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
+    edges of each event (a view is tracked from any name the function defines: more aliases, never fewer). The
+    refusal naming the first statement that modifies one in place, if any."""
+    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
+    tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
     # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
     # view of that expression aliases the output.
     sources = frozenset(key[0] for key in out_keys)
-    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets, shared by all paths
-    for path in match.cls.forward_paths:
-        tainted = {n.out for n in path.nodes if (id(n.expr), n.layer) in out_keys}
-        if len(tainted) != len(out_keys):
+    defined = {e.name for e in graph.events if isinstance(e, Def)}
+    holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
+    for pos, event in enumerate(graph.events):
+        preds = graph.preds[pos]
+        names = frozenset().union(*(holding[p] for p in preds)) if preds else frozenset()
+        if event is None:
+            holding[pos] = names
             continue
-        holds: dict[str, int] = {}
-        checked: set[int] = set()
-        for event in path.events:
-            site = event.site
+        site = event.site
 
-            def scoped(name: str, site: Site = site) -> str:
-                return name if name.startswith("self.") else site.scope + name
+        def scoped(name: str, site: Site = site) -> str:
+            return name if name.startswith("self.") else site.scope + name
 
-            if id(site.small) not in checked:
-                checked.add(id(site.small))
-                if id(site.small) not in in_place:
-                    in_place[id(site.small)] = _in_place_targets(site.small)
-                modified = next((n for n in in_place[id(site.small)] if holds.get(scoped(n)) in tainted), None)
-                if modified is not None:
-                    return Refused(
-                        f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
-                        "modifies it in place (autograd refuses that on a view of a split)",
-                        site.line,
-                    )
-            if not isinstance(event, Def):
-                continue
+        first = all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds)  # type: ignore[union-attr]
+        if first and names:
+            if id(site.small) not in in_place:
+                in_place[id(site.small)] = _in_place_targets(site.small)
+            modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
+            if modified is not None:
+                return Refused(
+                    f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
+                    "modifies it in place (autograd refuses that on a view of a split)",
+                    site.line,
+                )
+        if isinstance(event, Def):
             small = site.small
             aliased = event.vid in tainted
             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                root = _view_root(small.value, lambda name: scoped(name) in holds, sources)
-                aliased = aliased or root == _PROJECTION or (root is not None and holds.get(scoped(root)) in tainted)
+                root = _view_root(small.value, lambda name: scoped(name) in defined, sources)
+                aliased = aliased or root == _PROJECTION or (root is not None and scoped(root) in names)
             elif isinstance(small, cst.AugAssign):
-                aliased = aliased or holds.get(event.name) in tainted  # `x += y` keeps the object
+                aliased = aliased or event.name in names
             if aliased:
                 tainted.add(event.vid)
-            holds[event.name] = event.vid
-    return True
+                names = names | {event.name}
+            else:
+                names = names - {event.name}
+        holding[pos] = names
+    return None
 
 
 # ------------------------------------------------------------------------------------------ ADP010 FuseAttentionCore

@@ -1,20 +1,23 @@
 """The model structure of a module in the paper's DSL (§3.1–3.2), linked back to the CST.
 
-Per ``nn.Module`` class: the layer bindings of ``__init__`` and the ``forward`` paths. A path is the sequence of
-events along one control-flow path (helpers inlined): DSL nodes (layer calls, functional calls, tensor ops) plus
-the uses and definitions of every other statement, which the matcher needs to prove a rewrite safe. Values carry
-*value ids*: a fresh id per computation, shared by aliases (``a = b``), so data flow is exact along a path.
+Per ``nn.Module`` class: the layer bindings of ``__init__`` and the ``forward`` control-flow graph
+(adopter_codemods/flow/graph.py). Its events (helpers inlined): DSL nodes (layer calls, functional calls, tensor
+ops) plus the uses and definitions of every other statement, which the matcher needs to prove a rewrite safe.
+Values carry *value ids*: a fresh id per computation, shared by aliases (``a = b``), a phi where a name holds
+different ids on the edges into a join, so data flow is exact.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional, Union
+from typing import TYPE_CHECKING, Callable, Literal, Optional, Union
 
 import libcst as cst
 
 from .class_bases import BaseResolver
+
+if TYPE_CHECKING:
+    from .flow.graph import FlowGraph
 
 
 CERTAIN = "certain"
@@ -119,7 +122,7 @@ class DLNode:
     parent: Optional[cst.BaseExpression]  # expression of the DSL node this one is nested in
     whole_statement: bool  # `expr` is the entire value of its statement (`x = expr`, `return expr`, `expr`)
     site: Site
-    index: int = -1  # position on the path
+    index: int = -1  # position in the function's graph (a topological order)
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,7 +143,7 @@ Event = Union[DLNode, Use, Def]
 
 @dataclass(frozen=True)
 class NodeSummary:
-    """What kinds of DSL node a path holds, for the matcher's cheap test before it searches the path."""
+    """What kinds of DSL node a graph holds, for the matcher's cheap test before it searches the graph."""
 
     ops: frozenset[str]  # operator symbols of its op nodes
     names: frozenset[str]  # qualified names of its nodes (called types, layer types, operator symbols)
@@ -149,21 +152,15 @@ class NodeSummary:
     possible_types: frozenset[str] = frozenset()  # candidates of its layers whose type is only possible
 
 
-@dataclass(eq=False)
-class Path:
-    events: list[Event]
-    nodes: list[DLNode]
-
-    @functools.cached_property
-    def summary(self) -> NodeSummary:
-        layers = [n for n in self.nodes if n.kind == "layer" and n.layer is not None]
-        return NodeSummary(
-            frozenset(n.qualname for n in self.nodes if n.kind == "op" and n.qualname),
-            frozenset(n.qualname for n in self.nodes if n.qualname),
-            frozenset(q for n in layers for q in (n.qualname, *(b.qualname for b in n.bindings)) if q),
-            bool(layers),
-            frozenset(q for n in layers for b in n.bindings if b.layer_type.certainty == POSSIBLE for q in b.layer_type.candidates),
-        )
+def summarise(nodes: list[DLNode]) -> NodeSummary:
+    layers = [n for n in nodes if n.kind == "layer" and n.layer is not None]
+    return NodeSummary(
+        frozenset(n.qualname for n in nodes if n.kind == "op" and n.qualname),
+        frozenset(n.qualname for n in nodes if n.qualname),
+        frozenset(q for n in layers for q in (n.qualname, *(b.qualname for b in n.bindings)) if q),
+        bool(layers),
+        frozenset(q for n in layers for b in n.bindings if b.layer_type.certainty == POSSIBLE for q in b.layer_type.candidates),
+    )
 
 
 @dataclass(eq=False)
@@ -171,13 +168,13 @@ class ClassStructure:
     name: str  # "" for the unit of the module's top-level functions
     node: Optional[cst.ClassDef]  # None for that unit
     init_bindings: dict[str, list[LayerBinding]]
-    # Paths through forward (helpers inlined), then through each other method not inlined there, walked on its own;
-    # for the top-level unit, through each function. None until first read: `walk` computes them then, so classes
-    # no rule can match (see `callees`, `init_bindings`) are never walked.
-    _forward_paths: Optional[list[Path]]
+    # Graphs of forward (helpers inlined), then of each other method not inlined there, walked on its own; for the
+    # top-level unit, of each function. None until first read: `walk` computes them then, so classes no rule can
+    # match (see `callees`, `init_bindings`) are never walked.
+    _graphs: Optional[list["FlowGraph"]]
     self_references: dict[str, list[cst.Attribute]]  # attr -> every `self.<attr>` in the class (and subclasses)
     entry_names: dict[int, str] = field(default_factory=dict)  # value id -> name read before any assignment
-    _truncated: bool = False  # too many paths: matches are refused in this class
+    _truncated: bool = False  # forward could not be analysed (nested too deeply): matches are refused in this class
     skipped_reason: Optional[str] = None  # set by the walk, so only for classes some rule needed paths of
     # Units the walk gave up on, with the reason: the class itself (then `skipped_reason`) or one of its other
     # methods / top-level functions. Set by the walk, so only where some rule needed the paths.
@@ -198,33 +195,32 @@ class ClassStructure:
     operators: frozenset[str] = frozenset()
     walk: Optional[Callable[["ClassStructure"], None]] = field(default=None, repr=False)
     # Whether the walk splits `if`s that update a name by an op (provider `_guards_ops`): only a rule with a
-    # fallback plan needs them apart, and they cost about a seventh of the parse; `find_all` clears it for classes
-    # no such rule may match.
+    # fallback plan needs them apart; `find_all` clears it for classes no such rule may match.
     split_guarded_ifs: bool = True
     # Every nn.Sequential the class's own methods build (the module's functions, for the unit), elements in order,
-    # and one path per container calling them in turn (adopter_codemods/init_bindings.py).
+    # and one straight-line graph per container calling them in turn (adopter_codemods/init_bindings.py).
     containers: list[LayerBinding] = field(default_factory=list)
-    container_paths: list[Path] = field(default_factory=list)
+    container_graphs: list["FlowGraph"] = field(default_factory=list)
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
     # Resolves the module's imported classes in other files (ADP001-003 judge an imported attention class).
     resolver: Optional[BaseResolver] = field(default=None, repr=False)
 
     def _walked(self) -> None:
-        if self._forward_paths is None:
-            self._forward_paths = []
+        if self._graphs is None:
+            self._graphs = []
             if self.walk is not None:
                 self.walk(self)
 
     @property
-    def forward_paths(self) -> list[Path]:
+    def graphs(self) -> list["FlowGraph"]:
         self._walked()
-        assert self._forward_paths is not None
-        return self._forward_paths
+        assert self._graphs is not None
+        return self._graphs
 
-    @forward_paths.setter
-    def forward_paths(self, paths: list[Path]) -> None:
-        self._forward_paths = paths
+    @graphs.setter
+    def graphs(self, graphs: list["FlowGraph"]) -> None:
+        self._graphs = graphs
 
     @property
     def truncated(self) -> bool:

@@ -46,6 +46,7 @@ def main() -> int:
     per_rule: collections.Counter[str] = collections.Counter()
     failures: list[tuple[str, str]] = []
     not_idempotent: list[str] = []
+    skipped: list[str] = []  # classes / functions not analysed, with the reason
     changed = 0
     scan_time = rewrite_time = 0.0
     size = 0
@@ -58,6 +59,7 @@ def main() -> int:
             analysis = analyse_source(data, rules, str(path))
             findings = analysis.findings()
             t1 = time.perf_counter()
+            skipped.extend(f"{s.path}:{s.line}: {s.unit}: {s.reason}" for s in analysis.skips())
             outcome = analysis.rewrite()  # the first round reuses the scan's matches
             t2 = time.perf_counter()
         except Exception as exc:  # the report lists every failure instead of stopping at the first
@@ -86,6 +88,7 @@ def main() -> int:
         "findings_total": sum(per_rule.values()),
         "failures": failures,
         "not_idempotent": not_idempotent,
+        "skipped": skipped,
         "scan_seconds": round(scan_time, 1),
         "rewrite_seconds": round(rewrite_time, 1),
     }
@@ -95,6 +98,9 @@ def main() -> int:
     print(f"  total {report['findings_total']} findings in {changed} rewritten files")
     print(f"scan (parse+analysis) {scan_time:.1f} s, rewrite (all rounds, the first reusing the scan's matches) {rewrite_time:.1f} s")
     print(f"failures: {len(failures)}; rewritten files that parse but change on a second run: {len(not_idempotent)}")
+    print(f"classes or functions not analysed: {len(skipped)}")
+    for line in skipped:
+        print(f"  {line}")
     for path, why in failures:
         print(f"  {path}: {why}")
     for path in not_idempotent:

@@ -91,7 +91,8 @@ def test_tensor_methods_are_nodes_with_the_receiver_first() -> None:
         """
     )
     structure = build_module_structure(cst.parse_module(source))
-    (path,) = structure.classes[0].forward_paths
+    (graph,) = structure.classes[0].graphs
+    (path,) = graph.paths()
     nodes = [(n.qualname, [a.text for a in n.args], [k for k, _ in n.kwargs]) for n in path.nodes]
     assert nodes[:3] == [
         ("torch.Tensor.transpose", ["k", "-2", "-1"], []),
@@ -117,7 +118,8 @@ def test_only_simple_test_ifs_with_tensor_ops_split_paths() -> None:
         """
     )
     (cls,) = build_module_structure(cst.parse_module(source)).classes
-    assert len(cls.forward_paths) == 2  # `if flag:` has no op, `self.training` is no simple test: both folded
+    (graph,) = cls.graphs
+    assert len(graph.paths()) == 2  # `if flag:` has no op, `self.training` is no simple test: both folded
 
 
 ADP010 = FIXTURES / "ADP010_fuse_attention_core"
@@ -223,14 +225,15 @@ def test_a_mask_if_is_absorbed_only_for_the_name_it_tests() -> None:
     assert ", mask=head_mask" not in code
 
 
-def test_a_function_too_branchy_for_the_split_is_walked_as_before() -> None:
-    """Nine simple-test `if`s with ops would make 512 paths: the walk falls back to folding them (one path),
-    so classes analysed before the split existed are still analysed."""
+def test_a_function_with_many_split_ifs_is_analysed() -> None:
+    """Nine simple-test `if`s with ops make 512 paths: the graph holds each once, so the class is analysed with
+    every one of them split."""
     ifs = "".join(f"if m{i} is not None:\n    x = x + m{i}\n" for i in range(9))
     params = ", ".join(f"m{i}" for i in range(9))
     source = _module(f"def forward(self, x, {params}):\n" + textwrap.indent(ifs + "return torch.relu(x)\n", "    "))
     (cls,) = build_module_structure(cst.parse_module(source)).classes
-    assert not cls.truncated and len(cls.forward_paths) == 1
+    (graph,) = cls.graphs
+    assert not cls.truncated and len(graph.paths()) == 2**9
 
 
 def test_fallback_refused_when_a_closure_reads_the_probabilities() -> None:

@@ -126,7 +126,7 @@ def test_sequential_from_a_list_with_conditional_elements() -> None:
         ("block.2", POSSIBLE, (BN,)),
         ("block.3", CERTAIN, ("torch.nn.Dropout",)),
     ]
-    assert len(cls.container_paths) == 1 and len(cls.container_paths[0].nodes) == 5
+    assert len(cls.container_graphs) == 1 and len(cls.container_graphs[0].nodes) == 5
 
 
 def test_ordered_dict_subclass_and_helper_containers() -> None:

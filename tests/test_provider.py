@@ -1,5 +1,5 @@
-"""ModelStructureProvider: __init__ bindings, forward paths (branches, early returns, loops, try/with, helpers,
-aliases, unchained nesting), class families, and the limits that make the walk cheap."""
+"""ModelStructureProvider: __init__ bindings, the forward graph read as its paths (branches, early returns, loops,
+try/with, helpers, aliases, unchained nesting), class families, and what keeps the walk cheap."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from adopter_codemods import provider
 from adopter_codemods.provider import ModelStructureProvider, build_module_structure
-from adopter_codemods.structure import ClassStructure, Def, DLNode, Path, Use
+from adopter_codemods.flow.graph import GraphPath
+from adopter_codemods.structure import ClassStructure, Def, DLNode, Use
 
 HEADER = "import torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\nfrom torch.nn import LayerNorm as LN\n\n\n"
 
@@ -35,7 +36,12 @@ def __init__(self, cfg):
 """
 
 
-def layers(path: Path) -> list[str]:
+def paths_of(cls: ClassStructure) -> list[GraphPath]:
+    """The entry-to-exit paths of every graph of the class."""
+    return [p for graph in cls.graphs for p in graph.paths()]
+
+
+def layers(path: GraphPath) -> list[str]:
     """The path's DSL nodes as `layer`, `func:name` or `op:+`."""
     out = []
     for n in path.nodes:
@@ -95,7 +101,7 @@ def test_conditional_and_repeated_bindings() -> None:
 
 def test_nested_calls_are_unchained_in_evaluation_order() -> None:
     cls = forward("return self.ln(self.drop(x) + F.softmax(r, dim=-1))")
-    (path,) = cls.forward_paths
+    (path,) = paths_of(cls)
     assert layers(path) == ["self.drop", "func:softmax", "op:+", "self.ln"]
     drop, softmax, add, ln = path.nodes
     assert [a.vid for a in add.args] == [drop.out, softmax.out]
@@ -116,7 +122,7 @@ def test_if_elif_else_and_early_return() -> None:
             h = x
         return self.ln(h)
     """)
-    assert sorted(map(tuple, map(layers, cls.forward_paths))) == sorted(
+    assert sorted(map(tuple, map(layers, paths_of(cls)))) == sorted(
         [("self.drop",), ("self.drop", "self.ln"), ("self.ln", "self.ln"), ("self.ln",)]
     )
 
@@ -127,7 +133,7 @@ def test_branches_without_dsl_calls_are_one_opaque_event() -> None:
             return r
         return self.drop(x)
     """)
-    (path,) = cls.forward_paths  # no fork: the `if` only reads x and r
+    (path,) = paths_of(cls)  # no fork: the `if` only reads x and r
     assert layers(path) == ["self.drop"]
 
 
@@ -139,7 +145,7 @@ def test_aliases_share_the_value_id_and_reassignment_makes_a_new_one() -> None:
         h = self.drop(h)
         return self.ln(a + h)
     """)
-    (path,) = cls.forward_paths
+    (path,) = paths_of(cls)
     d1, d2, add, _ = path.nodes
     assert d1.args[0].vid == d2.args[0].vid  # x, h and h2 are one value
     assert add.args[0].vid == d1.out and add.args[1].vid == d2.out
@@ -155,7 +161,7 @@ def test_loop_body_is_walked_twice_in_separate_copies_plus_the_skip_path() -> No
             x = self.drop(x)
         return x
     """)
-    paths = sorted(cls.forward_paths, key=lambda p: len(p.nodes))
+    paths = sorted(paths_of(cls), key=lambda p: len(p.nodes))
     assert [len(p.nodes) for p in paths] == [0, 2]
     first, second = paths[1].nodes
     assert first.site.loop_copy != second.site.loop_copy
@@ -172,7 +178,7 @@ def test_try_with_and_raise() -> None:
             h = self.ln(h)
         return h
     """)
-    assert sorted(map(tuple, map(layers, cls.forward_paths))) == [(), ("self.drop", "self.ln")]
+    assert sorted(map(tuple, map(layers, paths_of(cls)))) == [(), ("self.drop", "self.ln")]
 
 
 def test_helpers_are_inlined_with_parameters_bound_to_arguments() -> None:
@@ -182,7 +188,7 @@ def helper(self, a, scale=None):
     b = self.drop(a)
     return self.ln(b * scale)
 """)
-    (path,) = cls.forward_paths
+    (path,) = paths_of(cls)
     assert layers(path) == ["self.drop", "op:*", "self.ln"]
     drop, mul, _ = path.nodes
     assert drop.site.function == "M.helper" and len(drop.site.inline_stack) == 1
@@ -199,12 +205,12 @@ def rec(self, a, n):
         return self.drop(a)
     return self.rec(a, n - 1)
 """)
-    assert sorted(map(tuple, map(layers, cls.forward_paths))) == [("op:-",), ("self.drop",)]
+    assert sorted(map(tuple, map(layers, paths_of(cls)))) == [("op:-",), ("self.drop",)]
 
 
 def test_star_args_calls_are_opaque() -> None:
     cls = forward("return self.ln(*[x])")
-    assert [layers(p) for p in cls.forward_paths] == [[]]
+    assert [layers(p) for p in paths_of(cls)] == [[]]
 
 
 # ------------------------------------------------------------------------------------------ classes, limits
@@ -244,14 +250,14 @@ def test_inherited_forward_belongs_to_the_defining_class() -> None:
         class Child(Base):
             pass
     """)
-    assert [layers(p) for p in classes["Base"].forward_paths] == [["self.drop"]]
-    assert classes["Child"].forward_paths == []
+    assert [layers(p) for p in paths_of(classes["Base"])] == [["self.drop"]]
+    assert classes["Child"].graphs == []
     assert classes["Child"].init_bindings.keys() == {"drop"}  # inherited __init__
 
 
-def test_too_many_paths_gives_up_early() -> None:
-    # 256 paths through forward's branches, each calling a helper with 16 paths: 4096. Lists of partial paths only
-    # grow, so the walk stops as soon as one exceeds the limit; it used to enumerate the 4096 first.
+def test_many_paths_are_one_walk_per_statement() -> None:
+    # 128 paths through forward's branches, each calling a helper with 16 paths: 2048 paths, yet the walk forks
+    # once per branch and visits each statement once (partial paths merge at every join).
     def branches(var: str, n: int) -> str:
         return "".join(f"if {var}.shape[{i}] > 1:\n    {var} = self.drop({var})\n" for i in range(n))
 
@@ -272,20 +278,22 @@ def test_too_many_paths_gives_up_early() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(provider._ClassWalker, "fork", staticmethod(counting_fork))
         (cls,) = structure_of(source).values()
-        assert cls.truncated and cls.skipped_reason and "paths" in cls.skipped_reason
-    assert cls.forward_paths == []
-    assert forks < 3 * provider.MAX_PATHS
+        (graph,) = cls.graphs
+    assert not cls.truncated and cls.skipped == []
+    assert forks == 2 * (7 + 4)  # an if without else: one fork per arm
+    assert sum(1 for n in graph.nodes if n.layer == "self.drop") == 7 + 4
+    assert len(graph.paths()) == 2**11
 
 
 def test_paths_are_walked_only_when_read() -> None:
     calls = []
     with pytest.MonkeyPatch.context() as mp:
-        real = provider._ClassWalker.forward_paths
-        mp.setattr(provider._ClassWalker, "forward_paths", lambda self: calls.append(1) or real(self))
+        real = provider._ClassWalker.forward_graphs
+        mp.setattr(provider._ClassWalker, "forward_graphs", lambda self: calls.append(1) or real(self))
         cls = forward("return self.drop(x)")
         assert calls == []
-        assert [layers(p) for p in cls.forward_paths] == [["self.drop"]]
-        _ = cls.forward_paths  # read again: cached, no second walk
+        assert [layers(p) for p in paths_of(cls)] == [["self.drop"]]
+        _ = cls.graphs  # read again: cached, no second walk
         assert calls == [1]
 
 
@@ -329,7 +337,7 @@ def test_dl_nodes_link_back_to_their_statements() -> None:
         h = self.drop(x)
         return h
     """)
-    (node,) = cls.forward_paths[0].nodes
+    (node,) = paths_of(cls)[0].nodes
     assert isinstance(node, DLNode) and isinstance(node.site.small, cst.Assign)
     assert node.site.small in node.site.line.body  # type: ignore[attr-defined]
     assert node.site.line in node.site.block and node.site.function == "M.forward"

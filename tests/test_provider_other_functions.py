@@ -6,8 +6,8 @@ from __future__ import annotations
 import libcst as cst
 
 from adopter_codemods.dsl import Rule, parse_rule
-from adopter_codemods.engine import Finding, find_all, findings_for, rewrite_module
-from adopter_codemods.provider import MAX_OTHER_PATHS, build_module_structure
+from adopter_codemods.engine import Finding, find_all, findings_for, rewrite_module, skips_for
+from adopter_codemods.provider import build_module_structure
 
 SOFTMAX = parse_rule(
     """\
@@ -106,10 +106,12 @@ def test_layer_patterns_match_in_other_methods() -> None:
     assert "return F.softmax(kernels.pair(x, self.a, self.b), dim=-1)" in code
 
 
-def test_a_function_with_too_many_paths_is_skipped_alone() -> None:
-    branches = "".join(f"        if x > {i}:\n            x = torch.relu(x)\n" for i in range(MAX_OTHER_PATHS.bit_length()))
+def test_a_function_with_many_paths_is_analysed() -> None:
+    branches = "".join(f"        if x > {i}:\n            x = torch.relu(x)\n" for i in range(12))
     source = SOURCE + f"\n    def busy(self, x):\n{branches}        return F.softmax(x, dim=0)\n"
     module = cst.parse_module(source)
-    found = [(f.cls, f.function) for f in findings_for(module, find_all(build_module_structure(module), [SOFTMAX]), "m.py")]
-    assert ("Head", "busy") not in found
+    structure = build_module_structure(module)
+    found = [(f.cls, f.function) for f in findings_for(module, find_all(structure, [SOFTMAX]), "m.py")]
+    assert ("Head", "busy") in found  # 4096 paths: no longer left out
     assert ("Head", "generate") in found
+    assert skips_for(structure, "m.py") == []

@@ -1,0 +1,593 @@
+"""The matcher's safety questions answered on a `FlowGraph` (docs/ENGINE.md "Graph analysis").
+
+The correctness contract is stated per control-flow path of a function: which matched nodes run on it, whether an
+event outside the match reads an intermediate, whether a target input is redefined before the anchor, whether code
+with calls touches what a deleted statement reads before the anchor. On the acyclic graph, a path through a set of
+nodes exists when they are ordered by reachability; a path through a node that avoids a set exists when the node
+still lies on an entry-to-exit path without that set (`Reach.avoiding`, or a `Reach` with `excluded`). Each
+function below states its question per path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, Optional, Sequence, Union
+
+from .. import matcher as m
+from ..dsl import CallNode, Node, OpNode, Rule, Var
+from ..structure import Def, DLNode, Event
+from .graph import FlowGraph, Reach, read_vids
+
+Key = tuple[int, Optional[str]]
+
+
+def key(node: DLNode) -> Key:
+    return (id(node.expr), node.layer)
+
+
+# ------------------------------------------------------------------------------------------ matching
+
+
+def subsequences(
+    patterns: tuple[Node, ...], graph: FlowGraph, rule: Rule
+) -> Iterator[tuple[list[Optional[DLNode]], dict[str, "m.Binding"]]]:
+    """Matches of the pattern sequence along a path: one node per pattern (None for an absent optional node), each
+    reachable from the previous one, with consistent `$var` bindings. A node reading a phi of a value already bound
+    reads that value on the paths through the join's edges carrying it: it is matched as a copy reading the value
+    (`resolved`); `_phi_other_operand` later refuses the match if a path through it takes another edge."""
+    if not m._may_occur(patterns, graph.summary, rule):
+        return
+    nodes = graph.nodes
+    reach = graph.reach
+    readers: dict[int, list[DLNode]] = {}
+    for node in nodes:
+        for value in (*node.args, *(v for _, v in node.kwargs)):
+            if value.kind == "var":
+                readers.setdefault(value.vid, []).append(node)
+
+    def after(prev: Optional[DLNode], node: DLNode) -> bool:
+        return reach.live[node.index] and (prev is None or (node is not prev and reach.before(prev.index, node.index)))
+
+    def candidates(pattern: Node, env: dict[str, m.Binding], prev: Optional[DLNode]) -> Sequence[DLNode]:
+        if isinstance(pattern, (CallNode, OpNode)):
+            atoms = pattern.operands if isinstance(pattern, OpNode) else (
+                *pattern.args.positional, *(a for _, a in pattern.args.keywords)
+            )
+            for atom in atoms:
+                bound = env.get(atom.name) if isinstance(atom, Var) else None
+                if isinstance(bound, m.Value) and bound.kind == "var":
+                    found = {id(n): n for vid in graph.flowing([bound.vid]) for n in readers.get(vid, ())}
+                    return sorted((n for n in found.values() if after(prev, n)), key=lambda n: n.index)
+        return [n for n in nodes if after(prev, n)]
+
+    def search(
+        pi: int, prev: Optional[DLNode], env: dict[str, m.Binding], chosen: list[Optional[DLNode]]
+    ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, m.Binding]]]:
+        if pi == len(patterns):
+            yield chosen, env
+            return
+        pattern = patterns[pi]
+        for node in candidates(pattern, env, prev):
+            node = resolved(graph, node, env, [n.index for n in chosen if n is not None])
+            result = m._match_node(pattern, node, env, rule)
+            if result is not None:
+                yield from search(pi + 1, node, result, chosen + [node])
+        if isinstance(pattern, (CallNode, OpNode)) and pattern.optional:
+            skipped = m._pass_through(pattern, env)
+            if skipped is not None:
+                yield from search(pi + 1, prev, skipped, chosen + [None])
+
+    yield from search(0, None, {}, [])
+
+
+def resolved(graph: FlowGraph, node: DLNode, env: dict[str, "m.Binding"], chain: list[int]) -> DLNode:
+    """`node`, or a copy reading bound values where it reads phis they flow into through edges a path through
+    `chain` and the node can take."""
+    bound = [v for v in env.values() if isinstance(v, m.Value) and v.kind == "var"]
+    if not bound or not any(a.kind == "var" and a.vid in graph.phis for a in (*node.args, *(v for _, v in node.kwargs))):
+        return node
+    reach = graph.reach
+    chain = [*chain, node.index]
+
+    def read(value: m.Value) -> m.Value:
+        if value.kind != "var" or value.vid not in graph.phis:
+            return value
+        for candidate in bound:
+            if value.vid not in graph.flowing([candidate.vid]):
+                continue
+            joins = reach.carried([candidate.vid], chain[:-1]).get(value.vid, [])
+            if joins and reach.reads_at(node.index, chain, joins):
+                return candidate
+        return value
+
+    args = tuple(read(a) for a in node.args)
+    kwargs = tuple((k, read(v)) for k, v in node.kwargs)
+    if all(a is b for a, b in zip(args, node.args)) and all(a[1] is b[1] for a, b in zip(kwargs, node.kwargs)):
+        return node
+    return dataclasses.replace(node, args=args, kwargs=kwargs)
+
+
+def rebound(graph: FlowGraph, nodes: list[DLNode], env: dict[str, "m.Binding"]) -> list[DLNode]:
+    """Matched nodes read again under another environment (a match's twin without its absorbed nodes)."""
+    out: list[DLNode] = []
+    for node in nodes:
+        original = graph.events[node.index]
+        assert isinstance(original, DLNode)
+        out.append(resolved(graph, original, env, [n.index for n in out]))
+    return out
+
+
+def state_at(graph: FlowGraph, node: DLNode, deleted: set[int]) -> dict[str, int]:
+    """Names -> value ids where `node` is evaluated, the definitions by `deleted` statements undone (a phi stays)."""
+    out: dict[str, int] = {}
+    for name, vid in graph.states[id(graph.events[node.index])].items():
+        if name.startswith("%"):
+            continue
+        current: Optional[int] = vid
+        while current is not None and graph.defined_by.get((name, current)) in deleted:
+            current = graph.previous.get((name, current))
+        if current is not None:
+            out[name] = current
+    return out
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def _positions(graph: FlowGraph, keys: set[Key]) -> frozenset[int]:
+    return frozenset(n.index for k in keys for n in graph.by_key.get(k, ()))
+
+
+def _instances(candidate: "m.Match", reach: Reach) -> Union[list[dict[Key, DLNode]], Key]:
+    """Per anchor node on a path of `reach`, the candidate's nodes it follows (the nearest of each key): one check
+    per copy of the match (loop-body copies, helpers inlined twice). A key without such a node, if some has none."""
+    graph = reach.graph
+    assert candidate.anchor is not None
+    out = []
+    for anchor in graph.by_key.get(key(candidate.anchor), ()):
+        if not reach.live[anchor.index]:
+            continue
+        instance: dict[Key, DLNode] = {}
+        for node in candidate.nodes:
+            found = [c for c in graph.by_key.get(key(node), ()) if reach.live[c.index] and reach.before(c.index, anchor.index)]
+            if not found:
+                return key(node)
+            instance[key(node)] = max(found, key=lambda c: c.index)
+        out.append(instance)
+    return out
+
+
+def _missing_key_paths(reach: Reach, keys: Sequence[Key], through: set[Key]) -> Optional[Key]:
+    """A key in `keys` (tried in order) such that some path of `reach` runs a node of a key in `through` but no
+    node of it, if any."""
+    graph = reach.graph
+    targets = _positions(graph, through)
+    for k in keys:
+        avoid = _positions(graph, {k})
+        if any(reach.avoiding(p, avoid) for p in targets - avoid):
+            return k
+    return None
+
+
+def _partial_path(match: "m.Match", missing: Key) -> "m.Reason":
+    node = next(n for n in match.nodes if key(n) == missing)
+    return m.Reason(
+        m.RefusalCategory.PARTIAL_PATH, "some path runs the other matched calls but not the one here", node.site.line
+    )
+
+
+def _ordered_keys(match: "m.Match") -> list[Key]:
+    """The match's keys in pattern order, once each (refusals name the first missing one)."""
+    return list(dict.fromkeys(key(n) for n in match.nodes))
+
+
+def check_paths(match: "m.Match", graph: FlowGraph) -> Optional["m.Reason"]:
+    """The checks on every path running a matched statement: without the anchor (the branch plan's other arm
+    aside), what the matched nodes compute is unused; with the anchor, every matched node runs and
+    `_check_complete` holds. The first failure's reason, if any."""
+    assert match.anchor is not None
+    keys = {key(n) for n in match.nodes}
+    anchor_key = key(match.anchor)
+    deleted = {id(s) for s in match.deleted}
+    prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
+    # Paths running matched statements but not the anchor: what they compute must be unused.
+    anchors = _positions(graph, {anchor_key})
+    partial = [n for k in keys - {anchor_key} for n in graph.by_key.get(k, ()) if graph.reach.avoiding(n.index, anchors)]
+    if partial and not (match.plan == "branch" and all(id(n.site.small) in prefix for n in partial)):
+        without_anchor = Reach(graph, anchors)
+        for node in partial:
+            use = _read_outside(graph, without_anchor, {node.out}, keys, [node.index], frozenset())
+            if use is not None:
+                return _used_reason(
+                    m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, {node.out},
+                    "on a path that skips the last matched call, {name} is used here",
+                )
+    # Paths running the anchor run every matched node.
+    missing = _missing_key_paths(graph.reach, _ordered_keys(match), {anchor_key})
+    if missing is not None:
+        return _partial_path(match, missing)
+    instances = _instances(match, graph.reach)
+    if isinstance(instances, tuple):
+        return _partial_path(match, instances)
+    for instance in instances:
+        reason = _check_complete(match, graph, graph.reach, instance, deleted)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _used_reason(
+    category: "m.RefusalCategory", use: Event, graph: FlowGraph, match: "m.Match", vids: set[int], text: str
+) -> "m.Reason":
+    """`text` with ``{name}``: the variable holding the value `use` reads (one of `vids`, or a phi they flow
+    into), quoted, or a description of it; worded only when refusals are listed."""
+
+    def sentence() -> str:
+        read = read_vids(use)
+        name = m._name_of({v for v in vids if graph.flowing([v]) & read}, graph, match.cls)
+        return text.format(name=f"`{name}`" if name else "a matched call's result")
+
+    return m.Reason(category, sentence, use.site.line)
+
+
+def check_fused_paths(
+    match: "m.Match", graph: FlowGraph, original_only: frozenset[int], guarded: frozenset[int], twin: Optional["m.Match"]
+) -> bool:
+    """The checks of the fallback plan's fused copy: on the paths where every fallback test is false (the graph
+    without the statements only those tests reach), a path with a matched node runs the whole match, or with a
+    `twin` (the match without its absorbed nodes) at least the twin, and `_check_complete` holds for what it runs;
+    reads in `guarded` statements happen only when a test is true and are ignored. Some path must run the match."""
+    excluded = frozenset(
+        pos
+        for pos, event in enumerate(graph.events)
+        if event is not None and (id(event.site.small) in original_only or id(event.site.line) in original_only)
+    )
+    reach = Reach(graph, excluded)
+    keys = {key(n) for n in match.nodes}
+    twin_keys = {key(n) for n in twin.nodes} if twin is not None else keys
+    # A path with some matched node has all of the candidate's (with a twin: all the twin's at least).
+    if _missing_key_paths(reach, list(twin_keys), keys) is not None:
+        return False
+    checked = 0
+    candidates: list[tuple[m.Match, Reach]] = [(match, reach)]
+    if twin is not None:
+        # Paths missing an absorbed node are checked as the twin.
+        candidates += [(twin, Reach(graph, excluded | _positions(graph, {k}))) for k in keys - twin_keys]
+    for candidate, where in candidates:
+        deleted = {id(s) for s in candidate.deleted}
+        instances = _instances(candidate, where)
+        if isinstance(instances, tuple):
+            if candidate is match and twin is not None:
+                continue  # no path runs every node: the twin's checks cover them
+            return False
+        for instance in instances:
+            if _check_complete(candidate, graph, where, instance, deleted, guarded) is not None:
+                return False
+            checked += 1
+    return checked > 0
+
+
+def _read_outside(
+    graph: FlowGraph, reach: Reach, vids: set[int], keys: set[Key], chain: list[int], ignore: frozenset[int],
+    between: Optional[tuple[int, int]] = None,
+) -> Optional[Event]:
+    """An event outside the matched nodes (`keys`; statements in `ignore` aside) that reads one of `vids`, or a
+    phi they flow into through edges such a path takes, on a path through `chain`, if any (the first in graph
+    order); with `between`, only from the first position up to (not including) the second."""
+    first: Optional[int] = None
+    for vid, joins in reach.carried(vids, chain).items():
+        for pos in graph.readers.get(vid, ()):
+            event = graph.events[pos]
+            assert event is not None
+            if id(event.site.small) in ignore or (isinstance(event, DLNode) and key(event) in keys):
+                continue
+            if between is not None and not (
+                reach.before(between[0], pos) and reach.before(pos, between[1]) and pos != between[1]
+            ):
+                continue
+            if (first is None or pos < first) and reach.reads_at(pos, chain, joins):
+                first = pos
+    if first is None:
+        return None
+    event = graph.events[first]
+    assert event is not None
+    return event
+
+
+def read_after_anchor(match: "m.Match", graph: FlowGraph, vids: set[int]) -> Optional[Event]:
+    """An event outside the matched nodes that reads one of `vids` (or a phi they flow into) after the anchor, on a
+    path through the match, if any (the first in graph order)."""
+    assert match.anchor is not None
+    chain = sorted(n.index for n in match.nodes)
+    keys = {key(n) for n in match.nodes}
+    return _read_outside(graph, graph.reach, vids, keys, chain, frozenset(), (match.anchor.index, graph.exit))
+
+
+def hoist_instances(match: "m.Match", graph: FlowGraph) -> Optional[list[dict[Key, DLNode]]]:
+    """The copies of a match whose nodes all move to one statement before the first of them (plan "hoist"): per
+    copy of the first matched node, the nodes of the other keys on its paths. None unless every path running a
+    matched node runs each of them exactly once, some path runs them, and every copy's nodes read the matched
+    values on every path through it (not a phi's other operand)."""
+    reach = graph.reach
+    keys = _ordered_keys(match)
+    copies = {k: [n for n in graph.by_key.get(k, ()) if reach.live[n.index]] for k in keys}
+    for nodes in copies.values():  # one path running a node twice (a loop body, a helper inlined twice in a row)
+        if any(reach.before(a.index, b.index) for a in nodes for b in nodes if a is not b):
+            return None
+    if _missing_key_paths(reach, keys, set(keys)) is not None:
+        return None
+    first_key = key(min(match.nodes, key=lambda n: n.index))
+    instances = []
+    for first in copies[first_key]:
+        instance: dict[Key, DLNode] = {}
+        for k in keys:
+            ordered = [n for n in copies[k] if reach.ordered(n.index, first.index)]
+            if len(ordered) != 1:
+                return None
+            instance[k] = ordered[0]
+        rep_to_path = {n.out: instance[key(n)].out for n in match.nodes}
+        chain = sorted(n.index for n in instance.values())
+        if _phi_other_operand(match, graph, reach, instance, rep_to_path, chain) is not None:
+            return None
+        instances.append(instance)
+    return instances or None
+
+
+def _check_complete(
+    match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], deleted: set[int],
+    ignore: frozenset[int] = frozenset(),
+) -> Optional["m.Reason"]:
+    """On the paths through one copy of the match: (i) intermediates are read by matched nodes only; (ii) other
+    target outputs are not read before the anchor; (iii) every input of the fused call holds the same value at the
+    anchor once the deleted statements are gone; (iv) `_moved_reads_touched` finds nothing. The first failure's
+    reason, if any."""
+    assert match.anchor is not None
+    keys = set(instance)
+    anchor = instance[key(match.anchor)]
+    chain = sorted(n.index for n in instance.values())
+    first = chain[0]
+    rep_to_path = {n.out: instance[key(n)].out for n in match.nodes}
+    inter_rep, outs_rep = m._output_vids(match)
+    inter = {rep_to_path.get(v, v) for v in inter_rep}
+    outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
+    # (i) intermediates are read by matched nodes only (and by what disappears with them)
+    use = _read_outside(graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore)
+    if use is not None:
+        return _used_reason(
+            m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter,
+            "{name}, an intermediate result the fused call hides, is used here",
+        )
+    # (ii) other target outputs are produced at the anchor now: nothing may read them earlier (their deleted copies
+    # aside, whose names the call assigns instead)
+    copies = frozenset(id(copy) for copy in match.output_copies.values())
+    use = _read_outside(graph, reach, outs, keys, chain, ignore | copies, (first, anchor.index)) if outs else None
+    if use is not None:
+        return _used_reason(
+            m.RefusalCategory.OUTPUT_READ_EARLY, use, graph, match, outs,
+            "{name} is read here, before the place where the fused call would produce it",
+        )
+    # Matched nodes read the matched values on every path through the copy (not a phi's other operand). Asked
+    # after (i) and (ii): where one of those fails too, its reason is the one refusals have always given.
+    reason = _phi_other_operand(match, graph, reach, instance, rep_to_path, chain)
+    if reason is not None:
+        return reason
+    # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
+    state = state_at(graph, anchor, deleted)
+    anchor_stmt = id(anchor.site.small)
+    twins: dict[int, m.Value] = {}
+    for n in match.nodes:
+        copy = instance[key(n)]
+        for rep_value, value in zip([*n.args, *(v for _, v in n.kwargs)], [*copy.args, *(v for _, v in copy.kwargs)]):
+            twins[id(rep_value)] = value
+    todo: list[tuple[str, int]] = []
+    for value in m._target_inputs(match):
+        if value.kind == "expr" and not value.pure:
+            moved_from = m._value_site_moves(match, value, anchor_stmt)
+            if moved_from is not None:
+                return m.Reason(
+                    m.RefusalCategory.NOT_PLACEABLE,
+                    "an argument here makes a call, and the fused call would evaluate it at another statement",
+                    moved_from,
+                )
+        copy_value = twins.get(id(value))
+        todo.extend(copy_value.uses if copy_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
+    while todo:
+        name, vid = todo.pop()
+        if name.startswith("%"):
+            producer = graph.producers.get(vid)
+            if producer is not None:
+                for arg in [*producer.args, *(v for _, v in producer.kwargs)]:
+                    todo.extend(arg.uses)
+            continue
+        if state.get(name, vid) != vid:
+            definition = _definition(graph, name, state[name], vid)
+            return m.Reason(
+                m.RefusalCategory.INPUT_REDEFINED,
+                f"`{name.rsplit('::', 1)[-1]}` is assigned again here, so at the fused call's place it would hold "
+                "another value",
+                definition.site.line if definition is not None else None,
+            )
+    return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain)
+
+
+def _definition(graph: FlowGraph, name: str, held: int, wanted: int) -> Optional[Def]:
+    """The assignment giving `name` the value `held` it has at the anchor instead of `wanted`; for a phi, that of
+    one of its operands other than `wanted` (the first in graph order)."""
+    todo, seen = [held], set()
+    while todo:
+        vid = todo.pop(0)
+        if vid in seen or vid == wanted:
+            continue
+        seen.add(vid)
+        found = next((d for d in graph.definitions.get(vid, ()) if d.name == name), None)
+        if found is not None:
+            return found
+        todo.extend(sorted(graph.phis.get(vid, ())))
+    return None
+
+
+def _phi_other_operand(
+    match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], rep_to_path: dict[int, int],
+    chain: list[int],
+) -> Optional["m.Reason"]:
+    """Whether a path through the copy reaches a matched node reading a phi (where the match reads one of its
+    operands) through an edge carrying another operand: there the node reads something else. The reason, if so."""
+    for rep_node in match.nodes:
+        node = instance[key(rep_node)]
+        pairs = zip([*rep_node.args, *(v for _, v in rep_node.kwargs)], [*node.args, *(v for _, v in node.kwargs)])
+        for rep_value, value in pairs:
+            if value.kind != "var" or value.vid not in graph.phis or rep_value.vid == value.vid:
+                continue
+            base = rep_to_path.get(rep_value.vid, rep_value.vid)
+            if value.vid not in graph.flowing([base]):
+                return _other_value(graph, node, value.vid)
+            other = _other_operand(graph, reach, value.vid, base, node.index, False, chain, set())
+            if other is not None:
+                return _other_value(graph, node, other)
+    return None
+
+
+def _other_operand(
+    graph: FlowGraph, reach: Reach, phi: int, base: int, target: int, nested: bool, chain: list[int],
+    seen: set[tuple[int, int]],
+) -> Optional[int]:
+    """An operand of `phi` other than `base` that a path through `chain` carries into the join and on to `target`
+    (the reading node; for a `nested` phi, the edge of the later join it flows along), if any. An operand that is
+    itself a phi of an earlier join carrying `base` is looked through: it may carry another value on some of its
+    own edges (``if a: if b: y = other``; both joins may start at the same position)."""
+    if (phi, target) in seen:
+        return None
+    seen.add((phi, target))
+    for operand, tails in graph.phi_tails.get(phi, {}).items():
+        if operand == base:
+            continue
+        for tail in tails:
+            for join in graph.phi_joins.get(phi, ()):
+                if not (
+                    reach.live[tail] and reach.live[join]
+                    and (reach.before(tail, target) if nested else reach.before(join, target))
+                    and all(reach.before(c, tail) or reach.before(join, c) for c in chain)
+                ):
+                    continue
+                if operand not in graph.phis or operand not in graph.flowing([base]):
+                    return operand
+                found = _other_operand(graph, reach, operand, base, tail, True, chain, seen)
+                if found is not None:
+                    return found
+    return None
+
+
+def _other_value(graph: FlowGraph, node: DLNode, other: int) -> "m.Reason":
+    """The refusal of a matched `node` that reads, on some path, the value `other` (a phi: any of its operands):
+    caused by the assignment of that value (the first in graph order), else by the node."""
+    others: set[int] = set()
+    todo = [other]
+    while todo:  # a phi of an earlier join: its own operands are assigned
+        vid = todo.pop()
+        if vid not in others:
+            others.add(vid)
+            todo.extend(graph.phis.get(vid, frozenset()))
+    assignments = [d for vid in others for d in graph.definitions.get(vid, ())[:1]]
+    assignment = min(assignments, key=lambda d: graph.position[id(d)], default=None)
+    read = {v.vid for v in (*node.args, *(v for _, v in node.kwargs)) if v.kind == "var"}
+
+    def sentence() -> str:
+        state = graph.states.get(id(graph.events[node.index]), {})
+        name = next((n for n, v in state.items() if v in read and not n.startswith("%")), None)
+        held = f"`{name.rsplit('::', 1)[-1]}`" if name else "a variable"
+        return f"on a path through this assignment, {held} holds another value where a matched call reads it"
+
+    return m.Reason(
+        m.RefusalCategory.OTHER_VALUE_READ, sentence, assignment.site.line if assignment is not None else node.site.line
+    )
+
+
+def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key]:
+    """Keys of the unmatched nodes nested in a matched node of a deleted statement (``torch.finfo(s.dtype)`` in
+    ``s.masked_fill(m, torch.finfo(s.dtype).min)``): they vanish with it, so their reads are no uses. What the target
+    still reads of them is checked as a target input (iii)."""
+    inside = {id(n.expr) for n in occ if id(n.site.small) in deleted}
+    out: set[Key] = set()
+    for statement in deleted:
+        for pos in reversed(graph.by_statement.get(statement, ())):
+            node = graph.events[pos]
+            if isinstance(node, DLNode) and node.parent is not None and id(node.parent) in inside:
+                inside.add(id(node.expr))
+                out.add(key(node))
+    return out
+
+
+def _moved_reads_touched(
+    match: "m.Match", graph: FlowGraph, reach: Reach, anchor: DLNode, keys: set[Key], deleted: set[int],
+    chain: list[int],
+) -> Optional["m.Reason"]:
+    """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between, on
+    a path through the copy, which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``). The
+    reason naming the first such call (in graph order), if any."""
+    moved_at = [
+        pos
+        for statement in deleted
+        for pos in graph.by_statement.get(statement, ())
+        if pos != anchor.index and reach.before(pos, anchor.index) and reach.on_chain(pos, chain)
+    ]
+    if not moved_at:
+        return None
+    moved: set[int] = set()
+    for pos in moved_at:
+        event = graph.events[pos]
+        moved |= {vid for vid in read_vids(event) if vid not in _temporaries(event)}
+    skip = deleted | {id(anchor.site.small)}
+    suspects: set[int] = set()  # readers of a moved value between a deleted statement and the anchor
+    for vid, joins in reach.carried(moved, chain).items():
+        for pos in graph.readers.get(vid, ()):
+            event = graph.events[pos]
+            assert event is not None
+            if pos == anchor.index or id(event.site.small) in deleted:
+                continue
+            if isinstance(event, DLNode) and key(event) in keys:
+                continue
+            if not (reach.before(pos, anchor.index) and any(p != pos and reach.before(p, pos) for p in moved_at)):
+                continue
+            if reach.reads_at(pos, chain, joins):
+                suspects.add(pos)
+    for pos in sorted(suspects):  # in graph order: the reason names the first call that may mutate
+        event = graph.events[pos]
+        assert event is not None
+        if isinstance(event, DLNode):
+            impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
+        else:
+            scan = m._EffectScan(skip)
+            event.site.small.visit(scan)
+            impure = scan.unsafe
+        if impure:
+            sentence = _mutated_sentence(graph, match, moved, event)
+            return m.Reason(m.RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
+    before = m._CallBefore(anchor.expr)
+    anchor.site.small.visit(before)
+    if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge
+        return m.Reason(
+            m.RefusalCategory.INPUT_MAY_BE_MUTATED,
+            "this statement makes a call before the last matched call, which may modify in place what the moved "
+            "statements read",
+            anchor.site.line,
+        )
+    return None
+
+
+def _mutated_sentence(graph: FlowGraph, match: "m.Match", moved: set[int], event: Event) -> Callable[[], str]:
+    def sentence() -> str:
+        read = read_vids(event)
+        name = m._name_of({v for v in moved if graph.flowing([v]) & read}, graph, match.cls)
+        return (
+            f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement moved "
+            "to the fused call's place reads"
+        )
+
+    return sentence
+
+
+def _temporaries(event: object) -> set[int]:
+    """Value ids a node reads as DSL results (``%`` names): no variable a deleted statement reads."""
+    if not isinstance(event, DLNode):
+        return set()
+    return {vid for v in [*event.args, *(v for _, v in event.kwargs)] for name, vid in v.uses if name.startswith("%")}
