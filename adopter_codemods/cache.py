@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -36,6 +34,8 @@ _SKIP_FIELDS = [f.name for f in dataclasses.fields(Skip) if f.name != "path"]
 @functools.lru_cache(maxsize=None)
 def _tool_digest() -> str:
     """The version and every source file of the package."""
+    import hashlib  # here and below: `scan --no-cache` never hashes
+
     digest = hashlib.sha256(__version__.encode())
     package = Path(__file__).resolve().parent
     for path in sorted(package.rglob("*.py")):
@@ -45,6 +45,8 @@ def _tool_digest() -> str:
 
 
 def _rules_digest(rules: Sequence[Rule]) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
     for rule in rules:
         digest.update(rule.code.encode())
@@ -57,15 +59,18 @@ class ScanCache:
     """Findings of earlier scans, by file content; see the module docstring."""
 
     def __init__(self, directory: Path, rules: Sequence[Rule]) -> None:
+        import hashlib
+
         self.directory = directory
         self._salt = (_tool_digest() + _rules_digest(rules)).encode()
+        self._sha256 = hashlib.sha256
 
     @classmethod
     def default(cls, rules: Sequence[Rule]) -> "ScanCache":
         return cls(Path(os.environ.get(ENV_DIR) or DEFAULT_DIR), rules)
 
     def _entry(self, data: bytes) -> Path:
-        key = hashlib.sha256(self._salt + data).hexdigest()
+        key = self._sha256(self._salt + data).hexdigest()
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, data: bytes, path: str) -> Optional[tuple[list[Finding], list[Skip]]]:
@@ -102,6 +107,8 @@ class ScanCache:
             ignore = self.directory / ".gitignore"
             if not ignore.exists():
                 ignore.write_text("# created by adopter-codemods scan\n*\n", encoding="utf-8")
+            import tempfile
+
             fd, tmp = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
         except OSError:
             return

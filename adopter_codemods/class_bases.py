@@ -95,11 +95,14 @@ class FileSummary:
 
     path: str
     module_name: str  # dotted name from the __init__.py packages above it
-    # Top-level name -> ("class", name) | ("import", qualified name, relative ones with their leading dots)
-    # | ("alias", dotted name in this file); the last binding in the file wins.
+    # Top-level name -> ("class", name) | ("function", name) | ("value", name) | ("import", qualified name,
+    # relative ones with their leading dots) | ("alias", dotted name in this file); the last binding wins.
     bindings: dict[str, tuple[str, str]] = field(default_factory=dict)
     classes: dict[str, ClassSummary] = field(default_factory=dict)
+    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # read by factory_types
+    values: dict[str, ast.expr] = field(default_factory=dict)  # `NAME = <not a dotted name>` (a dict of layer types)
     star_imports: list[str] = field(default_factory=list)  # module names of `from x import *`
+    ambiguous: set[str] = field(default_factory=set)  # names bound more than once, to different things
 
 
 def _module_name(path: Path) -> str:
@@ -127,18 +130,30 @@ def summarize(path: Path, source: bytes) -> FileSummary:
     return summary
 
 
+def _bind(summary: FileSummary, name: str, binding: tuple[str, str]) -> None:
+    previous = summary.bindings.get(name)
+    if previous is not None and (previous != binding or binding[0] in ("function", "value")):
+        summary.ambiguous.add(name)  # which binding holds at run time may depend on the path taken
+    summary.bindings[name] = binding
+
+
 def _visit(summary: FileSummary, body: Sequence[ast.stmt]) -> None:
     for stmt in body:
         if isinstance(stmt, ast.ClassDef):
-            summary.bindings[stmt.name] = ("class", stmt.name)
+            _bind(summary, stmt.name, ("class", stmt.name))
             summary.classes[stmt.name] = ClassSummary(stmt, tuple(ast_dotted_name(b) for b in stmt.bases))
+        elif isinstance(stmt, ast.FunctionDef):
+            _bind(summary, stmt.name, ("function", stmt.name))
+            summary.functions[stmt.name] = stmt
+        elif isinstance(stmt, ast.AsyncFunctionDef):
+            _bind(summary, stmt.name, ("value", stmt.name))  # no value recorded: calling it builds no known layer
         elif isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname is not None:
-                    summary.bindings[alias.asname] = ("import", alias.name)
+                    _bind(summary, alias.asname, ("import", alias.name))
                 else:
                     head = alias.name.split(".")[0]  # `import a.b` binds `a`
-                    summary.bindings[head] = ("import", head)
+                    _bind(summary, head, ("import", head))
         elif isinstance(stmt, ast.ImportFrom):
             prefix = "." * stmt.level + (stmt.module or "")
             for alias in stmt.names:
@@ -146,13 +161,18 @@ def _visit(summary: FileSummary, body: Sequence[ast.stmt]) -> None:
                     summary.star_imports.append(prefix)
                     continue
                 joined = prefix + alias.name if prefix.endswith(".") or not prefix else f"{prefix}.{alias.name}"
-                summary.bindings[alias.asname or alias.name] = ("import", joined)
+                _bind(summary, alias.asname or alias.name, ("import", joined))
         elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             value = ast_dotted_name(stmt.value)
+            name = stmt.targets[0].id
             if value is not None:
-                summary.bindings[stmt.targets[0].id] = ("alias", value)
+                _bind(summary, name, ("alias", value))
             else:
-                summary.bindings.pop(stmt.targets[0].id, None)  # rebound to something else
+                _bind(summary, name, ("value", name))
+                summary.values[name] = stmt.value
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            summary.ambiguous.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
         elif isinstance(stmt, ast.If):
             # `if TYPE_CHECKING:` re-exports (transformers' lazy __init__) and version switches: both arms.
             _visit(summary, stmt.body)
@@ -181,6 +201,15 @@ class ClassRef:
 
 
 @dataclass(frozen=True)
+class Definition:
+    """What a name is bound to at the top level of a file: a class, a function, or another value."""
+
+    path: str
+    name: str
+    kind: str  # "class" | "function" | "value"
+
+
+@dataclass(frozen=True)
 class Located:
     """A module found by a look-up: its file (None for a namespace package) and, for a package, where its
     submodules are."""
@@ -201,16 +230,36 @@ class BaseResolver:
         self._lookups: dict[tuple[str, tuple[str, ...]], Optional[Located]] = {}
         self._files: dict[str, Optional[tuple[int, int]]] = {}
         self._verdicts: dict[ClassRef, bool] = {}
-        self._resolved: dict[tuple[str, str], Optional[ClassRef]] = {}
+        self._resolved: dict[tuple[str, str], Optional[Definition]] = {}
         self._attributes: dict[ClassRef, tuple[frozenset[str], frozenset[str]]] = {}
 
     # ------------------------------------------------------------------ public
     def resolve(self, qualname: str) -> Optional[ClassRef]:
         """The class an imported name of the analysed file (``...modeling_layers.X``, ``mypkg.layers.Block``)
         names, or None when it cannot be found."""
-        if self.origin is None:
+        found = self.definition(qualname)
+        return ClassRef(found.path, found.name) if found is not None and found.kind == "class" else None
+
+    def definition(self, qualname: str, importer: Optional[str] = None) -> Optional[Definition]:
+        """What a name imported by `importer` (default: the analysed file) is defined as: a class, a function or
+        another value bound at the top level of the file defining it; None when it cannot be found."""
+        importer = importer if importer is not None else (str(self.origin) if self.origin is not None else None)
+        if importer is None:
             return None
-        return self._resolve_qualified(qualname, str(self.origin), MAX_HOPS, frozenset())
+        return self._resolve_qualified(qualname, importer, MAX_HOPS, frozenset())
+
+    def lookup(self, summary: FileSummary, dotted: str) -> Optional[Definition]:
+        """What a dotted name used in `summary`'s file (``nn.Conv2d``, ``create_conv2d``) is defined as."""
+        return self._define(summary, dotted.split("."), MAX_HOPS, frozenset())
+
+    def file(self, path: str) -> Optional[FileSummary]:
+        """The summary of a file, recorded as read (:meth:`dependencies`); None when it does not parse."""
+        return self._summary(path)
+
+    @staticmethod
+    def qualified(summary: FileSummary, dotted: str) -> Optional[str]:
+        """A dotted name of `summary`'s file as an absolute qualified name, when its head is imported."""
+        return BaseResolver._qualified(summary, dotted)
 
     def base_is_module(self, qualname: str) -> tuple[bool, Optional[ClassRef]]:
         """Whether an imported base makes a class a module class, and the class it resolved to (None: not
@@ -296,7 +345,7 @@ class BaseResolver:
             self._search_path = list(dict.fromkeys(roots + [os.path.abspath(p or os.curdir) for p in sys.path]))
         return self._search_path
 
-    def _resolve_qualified(self, qualname: str, importer: str, hops: int, active: frozenset) -> Optional[ClassRef]:
+    def _resolve_qualified(self, qualname: str, importer: str, hops: int, active: frozenset) -> Optional[Definition]:
         """`qualname` as written in an import of file `importer` (leading dots: relative to it)."""
         if hops <= 0:
             return None
@@ -312,21 +361,31 @@ class BaseResolver:
             current: Optional[str] = str(init) if os.path.isfile(init) else None
         else:
             dirs, current = tuple(self.search_path()), None
-        index = 0
+        index, parent = 0, None
         while index < len(parts) and dirs is not None:
             found = self._locate(parts[index], dirs)
             if found is None:
                 break  # not a module: a name defined in the last module found
-            current, dirs = found.origin, found.submodules
+            parent, current, dirs = current, found.origin, found.submodules
             index += 1
         remainder = parts[index:]
+        if not remainder and parent is not None:
+            # `from pkg import f` where pkg/__init__.py does `from .f import f`: the package's binding hides the
+            # submodule of the same name (timm.layers.create_conv2d).
+            summary = self._summary(parent)
+            return None if summary is None else self._define(summary, parts[-1:], hops - 1, active)
         if not remainder or current is None:
             return None
         summary = self._summary(current)
-        return None if summary is None else self._lookup(summary, remainder, hops - 1, active)
+        return None if summary is None else self._define(summary, remainder, hops - 1, active)
 
     def _lookup(self, summary: FileSummary, parts: list[str], hops: int, active: frozenset) -> Optional[ClassRef]:
         """The class `parts` (a name, maybe followed by attributes) names in a file."""
+        found = self._define(summary, parts, hops, active)
+        return ClassRef(found.path, found.name) if found is not None and found.kind == "class" else None
+
+    def _define(self, summary: FileSummary, parts: list[str], hops: int, active: frozenset) -> Optional[Definition]:
+        """The definition `parts` (a name, maybe followed by attributes) names in a file."""
         key = (summary.path, ".".join(parts))
         if key in self._resolved:
             return self._resolved[key]
@@ -335,18 +394,18 @@ class BaseResolver:
         active = active | {key}
         head, rest = parts[0], parts[1:]
         binding = summary.bindings.get(head)
-        result: Optional[ClassRef] = None
+        result: Optional[Definition] = None
         if binding is None:
             for star in summary.star_imports:
                 result = self._resolve_qualified(_join(star, ".".join(parts)), summary.path, hops - 1, active)
                 if result is not None:
                     break
-        elif binding[0] == "class":
-            result = None if rest else ClassRef(summary.path, head)
+        elif binding[0] in ("class", "function", "value"):
+            result = None if rest else Definition(summary.path, head, binding[0])
         elif binding[0] == "import":
             result = self._resolve_qualified(_join(binding[1], ".".join(rest)), summary.path, hops - 1, active)
         else:  # alias: `Block = layers.Block`
-            result = self._lookup(summary, binding[1].split(".") + rest, hops - 1, active)
+            result = self._define(summary, binding[1].split(".") + rest, hops - 1, active)
         self._resolved[key] = result
         return result
 

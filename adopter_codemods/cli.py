@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from .cache import DEFAULT_DIR, ENV_DIR, ScanCache
 from .dsl import Rule, RuleSyntaxError
 from .engine import Finding, RefusedSite, Skip, analyse_file, analyse_source
 from .files import FileError, SourceError, atomic_write, discover
+from .gc_pause import collector_paused
 from .init_config import CONFIG_NAME, write_config
 from .report import (
     Replacement,
@@ -97,6 +97,7 @@ class _Scanned:
     refused: list[RefusedSite] = field(default_factory=list)
 
 
+@collector_paused  # for the file's whole life, parse included: see gc_pause
 def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
         cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
@@ -136,6 +137,7 @@ class _Rewritten:
     skipped: list[Skip] = field(default_factory=list)
 
 
+@collector_paused  # as _scan_file
 def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
     try:
         analysis = analyse_file(path, _RULES)
@@ -183,7 +185,11 @@ def _run(
     jobs = min(jobs or os.cpu_count() or 1, len(paths))
     progress = _Progress(len(paths), sys.stderr) if show_progress and sys.stderr.isatty() and paths else None
     results: list[T] = []
-    pool = multiprocessing.get_context().Pool(jobs, _init_worker, init) if jobs > 1 else None
+    pool = None
+    if jobs > 1:
+        import multiprocessing  # only here: a one-process run does without its imports
+
+        pool = multiprocessing.get_context().Pool(jobs, _init_worker, init)
     try:
         for done, result in enumerate(pool.imap(worker, paths) if pool else map(worker, paths), 1):
             results.append(result)

@@ -20,7 +20,7 @@ from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
 from .matcher import Certainty, LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
-from .positions import statement_positions
+from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
@@ -218,6 +218,7 @@ def refusals_for(
     return out
 
 
+@collector_paused
 def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = None) -> list[Skip]:
     """The units of `structure` the walk gave up on (nesting too deep for its recursion). Read it after
     matching: classes are walked lazily, only where some rule needed their paths."""
@@ -228,15 +229,16 @@ def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = N
     tops: list[cst.CSTNode] = [cls.node for cls, _, _ in units if cls.node is not None]
     tops += [node for cls, node, _ in units if cls.node is None]
     nodes = [node for _, node, _ in units]
-    positions: Mapping[cst.CSTNode, CodeRange] = statement_positions(module, tops, nodes, source)
-    if not all(n in positions for n in nodes):
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines: Mapping[cst.CSTNode, int] = definition_lines(module, tops, nodes, source)
+    if not all(n in lines for n in nodes):
+        found = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        lines = {n: found[n].start.line for n in nodes}
     out = [
         Skip(
             path,
             cls.name,
             None if node is cls.node else node.name.value,  # type: ignore[attr-defined]
-            positions[node].start.line,
+            lines[node],
             reason,
         )
         for cls, node, reason in units
@@ -402,6 +404,7 @@ class Analysis:
         return self._rewritten
 
 
+@collector_paused
 def analyse(
     module: cst.Module,
     rules: Sequence[Rule],
@@ -415,13 +418,15 @@ def analyse(
     (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
     are resolved from it (:mod:`.class_bases`); `with_refusals`: also collect the refused sites
     (:meth:`Analysis.refused`)."""
-    if structure is None:
-        structure = build_module_structure(module, path)
-    refusals: Optional[list[Refusal]] = [] if with_refusals else None
-    matches = find_all(structure, rules, refusals)
+    with files.known_source(module, source):  # the guards' whole-file `ast` parses it instead of rendering it
+        if structure is None:
+            structure = build_module_structure(module, path)
+        refusals: Optional[list[Refusal]] = [] if with_refusals else None
+        matches = find_all(structure, rules, refusals)
     return Analysis(module, rules, path or "", source, structure, matches, refusals)
 
 
+@collector_paused
 def analyse_source(
     source: Union[str, bytes], rules: Sequence[Rule], path: str = "<string>", *, with_refusals: bool = False
 ) -> Analysis:
@@ -432,6 +437,7 @@ def analyse_source(
     return analyse(module, rules, path, source=data, with_refusals=with_refusals)
 
 
+@collector_paused
 def analyse_file(
     path: str, rules: Sequence[Rule], data: Optional[bytes] = None, *, with_refusals: bool = False
 ) -> Analysis:

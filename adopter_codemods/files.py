@@ -8,18 +8,18 @@ original encoding and newline style.
 from __future__ import annotations
 
 import ast
+import contextlib
 import faulthandler
 import io
 import operator
 import os
 import re
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from itertools import accumulate, compress
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -225,6 +225,32 @@ def parse(source: Union[str, bytes], path: str) -> cst.Module:
     return cst.parse_module(source)
 
 
+# The modules being analysed and the bytes each was parsed from (engine.analyse), innermost last.
+_KNOWN_SOURCES: list[tuple[cst.Module, bytes]] = []
+
+
+@contextlib.contextmanager
+def known_source(module: cst.Module, source: Optional[bytes]) -> Iterator[None]:
+    """While in the block, :func:`source_of` gives `module`'s `source` (the bytes it was parsed from, if known)."""
+    if source is None:
+        yield
+        return
+    _KNOWN_SOURCES.append((module, source))
+    try:
+        yield
+    finally:
+        _KNOWN_SOURCES.pop()
+
+
+def source_of(module: cst.Module) -> Union[str, bytes]:
+    """What to give ``ast.parse`` for a whole module: the bytes it was parsed from while it is analysed, else its
+    code, generated from the tree (the same text: LibCST round-trips exactly; generating it costs about a parse)."""
+    for known, source in reversed(_KNOWN_SOURCES):
+        if known is module:
+            return source
+    return module.code
+
+
 def read_source(path: str) -> bytes:
     """A file's bytes; raises :class:`SourceError` naming the file when it cannot be read."""
     try:
@@ -274,6 +300,8 @@ def atomic_write(path: str, data: bytes) -> None:
     target = os.path.realpath(path)
     directory, name = os.path.split(target)
     mode = os.stat(target).st_mode & 0o7777
+    import tempfile  # imported when writing: `scan` never does
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".adopter-tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

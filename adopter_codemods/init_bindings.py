@@ -7,6 +7,9 @@
   ``functools.partial(nn.BatchNorm2d, eps=...)``: the caller may pass anything, so the type is only *possible*;
 * ``self.conv = conv3x3(a, b)`` where a module-level function returns ``nn.Conv2d(...)``: the type is certain and
   the arguments are the returned call's, the function's parameters replaced by what the call passes;
+* ``self.conv = create_conv2d(...)`` / ``norm_act_layer = get_norm_act_layer(norm_layer)`` where the function is
+  defined in another file or package (timm): read by :mod:`.factory_types`, certain when every path returns one
+  type, possible otherwise; its arguments are not known;
 * ``nn.Sequential(*layers)`` over a list built by ``layers.append(...)``, ``layers += [...]``, ``extend``, from an
   ``OrderedDict``, and a subclass of ``nn.Sequential`` calling ``super().__init__(*layers)`` (torchvision's
   ``ConvNormActivation``).
@@ -29,7 +32,8 @@ from typing import Optional, Union
 import libcst as cst
 
 from . import cstwalk
-from .qualnames import ImportTable, canonical_torch_name, qualname_matches
+from .factory_types import FactoryTypes, Function, Types, Value
+from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .structure import CERTAIN, OPAQUE, OPAQUE_TYPE, UNKNOWN, UNKNOWN_TYPE, LayerBinding, LayerType, certain
 
 @dataclass(frozen=True)
@@ -140,9 +144,11 @@ class InitReader:
         functions: dict[str, cst.FunctionDef],
         sequential_base: Optional[cst.BaseExpression] = None,
         sequential_calls: bool = True,
+        factories: Optional[FactoryTypes] = None,
     ) -> None:
         self.table = table
         self.functions = functions  # module-level functions by name: factories
+        self.factories = factories  # functions of other files (factory_types.py); None: not followed
         self.sequential_base = sequential_base  # the `nn.Sequential` base of a Sequential subclass without forward
         self.sequential_calls = sequential_calls  # whether the code calls nn.Sequential at all (else skip looking)
         self.bindings: dict[str, list[LayerBinding]] = {}
@@ -203,6 +209,9 @@ class InitReader:
                 # A partial of a factory passes its arguments to the factory, not to the layer.
                 known = inner.args_known and not (isinstance(wrapped, cst.Name) and wrapped.value in self.functions)
                 return Constructor(inner.type, inner.preset + tuple(expr.args[1:]), False, known)
+            external = self._external_call(expr, env)
+            if external is not None and external.builds.names:
+                return Constructor(external.builds.layer_type(), (), False, False)
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
             if isinstance(expr, cst.Name) and expr.value in self.functions:
@@ -212,10 +221,44 @@ class InitReader:
                     if inner is not None and inner.type.certainty == CERTAIN:
                         return Constructor(inner.type, (), False, True)
                 return None
+            function = self._external_function(expr, env)
+            if function is not None:
+                assert self.factories is not None
+                builds = self.factories.call(function, None).layer
+                if builds.names:
+                    return Constructor(builds.layer_type(), (), False, False)
+            # A function naming no layer type keeps its own name as the type (a rule may name the factory:
+            # ADP006's `*.get_activation`).
             qualname = self.table.resolve(expr)
             if qualname is not None:
                 return Constructor(certain(canonical_torch_name(qualname)))
         return None
+
+    def _external_function(self, expr: cst.BaseExpression, env: dict[str, Held]) -> Optional[Function]:
+        """The function of another file an imported name (`create_conv2d`, `layers.make_norm`) names."""
+        if self.factories is None:
+            return None
+        name = dotted_name(expr)
+        head = name.split(".")[0] if name is not None else None
+        if head is None or head not in self.table.names or head in env:
+            return None
+        qualname = self.table.resolve(expr)
+        return self.factories.function(qualname) if qualname is not None else None
+
+    def _external_call(self, call: cst.Call, env: dict[str, Held]) -> Optional[Value]:
+        """What a call of a function of another file returns, given what its arguments build."""
+        function = self._external_function(call.func, env)
+        if function is None:
+            return None
+        assert self.factories is not None
+        if any(arg.star for arg in call.args):
+            return self.factories.call(function, None)
+        args = []
+        for arg in call.args:
+            made = self.constructor(arg.value, env)
+            args.append((arg.keyword.value if arg.keyword is not None else None,
+                         Types.of(made.type) if made is not None else Types(other=True)))
+        return self.factories.call(function, args)
 
     # ------------------------------------------------------------------ layers
     def layer(self, attr: str, value: cst.BaseExpression, line: Optional[cst.SimpleStatementLine],
@@ -236,9 +279,11 @@ class InitReader:
             return LayerBinding(attr, qualname, args, True, value, line, conditional, layer_type=layer_type)
         if not isinstance(value, cst.Call):
             return LayerBinding(attr, None, (), False, value, line, conditional, layer_type=UNKNOWN_TYPE, args_known=False)
-        made = self.constructor(value.func, env)
-        if made is None:
-            made = UNKNOWN_CONSTRUCTOR
+        external = self._external_call(value, env)
+        if external is not None and external.layer.names:
+            made = Constructor(external.layer.layer_type(), (), False, False)
+        else:
+            made = self.constructor(value.func, env) or UNKNOWN_CONSTRUCTOR
         args, known = tuple(value.args), made.args_known
         if isinstance(value.func, cst.Name) and value.func.value in self.functions and value.func.value not in env:
             args, known = self._factory_args(self.functions[value.func.value], args)

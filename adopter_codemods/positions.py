@@ -109,11 +109,16 @@ def _mark(stmt: cst.CSTNode, wanted: dict[int, cst.CSTNode], on_path: set[int]) 
 class _Placer:
     """Walks down to the wanted statements, counting the lines before them, and renders each one alone."""
 
-    def __init__(self, module: cst.Module, wanted: dict[int, cst.CSTNode], on_path: set[int]) -> None:
+    def __init__(
+        self, module: cst.Module, wanted: dict[int, cst.CSTNode], on_path: set[int], render_definitions: bool = True
+    ) -> None:
         self.module = module
         self.wanted = wanted
         self.on_path = on_path
+        # False: a wanted class or function only gets its keyword line (rendering it would render its whole body).
+        self.render_definitions = render_definitions
         self.positions: dict[cst.CSTNode, CodeRange] = {}
+        self.keyword_lines: dict[cst.CSTNode, int] = {}
 
     def block(self, statements: Sequence[cst.CSTNode], line: int, indent: str) -> None:
         """`line`: where the first statement's leading lines start; `indent`: the block's whole indentation."""
@@ -127,7 +132,8 @@ class _Placer:
 
     def statement(self, stmt: cst.CSTNode, first: int, indent: str) -> None:
         """`first`: the line after the statement's leading lines (its first decorator or its keyword)."""
-        if type(stmt) is cst.SimpleStatementLine or id(stmt) in self.wanted:
+        definition = isinstance(stmt, _DEFINITIONS)
+        if type(stmt) is cst.SimpleStatementLine or (id(stmt) in self.wanted and (self.render_definitions or not definition)):
             self.render(stmt, first, indent)
         clauses = _clauses(stmt)
         line = first
@@ -137,6 +143,8 @@ class _Placer:
                 line += _newlines_in(clause.leading_lines)  # type: ignore[attr-defined]
             if isinstance(clause, _DEFINITIONS):
                 line += _newlines_in(clause.decorators) + _newlines_in(clause.lines_after_decorators)
+                if definition and id(stmt) in self.wanted:
+                    self.keyword_lines[stmt] = line  # where PositionProvider starts it: `class`, `def` or `async`
             colon = line + _header_newlines(clause)
             if type(body) is cst.IndentedBlock and any([id(s) in self.on_path for s in body.body]):
                 inner = body.indent if body.indent is not None else self.module.default_indent
@@ -169,35 +177,68 @@ def statement_positions(
     bytes, a class or function whose header occurs once in it is placed by that line instead of by counting the
     newlines of everything before it. Statements in a one-line suite (``if x: y = 1``), a ``match`` or outside
     ``module.body`` are left out: callers fall back to ``PositionProvider``."""
+    return _place(module, tops, wanted, source, render_definitions=True).positions
+
+
+def definition_lines(
+    module: cst.Module, tops: Iterable[cst.CSTNode], definitions: Iterable[cst.CSTNode], source: Optional[bytes] = None
+) -> dict[cst.CSTNode, int]:
+    """The start line (as ``PositionProvider`` gives it: the ``class``, ``def`` or ``async`` keyword) of each of the
+    `definitions` (classes and functions) inside the given top-level statements, without rendering any code.
+    Left out as by :func:`statement_positions`."""
+    return _place(module, tops, definitions, source, render_definitions=False).keyword_lines
+
+
+def _place(
+    module: cst.Module,
+    tops: Iterable[cst.CSTNode],
+    wanted: Iterable[cst.CSTNode],
+    source: Optional[bytes],
+    render_definitions: bool,
+) -> _Placer:
     wanted_ids = {id(n): n for n in wanted}
     on_path: set[int] = set()
     body_ids = {id(s) for s in module.body}
     holding = {id(t): t for t in tops if id(t) in body_ids}
     holding = {key: top for key, top in holding.items() if _mark(top, wanted_ids, on_path)}
-    placer = _Placer(module, wanted_ids, on_path)
+    placer = _Placer(module, wanted_ids, on_path, render_definitions)
+    headers = _HeaderLines(source) if source is not None and holding else None
     for key, top in list(holding.items()):
-        keyword_line = _header_line(source, top) if source is not None else None
+        keyword_line = headers.line(top) if headers is not None else None
         if keyword_line is not None:
             on_path.discard(key)  # placed here: the module-level count below skips it
             first = keyword_line - _newlines_in(top.decorators) - _newlines_in(top.lines_after_decorators)  # type: ignore[attr-defined]
             placer.statement(top, first, "")
     if any(key in on_path for key in holding):
         placer.block(module.body, 1 + _newlines_in(module.header), "")
-    return placer.positions
+    return placer
 
 
-def _header_line(source: bytes, top: cst.CSTNode) -> Optional[int]:
-    """1-based line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
-    the start of a line (a second hit, e.g. in a docstring, means the newline count decides)."""
-    if not isinstance(top, _DEFINITIONS):
-        return None
-    after_keyword = top.whitespace_after_class if isinstance(top, cst.ClassDef) else top.whitespace_after_def
-    if "\\" in after_keyword.value:  # `def \<newline> name`: the pattern would miss it and might hit a docstring
-        return None
-    keyword = rb"class" if isinstance(top, cst.ClassDef) else rb"(?:async[ \t]+)?def"
-    pattern = re.compile(rb"^" + keyword + rb"[ \t]+" + re.escape(top.name.value.encode()) + rb"\b", re.M)
-    hits = pattern.finditer(source)
-    first = next(hits, None)
-    if first is None or next(hits, None) is not None:
-        return None
-    return source.count(b"\n", 0, first.start()) + 1
+# Every line starting a top-level `class` or `def` header, with the name: one scan of the source serves every top.
+_TOP_HEADER = re.compile(rb"^(?:(class)|(?:async[ \t]+)?def)[ \t]+(\w+)", re.M)
+
+
+class _HeaderLines:
+    """1-based lines of the top-level ``class Name``/``def Name`` headers of a source, found on first use."""
+
+    def __init__(self, source: bytes) -> None:
+        self.source = source
+        self.lines: Optional[dict[tuple[bool, bytes], list[int]]] = None
+
+    def line(self, top: cst.CSTNode) -> Optional[int]:
+        """The line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
+        the start of a line (a second hit, e.g. in a docstring, means the newline count decides)."""
+        if not isinstance(top, _DEFINITIONS):
+            return None
+        after_keyword = top.whitespace_after_class if isinstance(top, cst.ClassDef) else top.whitespace_after_def
+        if "\\" in after_keyword.value:  # `def \<newline> name`: the pattern would miss it and might hit a docstring
+            return None
+        if self.lines is None:
+            self.lines = {}
+            line, offset = 1, 0
+            for hit in _TOP_HEADER.finditer(self.source):
+                line += self.source.count(b"\n", offset, hit.start())
+                offset = hit.start()
+                self.lines.setdefault((hit.group(1) is not None, hit.group(2)), []).append(line)
+        hits = self.lines.get((isinstance(top, cst.ClassDef), top.name.value.encode()), [])
+        return hits[0] if len(hits) == 1 else None

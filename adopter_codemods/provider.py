@@ -31,6 +31,7 @@ from libcst.metadata import BaseMetadataProvider
 
 from . import cstwalk
 from .class_bases import BaseResolver, ClassRef
+from .factory_types import FactoryTypes
 from .flow.graph import FlowGraph, FlowSink, FlowState, merge_states
 from .gc_pause import collector_paused
 from .init_bindings import InitReader
@@ -244,12 +245,13 @@ class _ClassWalker:
         return hit[1]
 
     # ------------------------------------------------------------------ __init__
-    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool) -> None:
+    def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool,
+                         factories: Optional[FactoryTypes] = None) -> None:
         """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
         build (adopter_codemods/init_bindings.py)."""
         init = self.find_method("__init__")
         base = _sequential_base(self.info, self.table) if init is not None else None
-        reader = InitReader(self.table, functions, base, sequential_calls)
+        reader = InitReader(self.table, functions, base, sequential_calls, factories)
         if init is not None:
             reader.read_init(init)
             if init is not self.info.methods.get("__init__"):
@@ -1199,6 +1201,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
     bases imported from other files are resolved (`class_bases`); without it only their names decide."""
     table = ImportTable.from_module(module)
     resolver = BaseResolver(path)
+    factories = FactoryTypes(resolver)  # layer factories of other files, read through the same resolver
     classes: dict[str, _ClassInfo] = {}
     functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
     for stmt in module.body:
@@ -1234,7 +1237,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         if not _is_module_class(info, classes, table, memo, resolver):
             continue
         walker = _ClassWalker(info, classes, table)
-        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees)
+        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
         family = _family(name, classes, subclasses)
@@ -1268,7 +1271,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         unit.operators = frozenset(function_operators)
         unit.walk = functools.partial(_walk_functions, walker, list(functions.values()))
         if _SEQUENTIAL in function_callees:
-            reader = InitReader(table, functions)
+            reader = InitReader(table, functions, factories=factories)
             for fn in functions.values():
                 reader.read_other(fn, fn.name.value, method=False)
             walker.containers = reader.containers

@@ -6,14 +6,12 @@ Also text diffs; the rule metadata shown (documentation, kernel targets) comes f
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
-from urllib.parse import quote
 
 from . import __version__
 from .dsl import Rule
@@ -41,6 +39,8 @@ def plain(markdown: str) -> str:
 
 def unified_diff(old: str, new: str, path: str) -> str:
     """A unified diff of two versions of a file, applicable with ``patch -p0`` (or ``git apply -p0``)."""
+    import difflib  # here and below: only diffs and SARIF fixes need it
+
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), path, path)
     # difflib leaves a last line without newline unterminated; patch(1) spells that out.
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
@@ -62,6 +62,8 @@ def text_replacements(old: str, new: str) -> list[Replacement]:
     starts = [0]
     for line in old_lines:
         starts.append(starts[-1] + len(line))
+    import difflib
+
     matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
     return [
         Replacement(starts[i1], starts[i2] - starts[i1], "".join(new_lines[j1:j2]))
@@ -153,6 +155,8 @@ def _artifact(path: str, root: str) -> dict[str, str]:
     rel = os.path.relpath(absolute, root)
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):
         return {"uri": Path(absolute).as_uri()}
+    from urllib.parse import quote  # SARIF only
+
     return {"uri": quote(Path(rel).as_posix()), "uriBaseId": "%SRCROOT%"}
 
 

@@ -24,7 +24,7 @@ from typing import Optional, Sequence, Union
 
 import libcst as cst
 
-from . import cstwalk
+from . import cstwalk, files
 from .dsl import CallNode, Const
 from .guards import Refused, guard
 from .matcher import Match
@@ -156,7 +156,7 @@ class _ParsedModule:
         """Whether the file binds `name` only by its definition and nothing patches or may rebind it."""
         if self._bindings is None:
             self._bindings = {}
-            for node in ast.walk(ast.parse(self.module.code)):
+            for node in ast.walk(ast.parse(files.source_of(self.module))):
                 for bound in _bound_names(node):
                     self._bindings[bound] = self._bindings.get(bound, 0) + 1
                 if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):

@@ -59,8 +59,10 @@ POSITIVE = [c for c in CASES if not is_negative(c)]
 
 
 @pytest.mark.parametrize("case", POSITIVE, ids=[f"{c.parent.name}/{c.name}" for c in POSITIVE])
-def test_rewrite_is_equivalent(case: Path) -> None:
+def test_rewrite_is_equivalent(case: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
+    # Packages next to a case (ADP007's adp007_layers/) import as the engine resolved them: from its directory.
+    monkeypatch.syspath_prepend(str(case.parent))
     from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     source = case.read_text(encoding="utf-8")

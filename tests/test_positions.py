@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from adopter_codemods import cstwalk
-from adopter_codemods.positions import count_newlines, statement_positions
+from adopter_codemods.positions import count_newlines, definition_lines, statement_positions
 from test_cstwalk import EVERY_SYNTAX
 
 ODD = (
@@ -49,6 +49,11 @@ def _assert_same(module: cst.Module, source: bytes) -> None:
         assert not missing, [type(s).__name__ for s in missing]
         for node, rng in every.items():
             assert full[node] == rng, (type(node).__name__, module.code_for_node(node)[:60], full[node], rng)
+        # Classes and functions (decorated, async, nested) by their keyword line alone, nothing rendered.
+        definitions = [s for s in statements if isinstance(s, (cst.ClassDef, cst.FunctionDef))]
+        lines = definition_lines(module, module.body, definitions, given)
+        assert [d for d in definitions if d not in lines and id(d) not in skipped] == []
+        assert {d: full[d].start.line for d in lines} == lines
         # One at a time: siblings after the wanted statement are not counted, so each placement stands alone.
         for stmt in statements[::9] + statements[-1:]:
             one = statement_positions(module, module.body, [stmt], given)

@@ -120,6 +120,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP007_fuse_conv_bn/neg_list_not_followed.py': [],
     'ADP007_fuse_conv_bn/neg_unknown_or_other_types.py': [],  # unknown/other types never match
+    'ADP007_fuse_conv_bn/neg_cross_file_factories.py': [],  # factories of adp007_layers/ naming no pair
     'ADP007_fuse_conv_bn/neg_other_layer_types.py': [],
     'ADP007_fuse_conv_bn/neg_output_replaced_in_a_branch.py': [
         '15: other-value-read: on a path through this assignment, `y` holds another value where a matched call reads it (line 17)',

@@ -22,12 +22,16 @@ EXPECTED: Dict[str, Tuple[int, int, int, int]] = {
     "torchvision resnet50": (53, 5, 53, 53),
     "torchvision mobilenet_v2": (52, 2, 52, 52),
     "torchvision efficientnet_b0": (49, 1, 49, 49),
-    # Not matched: the deep stem's pairs, inside `self.conv1 = nn.Sequential(*[...])` and from its last conv to
-    # self.bn1 (self.conv1 is that Sequential or a Conv2d, by branch).
-    "timm resnet50d": (55, 3, 52, 52),
-    # Not matched: convs from create_conv2d() and norms from norm_act_layer(); the kernel would fold its
-    # BatchNormAct2d (tests/test_kernel_guarded_conv_bn.py).
-    "timm efficientnet_b0": (49, 0, 0, 0),
+    # The deep stem `self.conv1 = nn.Sequential(*[...])` is matched (norm_layer from timm's get_norm_layer, a function
+    # of another file: factory_types.py). Not matched: its last conv -> self.bn1, refused because ResNet binds
+    # attributes by computed name (`self.add_module(*stage)`, `setattr(self, n, ...)`: self.conv1 may be anything at
+    # the call); matched, it would be exact but not fold, self.conv1 being the Sequential (README, "Real vision
+    # models").
+    "timm resnet50d": (55, 5, 54, 54),
+    # create_conv2d() and norm_act_layer() (from get_norm_act_layer()) are followed into timm/layers: possible types,
+    # guarded rewrites; the kernel folds BatchNormAct2d. Not matched: conv_head -> bn2, refused because
+    # prune_intermediate_layers rebinds self.conv_head.
+    "timm efficientnet_b0": (49, 9, 48, 48),
 }
 
 

@@ -1,6 +1,7 @@
 """Layer types in torchvision's and timm's real sources (installed by `make model-zoo`): which Conv2d -> BatchNorm2d
-sites ADP007 finds now that `conv3x3(...)`, `norm_layer(planes)`, `nn.Sequential(*layers)` and
-`ConvNormActivation(nn.Sequential)` are followed. The end-to-end execution of the rewritten packages is the
+sites ADP007 finds now that `conv3x3(...)`, `norm_layer(planes)`, `nn.Sequential(*layers)`,
+`ConvNormActivation(nn.Sequential)` and factories of other files (timm's `create_conv2d`, `get_norm_act_layer`)
+are followed. The end-to-end execution of the rewritten packages is the
 acceptance harness's; here the findings themselves are pinned."""
 
 from __future__ import annotations
@@ -26,11 +27,28 @@ EXPECTED = {
     # Every pair is inside Conv2dNormActivation (ops/misc.py)
     "torchvision/models/efficientnet.py": [],
     # BasicBlock/Bottleneck take `norm_layer=nn.BatchNorm2d`; downsample_conv/_avg build nn.Sequential(*[...]);
-    # the stem's `get_norm_layer(norm_layer)` is unknown and left alone
+    # the deep stem `nn.Sequential(*[nn.Conv2d, norm_layer(...), act, ...])` with `norm_layer =
+    # get_norm_layer(norm_layer)`, a function of timm/layers/create_norm.py (factory_types.py): two pairs
     "timm/models/resnet.py": [
         ("BasicBlock", "forward", "guarded"), ("BasicBlock", "forward", "guarded"),
         ("Bottleneck", "forward", "guarded"), ("Bottleneck", "forward", "guarded"), ("Bottleneck", "forward", "guarded"),
         ("", "downsample_conv", "guarded"), ("", "downsample_avg", "guarded"),
+        ("ResNet", "__init__", "guarded"), ("ResNet", "__init__", "guarded"),
+    ],
+    # create_conv2d(...) and norm_act_layer(...) from get_norm_act_layer(norm_layer): functions of timm/layers
+    # (one of several conv classes; a registry entry or the class passed in). conv_head -> bn2 is refused:
+    # prune_intermediate_layers rebinds self.conv_head.
+    "timm/models/efficientnet.py": [
+        ("EfficientNet", "forward_intermediates", "guarded"), ("EfficientNet", "forward_features", "guarded"),
+        ("EfficientNetFeatures", "forward", "guarded"),
+    ],
+    "timm/models/_efficientnet_blocks.py": [
+        ("ConvBnAct", "forward", "guarded"),
+        ("DepthwiseSeparableConv", "forward", "guarded"), ("DepthwiseSeparableConv", "forward", "guarded"),
+        ("DepthwiseSeparableConv", "forward", "guarded"),
+        ("InvertedResidual", "forward", "guarded"), ("InvertedResidual", "forward", "guarded"),
+        ("InvertedResidual", "forward", "guarded"), ("InvertedResidual", "forward", "guarded"),
+        ("EdgeResidual", "forward", "guarded"), ("EdgeResidual", "forward", "guarded"),
     ],
 }
 
