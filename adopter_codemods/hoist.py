@@ -166,6 +166,7 @@ def plan_hoist(match: Match) -> bool:
     match.plan = "hoist"
     match.anchor = first
     match.deleted = []
+    match.output_copies = {}
     match.names = _names_at_anchor(match)
     match.hoist = Hoist(line, replaces, names, tuple(outputs), function)
     return True

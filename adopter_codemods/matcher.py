@@ -111,6 +111,9 @@ class Match:
     region_ifs: list[cst.If] = field(default_factory=list)
     fallback_test: Optional[cst.BaseExpression] = None
     hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
+    # tuple targets: output value id -> the plain copy `alias = name` of it the rewrite deletes, assigning the output
+    # to `alias` instead (`_output_copies`)
+    output_copies: dict[int, cst.Assign] = field(default_factory=dict)
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
@@ -702,6 +705,8 @@ def _plan(match: Match) -> Union[Plan, Reason]:
             anchor.site.line,
         )
     match.deleted = list({id(s.small): s.small for s in deleted}.values())
+    match.output_copies = _output_copies(match, anchor)
+    match.deleted += match.output_copies.values()
     match.names = _names_at_anchor(match)
     if not deleted:
         if len(sites) == 1:
@@ -754,6 +759,54 @@ def _plan(match: Match) -> Union[Plan, Reason]:
     match.branch_owner = owner
     match.prefix_lines = [block[i] for i in indices]
     return "branch"
+
+
+def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
+    """Tuple targets: the copies to delete, by output value id. ``s = <output node>; a = s; ...; s = <anchor>``
+    (Whisper/MBart's ``h = residual + h; residual = h; h = ln(h)``) becomes ``s, a = fused(...)``: every name ends
+    holding what it held. Only where the output's statement, the copy (alone on its line, the only one) and the
+    anchor's statement are statements of one block, the anchor's statement assigns ``s`` again and nothing after
+    the copy before the anchor binds or mutates ``a``; a read of ``a`` or ``s`` between is a read of an output the
+    call produces later, refused by the path checks as before."""
+    assert match.rule.forward is not None and match.rule.forward.target is not None
+    outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
+    anchor_name = _assigned_name(anchor.site.small)
+    block = list(anchor.site.block)
+    if len(outputs) < 2 or anchor_name is None or match.graph is None or anchor.site.line not in block:
+        return {}
+    copies: dict[int, cst.Assign] = {}
+    for var in outputs:
+        bound = match.env.get(var.name)
+        if not isinstance(bound, Value):
+            continue
+        node = next((n for n in match.nodes if n.out == bound.vid), None)
+        if node is None or node is anchor or node.site.inline_stack != anchor.site.inline_stack:
+            continue
+        if node.site.block is not anchor.site.block or _assigned_name(node.site.small) != anchor_name:
+            continue
+        start, stop = block.index(node.site.line), block.index(anchor.site.line)
+        found = [
+            (i, line.body[0]) for i, line in enumerate(block[start + 1 : stop], start + 1)
+            if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            and isinstance(line.body[0], cst.Assign) and _assigned_name(line.body[0]) not in (None, anchor_name)
+            and isinstance(line.body[0].value, cst.Name) and line.body[0].value.value == anchor_name
+        ]  # fmt: skip
+        if len(found) != 1:
+            continue
+        at, copy = found[0]
+        assert isinstance(copy, cst.Assign)
+        alias = _assigned_name(copy)
+        copies_output = any(d.site.small is copy for d in match.graph.definitions.get(bound.vid, ()))
+        if copies_output and not any(alias in _written_names(line) for line in block[at + 1 : stop]):
+            copies[bound.vid] = copy
+    return copies
+
+
+def _assigned_name(small: cst.CSTNode) -> Optional[str]:
+    """``name`` of ``name = value``, None for any other statement."""
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value
+    return None
 
 
 def _not_before_if(anchor: DLNode) -> Reason:
@@ -1419,7 +1472,7 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
     if _plan(twin) != "block" or _outputs_assigned(twin) is not None:
         return False
     twin.plan = "block"
-    match.anchor, match.deleted = twin.anchor, twin.deleted
+    match.anchor, match.deleted, match.output_copies = twin.anchor, twin.deleted, twin.output_copies
     match.names = _names_at_anchor(match)
     return _plan_fallback(match, twin, tuple(absorbed_ifs))
 

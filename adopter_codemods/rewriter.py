@@ -281,9 +281,10 @@ def _tuple_assignment(match: Match, target: CallNode, call: cst.Call) -> cst.Ass
         node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
         if node is None or not isinstance(node.site.small, cst.Assign):
             raise RewriteError(f"{match.rule.path}: output ${var.name} is not assigned to a name")
-        name_target = node.site.small.targets[0].target
+        copy = match.output_copies.get(node.out)
+        name_target = (copy if copy is not None else node.site.small).targets[0].target
         assert isinstance(name_target, cst.Name)
-        names.append(name_target.value)
+        names.append(name_target.value)  # a deleted copy's name, where the matcher found one (`h, residual = ...`)
     tup = cst.Tuple([cst.Element(cst.Name(n)) for n in names], lpar=[], rpar=[])
     return cst.Assign([cst.AssignTarget(tup)], call)
 

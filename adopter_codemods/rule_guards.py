@@ -12,7 +12,7 @@ from .flow.graph import FlowGraph
 from .guards import Refused, guard
 from .matcher import LayerRef, Match
 from .signatures import SIGNATURES
-from .structure import Def, Site, Value
+from .structure import Def, DLNode, Site, Value
 
 
 # ------------------------------------------------------------------------------------------ ADP004 FastSoftmax
@@ -42,10 +42,103 @@ def softmax_arguments_fit(match: Match) -> bool:
 
 
 @guard
+def dropout_not_inplace(match: Match) -> Union[bool, Refused]:
+    """ADP005 functional forms: the matched ``F.dropout`` call's ``inplace`` (bound to ``$inplace``; absent: False) is
+    the constant False. An in-place dropout overwrites its input, which the fused kernels leave as it was."""
+    inplace = match.env.get("inplace")
+    if inplace is None or (isinstance(inplace, Value) and inplace.kind == "const" and inplace.text == "False"):
+        return True
+    dropout = next((n for n in match.nodes if n.qualname == "torch.nn.functional.dropout"), None)
+    return Refused(
+        "this dropout may run in place (`inplace=` is not False), overwriting its input; the fused kernel does not",
+        dropout.site.line if dropout is not None else None,
+    )
+
+
+@guard
+def no_call_after_dropout(match: Match) -> Union[bool, Refused]:
+    """ADP005: the fused call runs the dropout where the LayerNorm was called, so nothing the original evaluates
+    between the dropout and the LayerNorm may make a call: a call may draw random numbers (another dropout), which
+    would then come before this dropout's mask. Only the matched nodes, operators and statements without calls may
+    run in between, on every path (`_between`)."""
+    assert match.anchor is not None and match.graph is not None
+    graph = match.graph
+    matched = match.key()
+    # the matched nodes' statements and those deleted with them (a helper's call statement, a copy of an output)
+    statements = {id(n.site.small) for n in match.nodes} | {id(small) for small in match.deleted}
+    dropout_key = (id(match.nodes[0].expr), match.nodes[0].layer)
+    anchor_key = (id(match.anchor.expr), match.anchor.layer)
+    checked: set[int] = set()
+    for pos in sorted(_between(graph, dropout_key, anchor_key)):  # graph order: the refusal names the first call
+        event = graph.events[pos]
+        assert event is not None
+        if isinstance(event, DLNode):
+            if (id(event.expr), event.layer) in matched or event.kind == "op":
+                continue
+            return Refused(
+                "this call runs between the dropout and the LayerNorm; the fused call would run it first",
+                event.site.line,
+            )
+        small = event.site.small
+        if id(small) in statements or id(small) in checked:
+            continue  # a matched statement's calls are its nodes, judged above
+        checked.add(id(small))
+        if any(type(node) is cst.Call for part in _evaluated_here(small) for node in cstwalk.walk(part)):
+            return Refused(
+                "this statement makes a call between the dropout and the LayerNorm; the fused call would run the "
+                "dropout after it",
+                event.site.line,
+            )
+    return True
+
+
+def _between(graph: FlowGraph, start_key: tuple[int, Optional[str]], end_key: tuple[int, Optional[str]]) -> set[int]:
+    """Positions some complete path runs after a node of `start_key` and before the next node of `end_key` (loop
+    copies, a helper inlined twice: each start up to the nearest end on that path, not to a later copy's)."""
+    reach = graph.reach
+    ends = {n.index for n in graph.by_key.get(end_key, ())}
+    out: set[int] = set()
+    for start in graph.by_key.get(start_key, ()):
+        if not reach.live[start.index]:
+            continue
+        # forward from the start, stopping at the ends: what runs before the next end, and the ends reached
+        seen: set[int] = set()
+        reached: list[int] = []
+        todo = [start.index]
+        while todo:
+            for nxt in graph.succs[todo.pop()]:
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                if nxt in ends:
+                    reached.append(nxt)
+                else:
+                    todo.append(nxt)
+        live_ends = [end for end in reached if reach.live[end]]
+        out.update(pos for pos in seen - ends if any(reach.before(pos, end) for end in live_ends))
+    return out
+
+
+def _evaluated_here(small: cst.CSTNode) -> list[cst.CSTNode]:
+    """What a statement evaluates itself: a compound statement's header (its body's statements are events of their
+    own), a small statement whole."""
+    if isinstance(small, (cst.If, cst.While)):
+        return [small.test]
+    if isinstance(small, cst.For):
+        return [small.iter]
+    if isinstance(small, cst.With):
+        return list(small.items)
+    if isinstance(small, cst.BaseCompoundStatement):
+        return []
+    return [small]
+
+
+@guard
 def prenorm_sum_read_later(match: Match) -> bool:
     """ADP005 pre-LN forms (target ``($c, $b) = ...``): the sum ``$b`` and the normalised ``$c`` go to different names
-    (``output, output = ...`` would leave the sum, not the LayerNorm's output), and the sum is read after the
-    LayerNorm, by code the match does not cover: that is what makes the block pre-LN. The post-LN form passes."""
+    (``output, output = ...`` would leave the sum, not the LayerNorm's output; the sum goes to the name of its copy
+    where the engine deletes one, ``Match.output_copies``), and the sum is read after the LayerNorm, by code the
+    match does not cover: that is what makes the block pre-LN. The post-LN forms pass."""
     assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
     outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     if len(outputs) == 1:
@@ -60,9 +153,10 @@ def prenorm_sum_read_later(match: Match) -> bool:
 
 
 def _assigned_name(match: Match, vid: int) -> Optional[str]:
-    """The name of ``name = <node>`` whose node outputs `vid` among the matched nodes."""
+    """The name the fused call assigns `vid` to: that of ``name = <node>`` whose node outputs `vid` among the matched
+    nodes, or of the copy ``alias = name`` the rewrite deletes instead (``Match.output_copies``)."""
     node = next((n for n in match.nodes if n.out == vid), None)
-    small = node.site.small if node is not None else None
+    small = match.output_copies.get(vid) or (node.site.small if node is not None else None)
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
         return small.targets[0].target.value
     return None

@@ -13,6 +13,7 @@ routed to it. ``backends()`` shows, per kernel, the backends available, why not,
 | ADP003 | ``gpt2_attention_sdpa(cls)``                               |
 | ADP004 | ``softmax``, ``torch_softmax``, ``tensor_softmax``         |
 | ADP005 | ``FusedDropoutAddLayerNorm``, ``dropout_add_layer_norm``,  |
+|        | ``dropout_add_layer_norm_module`` (post-LN, F.dropout),    |
 |        | ``dropout_add_layer_norm_residual`` (pre-LN: also the sum) |
 | ADP006 | ``linear_bias_activation(input, linear, activation, **kw)``|
 | ADP007 | ``conv_bn2d(input, conv, bn)``, ``FusedSequential``        |
@@ -38,7 +39,12 @@ from .activation import classify_activation, linear_bias_activation
 from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
 from .attention_core import attention_core
 from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
-from .layer_norm import FusedDropoutAddLayerNorm, dropout_add_layer_norm, dropout_add_layer_norm_residual
+from .layer_norm import (
+    FusedDropoutAddLayerNorm,
+    dropout_add_layer_norm,
+    dropout_add_layer_norm_module,
+    dropout_add_layer_norm_residual,
+)
 from .gated_mlp import gated_linear_unit
 from .qkv import packed_qkv_linear
 from .rms_norm import rms_norm, rms_norm_module
@@ -50,8 +56,8 @@ from .softmax import softmax, tensor_softmax, torch_softmax
 # (linear_bias_activation and gated_linear_unit decide themselves, in activation.py / gated_mlp.py: a function
 # activation cannot be a graph argument; rms_norm_module's forward reaches the leaf through rms_norm.py.)
 # conv_bn2d and linear_bn1d are traced through instead, giving the original graph (see batch_norm.py).
-_LEAVES = ("softmax", "torch_softmax", "tensor_softmax", "dropout_add_layer_norm", "dropout_add_layer_norm_residual",
-           "packed_qkv_linear", "attention_core", "rms_norm", "rotary_embedding")
+_LEAVES = ("softmax", "torch_softmax", "tensor_softmax", "dropout_add_layer_norm", "dropout_add_layer_norm_module",
+           "dropout_add_layer_norm_residual", "packed_qkv_linear", "attention_core", "rms_norm", "rotary_embedding")
 for _name in _LEAVES:
     _torch.fx.wrap(_name)
 
@@ -67,6 +73,7 @@ __all__ = [
     "conv_bn2d",
     "current_backend",
     "dropout_add_layer_norm",
+    "dropout_add_layer_norm_module",
     "dropout_add_layer_norm_residual",
     "fold_bn",
     "gated_linear_unit",

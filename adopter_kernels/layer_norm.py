@@ -12,7 +12,10 @@ version froze it at construction).
 
 Pre-LN blocks keep the sum as their residual stream (``x = x + drop(a); h = ln(x)``, ``x`` read again later):
 ``dropout_add_layer_norm_residual(a, x, ln, drop)`` returns both ``(ln(x), x)``; its reference path calls the
-model's own Dropout (or ``F.dropout``) and LayerNorm modules, so it is the original computation.
+model's own Dropout (or ``F.dropout``) and LayerNorm modules, so it is the original computation. Post-LN blocks
+that drop out with ``F.dropout`` (the BART family: the probability is a forward-time attribute, not an ``__init__``
+Dropout a fused module could take over) call ``dropout_add_layer_norm_module(a, r, ln, p=..., training=...)``,
+``ln(F.dropout(a, p, training) + r)`` with the model's LayerNorm module.
 
 Triton path (CUDA, or forced): one fused kernel for the forward and one for the backward (see
 ``triton_kernels.layer_norm``). Its dropout mask comes from Triton's Philox stream, so with ``p > 0`` in
@@ -32,7 +35,10 @@ from torch import nn
 
 from ._dispatch import TRITON, register_kernel, select
 
-__all__ = ["FusedDropoutAddLayerNorm", "dropout_add_layer_norm", "dropout_add_layer_norm_residual"]
+__all__ = [
+    "FusedDropoutAddLayerNorm", "dropout_add_layer_norm", "dropout_add_layer_norm_module",
+    "dropout_add_layer_norm_residual",
+]
 
 _ShapeLike = Union[int, Sequence[int], torch.Size]
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -96,6 +102,28 @@ def dropout_add_layer_norm(
     return F.layer_norm(F.dropout(input, p, training) + residual, shape, weight, bias, eps)
 
 
+def dropout_add_layer_norm_module(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    norm: nn.LayerNorm,
+    dropout: Optional[nn.Dropout] = None,
+    *,
+    p: float = 0.5,
+    training: bool = True,
+) -> torch.Tensor:
+    """``norm(dropout(input) + residual)`` (``F.dropout(input, p, training)`` when no ``dropout`` module is given;
+    ``p`` and ``training`` default as in ``F.dropout``): a post-LN block's residual add and LayerNorm, written with
+    the functional dropout (BART's ``nn.functional.dropout(h, p=self.dropout, training=self.training)``), so the
+    dropout probability is read where the call runs, not fixed in ``__init__``."""
+    fast = _module_kernel_arguments(input, residual, norm, dropout, p, training)
+    if fast is not None:
+        from .triton_kernels.layer_norm import dropout_add_layer_norm as fused
+
+        return fused(*fast).view(input.shape)
+    dropped = dropout(input) if dropout is not None else F.dropout(input, p, training)
+    return norm(dropped + residual)
+
+
 def dropout_add_layer_norm_residual(
     input: torch.Tensor,
     residual: torch.Tensor,
@@ -108,24 +136,31 @@ def dropout_add_layer_norm_residual(
     """``(norm(h), h)`` with ``h = dropout(input) + residual`` (``F.dropout(input, p, training)`` when no ``dropout``
     module is given; ``p`` and ``training`` default as in ``F.dropout``): a pre-LN block's residual add and the next
     LayerNorm, the sum returned too because the block adds to it again."""
-    fast = _residual_fast_path(input, residual, norm, dropout, p, training)
+    fast = _module_kernel_arguments(input, residual, norm, dropout, p, training)
     if fast is not None:
-        return fast
+        from .triton_kernels.layer_norm import dropout_add_layer_norm_residual as fused
+
+        out, summed = fused(*fast)
+        return out.view(input.shape), summed.view(input.shape)
     dropped = dropout(input) if dropout is not None else F.dropout(input, p, training)
     summed = dropped + residual
     return norm(summed), summed
 
 
-def _residual_fast_path(
+_KernelArguments = Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor], float, float]
+
+
+def _module_kernel_arguments(
     input: torch.Tensor,
     residual: torch.Tensor,
     norm: nn.LayerNorm,
     dropout: Optional[nn.Dropout],
     p: float,
     training: bool,
-) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-    """The Triton kernel's ``(norm(h), h)`` when dispatch picks it and the call fits it, else None: plain
-    ``nn.LayerNorm``/``nn.Dropout`` modules without hooks (the kernel does not call them), fitting tensors."""
+) -> Optional[_KernelArguments]:
+    """The Triton kernel's arguments (rows of ``input`` and ``residual``, flat weight and bias, eps, the dropout
+    probability in effect) when dispatch picks it and the call fits it, else None: plain ``nn.LayerNorm``/
+    ``nn.Dropout`` modules without hooks (the kernel does not call them), fitting tensors."""
     if type(norm) is not nn.LayerNorm or norm._forward_hooks or norm._forward_pre_hooks:
         return None
     if dropout is not None:
@@ -139,10 +174,8 @@ def _residual_fast_path(
     shape = list(norm.normalized_shape)
     if not (_triton_eligible(input, residual, shape, weight, bias) and 0.0 <= p <= 1.0):
         return None
-    from .triton_kernels.layer_norm import dropout_add_layer_norm_residual as fused
-
     n = math.prod(shape)
-    out, summed = fused(
+    return (
         input.view(-1, n),
         residual.view(-1, n),
         None if weight is None else weight.reshape(n),
@@ -150,7 +183,6 @@ def _residual_fast_path(
         norm.eps,
         p if training else 0.0,
     )
-    return out.view(input.shape), summed.view(input.shape)
 
 
 def _fused_forward(module: "FusedDropoutAddLayerNorm", input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

@@ -448,15 +448,21 @@ def test_softmax_method_and_torch_forms_script_and_compile() -> None:
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
-def test_prenorm_residual_form_compiles_and_traces(mode: str) -> None:
-    """ADP005's pre-LN call: no graph break; under fx a leaf taking the modules, so train/eval is read at run time."""
-    original, rewritten, args = _fixture_pair("ADP005_fuse_dropout_ln/prenorm_block.py", "ADP005")
+@pytest.mark.parametrize(
+    "case,kernel",
+    [("prenorm_block.py", "dropout_add_layer_norm_residual"), ("postln_functional_dropout.py", "dropout_add_layer_norm_module")],
+)
+def test_module_taking_forms_compile_and_trace(case: str, kernel: str, mode: str) -> None:
+    """ADP005's pre-LN call and its post-LN call with F.dropout: no graph break; under fx a leaf taking the modules
+    (a Dropout module's train/eval is read at run time; `training=self.training` is a constant of the traced graph,
+    as it is for the original's F.dropout)."""
+    original, rewritten, args = _fixture_pair(f"ADP005_fuse_dropout_ln/{case}", "ADP005")
     original.train(mode == "train")
     rewritten.train(mode == "train")
     assert torch._dynamo.explain(rewritten)(*args).graph_break_count == 0
     torch._dynamo.reset()
     traced = fx.symbolic_trace(rewritten)
-    assert any(n.target is ak.dropout_add_layer_norm_residual for n in traced.graph.nodes)
+    assert any(n.target is getattr(ak, kernel) for n in traced.graph.nodes)
     torch.manual_seed(2)
     expected = original(*args)
     torch.manual_seed(2)

@@ -1,4 +1,6 @@
-"""ADP005 on real transformers 4.34.1 sources it was never tuned on: BERT, RoBERTa and ELECTRA.
+"""ADP005 on real transformers 4.34.1 sources it was never tuned on: BERT, RoBERTa and ELECTRA (Dropout modules,
+post-LN), OneFormer, CTRL and MPT (pre-LN), BART, OPT, MBart and Whisper (functional dropout; MBart's and Whisper's
+pre-LN encoder layers copy the sum before the LayerNorm).
 
 Each modeling file is rewritten with the FuseDropoutLN rule only, the result must parse and be idempotent, and a tiny
 model built from the rewritten module must load the original's checkpoint strictly and compute the same outputs
@@ -74,12 +76,16 @@ def test_prenorm_form_on_oneformer_decoder_layer() -> None:
     """OneFormer's query-transformer decoder layer has a pre-LN `forward_pre` (`output = output + dropout1(o2);
     output2 = norm2(output)`, `output` added to again) beside a post-LN `forward_post` sharing the same Dropouts.
     Only the two pre-LN sites are rewritten (the post-LN ones would delete a Dropout `forward_pre` still passes on),
-    and the layer, built pre-norm, computes the same outputs and gradients in eval and in training with dropout on."""
+    and the layer, built pre-norm, computes the same outputs and gradients in eval and in training with dropout on.
+    (The pixel decoder's encoder layer has BART's post-LN functional-dropout blocks: two more findings.)"""
     path, source = _source("oneformer")
     result = rewrite_source(source, ["ADP005"], path=path)
     layer = "OneFormerTransformerDecoderQueryTransformerDecoderLayer"
-    assert [(f.cls, f.function) for f in result.findings] == [(layer, "forward_pre")] * 2
+    assert [(f.cls, f.function) for f in result.findings] == [
+        *[("OneFormerPixelDecoderEncoderLayer", "forward")] * 2, *[(layer, "forward_pre")] * 2
+    ]
     assert result.code.count("adopter_kernels.dropout_add_layer_norm_residual(") == 2
+    assert result.code.count("adopter_kernels.dropout_add_layer_norm_module(") == 2
     assert "FusedDropoutAddLayerNorm" not in result.code  # the post-LN sites keep their shared Dropouts
     cst.parse_module(result.code)
     assert rewrite_source(result.code, ["ADP005"]).code == result.code
@@ -132,5 +138,76 @@ def test_prenorm_form_on_real_decoder_models(model: str) -> None:
         fused = getattr(rewritten, model_cls)(config)
         ids = torch.randint(0, 40, (2, 7))
         report = compare_models(vanilla, fused, (), {"input_ids": ids})
+    report.raise_if_failed()
+    assert "train" in report.modes
+
+
+# Models with functional dropout: model dir -> (model class, config, {class: findings}, extra kwargs)
+_SEQ2SEQ = dict(
+    vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+    encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32, dropout=0.2, attention_dropout=0.1,
+    activation_dropout=0.1, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+)  # fmt: skip
+FUNCTIONAL_MODELS = {
+    # post-LN: every dropout -> add -> LayerNorm, the cross-attention one inside `if encoder_hidden_states is not None`
+    "bart": ("BartModel", lambda: transformers.BartConfig(**_SEQ2SEQ), {"BartEncoderLayer": 2, "BartDecoderLayer": 3}),
+    # pre-LN with the sum copied to `residual` before the LayerNorm (`h = residual + h; residual = h; h = ln(h)`)
+    "mbart": ("MBartModel", lambda: transformers.MBartConfig(**_SEQ2SEQ), {"MBartEncoderLayer": 1}),
+    # post-LN or pre-LN by configuration: the dropout and add precede `if not self.do_layer_norm_before:` holding the
+    # LayerNorm (copied into an else arm); built post-LN, so the fused arm runs
+    "opt": ("OPTModel", lambda: transformers.OPTConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=2, ffn_dim=32, num_attention_heads=2,
+        max_position_embeddings=32, word_embed_proj_dim=16, dropout=0.2, attention_dropout=0.1,
+        do_layer_norm_before=False, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+    ), {"OPTDecoderLayer": 1}),
+    "whisper": ("WhisperModel", lambda: transformers.WhisperConfig(
+        **{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
+        num_mel_bins=8, max_source_positions=8, max_target_positions=16,
+    ), {"WhisperEncoderLayer": 1}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", sorted(FUNCTIONAL_MODELS))
+def test_functional_dropout_forms_on_real_models(model: str) -> None:
+    """BART's and OPT's layers drop out with `nn.functional.dropout(h, p=self.dropout, training=self.training)`
+    (post-LN: one `dropout_add_layer_norm_module` call per residual block; OPT's in an `if`); MBart's and Whisper's encoder layers are pre-LN and copy
+    the sum to `residual` before the next LayerNorm (one `h, residual = dropout_add_layer_norm_residual(...)`; their
+    decoder layers' sites span the cross-attention `if` and are refused). The whole tiny model, rewritten, loads the
+    original's checkpoint strictly and computes the same outputs and gradients in eval and in training with every
+    dropout on (same seed, same masks), float64."""
+    model_cls, make_config, expected = FUNCTIONAL_MODELS[model]
+    path, source = _source(model)
+    result = rewrite_source(source, ["ADP005"], path=path)
+    found: dict[str, int] = {}
+    for finding in result.findings:
+        found[finding.cls] = found.get(finding.cls, 0) + 1
+    assert found == expected
+    kernel = "dropout_add_layer_norm_module(" if model in ("bart", "opt") else "dropout_add_layer_norm_residual("
+    assert result.code.count(f"adopter_kernels.{kernel}") == sum(expected.values())
+    assert "FusedDropoutAddLayerNorm" not in result.code  # __init__ untouched: no Dropout module to take over
+    cst.parse_module(result.code)
+    assert rewrite_source(result.code, ["ADP005"]).code == result.code
+
+    original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    rewritten = load_source_as_module(
+        result.code, f"transformers.models.{model}.modeling_{model}_adopted", package=f"transformers.models.{model}"
+    )
+    with default_dtype(torch.float64), seeded(0):
+        config = make_config()
+        vanilla = getattr(original, model_cls)(config)
+        with torch.no_grad():  # LayerNorm weights start at ones, biases at zeros: move them so they are checked
+            for name, param in vanilla.named_parameters():
+                if "layer_norm" in name:
+                    param.add_(torch.randn_like(param) * 0.1)
+        fused = getattr(rewritten, model_cls)(config)
+        decoder_ids = torch.randint(0, 40, (2, 5))
+        mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+        if model == "whisper":
+            inputs = {"input_features": torch.randn(2, 8, 16), "decoder_input_ids": decoder_ids}
+        elif model == "opt":
+            inputs = {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": mask}
+        else:
+            inputs = {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": mask, "decoder_input_ids": decoder_ids}
+        report = compare_models(vanilla, fused, (), {**inputs, "use_cache": False})
     report.raise_if_failed()
     assert "train" in report.modes

@@ -43,8 +43,17 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP004_fast_softmax/neg_compiled_and_unpacked.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
+    'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
+        '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 18)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_call_between_on_one_path.py': [
+        '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 19)',
+    ],
     'ADP005_fuse_dropout_ln/neg_dropout_used_elsewhere.py': [
         '14: layer-used-elsewhere: self.dropout, which the rewrite removes from __init__, is also used here (line 13)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_functional_inplace.py': [
+        '14: guard: guard dropout_not_inplace: this dropout may run in place (`inplace=` is not False), overwriting its input; the fused kernel does not (line 14)',
     ],
     'ADP005_fuse_dropout_ln/neg_inplace_dropout.py': [
         '13: init-mismatch: the __init__ binding of self.dropout does not fit the rule: inplace=True, where the rule needs inplace=False (line 9)',
@@ -60,8 +69,17 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_prenorm_same_name.py': [
         '15: layer-used-elsewhere: self.drop, which the rewrite removes from __init__, is also used here (line 17)',
     ],
-    'ADP005_fuse_dropout_ln/neg_prenorm_sum_aliased_between.py': [
-        '18: intermediate-used-elsewhere: `hidden_states`, an intermediate result the fused call hides, is used here (line 20)',
+    'ADP005_fuse_dropout_ln/neg_prenorm_copy_normed_to_other_name.py': [
+        '15: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 17)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_prenorm_copy_read_between.py': [
+        '16: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 19)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_prenorm_copy_rebound_between.py': [
+        '15: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 17)',
+    ],
+    'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
+        '16: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 16)',
     ],
     'ADP005_fuse_dropout_ln/neg_sum_reused.py': [
         '13: intermediate-used-elsewhere: `s`, an intermediate result the fused call hides, is used here (line 15)',

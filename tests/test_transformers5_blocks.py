@@ -10,7 +10,6 @@ What does not fire in 5.x, and why (extend EXPECTED when it does):
   hidden_states`` under a cache branch, not the query's input on every path;
 - ADP013 on LLaMA: 5.x decorates ``apply_rotary_pos_emb`` with ``@use_kernel_forward_from_hub``, a decorator that
   may replace the function, so the engine leaves its body alone;
-- ADP005 on BART: 5.x applies ``nn.functional.dropout`` before the residual add, not an ``nn.Dropout`` layer;
 - ADP006 on ``GPT2MLP``: its projections are ``Conv1D``, not ``nn.Linear``;
 - ADP003 on ``GPT2Block``: 5.x's ``GPT2Attention.forward`` does not take the drop-in's parameters, so the drop-in
   could not run its fast path (the ``attention_class_fits_drop_in`` guard refuses it).
@@ -42,6 +41,9 @@ EXPECTED: dict[str, dict[str, object]] = {
     "bart": {
         "findings": {
             "ADP004:.eager_attention_forward": 1,
+            # post-LN with functional dropout: self-attention, (decoder) cross-attention, feed-forward
+            "ADP005:BartDecoderLayer.forward": 3,
+            "ADP005:BartEncoderLayer.forward": 2,
             "ADP006:BartDecoderLayer.forward": 1,
             "ADP006:BartEncoderLayer.forward": 1,
         },

@@ -357,8 +357,10 @@ def _check_complete(
             m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter,
             "{name}, an intermediate result the fused call hides, is used here",
         )
-    # (ii) other target outputs are produced at the anchor now: nothing may read them earlier
-    use = _read_outside(graph, reach, outs, keys, chain, frozenset(), (first, anchor.index)) if outs else None
+    # (ii) other target outputs are produced at the anchor now: nothing may read them earlier (their deleted copies
+    # aside, whose names the call assigns instead)
+    copies = frozenset(id(copy) for copy in match.output_copies.values())
+    use = _read_outside(graph, reach, outs, keys, chain, ignore | copies, (first, anchor.index)) if outs else None
     if use is not None:
         return _used_reason(
             m.RefusalCategory.OUTPUT_READ_EARLY, use, graph, match, outs,

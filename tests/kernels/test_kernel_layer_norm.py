@@ -1,4 +1,5 @@
-"""ADP005: FusedDropoutAddLayerNorm / dropout_add_layer_norm against nn.Dropout + add + nn.LayerNorm."""
+"""ADP005: FusedDropoutAddLayerNorm / dropout_add_layer_norm / dropout_add_layer_norm_module /
+dropout_add_layer_norm_residual against nn.Dropout (or F.dropout) + add + nn.LayerNorm."""
 
 from __future__ import annotations
 
@@ -145,3 +146,58 @@ def test_residual_form_functional_defaults_are_f_dropouts() -> None:
     y, h = ak.dropout_add_layer_norm_residual(a, x, ln)
     torch.manual_seed(1)
     assert torch.equal(h, F.dropout(a) + x) and torch.equal(y, ln(h))  # p=0.5, training=True
+
+
+# --- post-LN, the model's LayerNorm module: dropout_add_layer_norm_module -------------------------------------------
+
+
+@pytest.mark.parametrize("functional", [False, True], ids=["dropout_module", "F.dropout"])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+@pytest.mark.parametrize("training", [True, False])
+def test_module_form_bit_identical_under_same_seed(functional: bool, p: float, training: bool) -> None:
+    """``ln(dropout(a) + x)`` against the original statements (BART's `F.dropout(h, p=..., training=...)`; the add;
+    the LayerNorm), float64, the same seed for the dropout mask: outputs and gradients equal bit for bit."""
+    original, _ = _pair((6,), p, torch.float64)
+    original.train(training)
+    a = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    a2, x2 = (t.detach().clone().requires_grad_() for t in (a, x))
+    gy = torch.randn(3, 4, 6, dtype=torch.float64)
+
+    torch.manual_seed(5)
+    if functional:
+        y = ak.dropout_add_layer_norm_module(a, x, original["ln"], p=p, training=training)
+    else:
+        y = ak.dropout_add_layer_norm_module(a, x, original["ln"], original["drop"])
+    ours = torch.autograd.grad(y, [a, x, *original["ln"].parameters()], gy)
+    torch.manual_seed(5)
+    y_ref = original["ln"](x2 + (F.dropout(a2, p, training) if functional else original["drop"](a2)))
+    ref = torch.autograd.grad(y_ref, [a2, x2, *original["ln"].parameters()], gy)
+
+    assert torch.equal(y, y_ref)
+    assert all(torch.equal(g, g_ref) for g, g_ref in zip(ours, ref))
+
+
+def test_module_form_functional_defaults_are_f_dropouts() -> None:
+    """Left out, ``p`` and ``training`` are F.dropout's defaults (0.5, True: dropping out even in eval)."""
+    a, x = torch.randn(4, 8), torch.randn(4, 8)
+    ln = nn.LayerNorm(8).eval()
+    torch.manual_seed(1)
+    y = ak.dropout_add_layer_norm_module(a, x, ln)
+    torch.manual_seed(1)
+    assert torch.equal(y, ln(F.dropout(a) + x))
+    assert not torch.equal(y, ln(a + x))
+
+
+def test_module_form_calls_the_models_modules() -> None:
+    """The reference path calls the LayerNorm module itself: a subclass's forward and hooks run as in the model."""
+
+    class Scaled(nn.LayerNorm):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            return 2 * super().forward(input)
+
+    a, x = torch.randn(3, 8), torch.randn(3, 8)
+    norm = Scaled(8)
+    norm.register_forward_hook(lambda module, args, out: out + 1)
+    y = ak.dropout_add_layer_norm_module(a, x, norm, p=0.0)
+    assert torch.equal(y, 2 * F.layer_norm(a + x, (8,)) + 1)

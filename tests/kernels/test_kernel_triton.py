@@ -240,6 +240,47 @@ def test_dropout_add_layer_norm_residual_fallbacks(kernels: Dict[str, ModuleType
     assert not _ran(y, "_DropoutAddLayerNormBackward")
 
 
+@pytest.mark.parametrize("functional", [False, True], ids=["dropout_module", "F.dropout"])
+def test_dropout_add_layer_norm_module_kernel(kernels: Dict[str, ModuleType], functional: bool) -> None:
+    """The post-LN form taking the model's LayerNorm (BART's functional dropout): the same kernel as the fused module,
+    its mask from the dropout module's or the call's probability."""
+    ln = nn.LayerNorm(16, device=DEVICE)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    x = _randn(6, 16, requires_grad=True)
+    r = _randn(6, 16, requires_grad=True)
+    if functional:
+        y = ak.dropout_add_layer_norm_module(x, r, ln, p=0.0, training=True)
+    else:
+        y = ak.dropout_add_layer_norm_module(x, r, ln, nn.Dropout(0.0))
+    assert _ran(y, "_DropoutAddLayerNormBackward")
+    y_ref = ln(x + r)
+    torch.testing.assert_close(y, y_ref)
+    gy = torch.randn_like(y)
+    for a, b in zip(
+        torch.autograd.grad(y, [x, r, ln.weight, ln.bias], gy), torch.autograd.grad(y_ref, [x, r, ln.weight, ln.bias], gy)
+    ):
+        torch.testing.assert_close(a, b)
+    torch.manual_seed(3)
+    dropped = ak.dropout_add_layer_norm_module(x, r, ln, p=0.4, training=True)
+    keep = torch.autograd.grad(dropped.sum(), [x])[0] != 0  # the backward regenerates the mask: dropped inputs get 0
+    assert 0.45 < keep.float().mean().item() < 0.75
+    torch.testing.assert_close(dropped, ln(x * keep / 0.6 + r))
+    evaluated = ak.dropout_add_layer_norm_module(x, r, ln, p=0.4, training=False)
+    torch.testing.assert_close(evaluated, y_ref)
+
+
+def test_dropout_add_layer_norm_module_fallbacks(kernels: Dict[str, ModuleType]) -> None:
+    """A LayerNorm the kernel would bypass (a subclass, a hook) runs as written."""
+    x, r = _randn(3, 8, requires_grad=True), _randn(3, 8)
+    hooked = nn.LayerNorm(8, device=DEVICE)
+    hooked.register_forward_hook(lambda module, args, out: out * 3)
+    y = ak.dropout_add_layer_norm_module(x, r, hooked, p=0.0)
+    assert not _ran(y, "_DropoutAddLayerNormBackward")
+    torch.testing.assert_close(y, 3 * F.layer_norm(x + r, (8,)))
+
+
 def test_softmax_forms_take_the_kernel(kernels: Dict[str, ModuleType]) -> None:
     """torch.softmax and Tensor.softmax drop-ins reach the same row kernel as F.softmax's."""
     x = _randn(4, 33, requires_grad=True)
