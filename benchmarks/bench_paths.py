@@ -23,26 +23,8 @@ from adopter_codemods.engine import find_all  # noqa: E402
 from adopter_codemods.provider import build_module_structure  # noqa: E402
 from adopter_codemods.rules import builtin_rules  # noqa: E402
 
-
-def branchy_class(k: int) -> str:
-    """A module with one nn.Module whose forward holds `k` sequential ifs: 2**k paths, 2k sites."""
-    branches = "".join(
-        f"        if flags[{i}]:\n"
-        f"            s{i} = F.softmax(x * {i + 1}, dim=-1)\n"
-        f"            x = self.ln(self.drop(s{i}) + x)\n"
-        for i in range(k)
-    )
-    return (
-        "import torch.nn.functional as F\nfrom torch import nn\n\n\n"
-        "class Branchy(nn.Module):\n"
-        "    def __init__(self, d):\n"
-        "        super().__init__()\n"
-        "        self.drop = nn.Dropout(0.1)\n"
-        "        self.ln = nn.LayerNorm(d)\n\n"
-        "    def forward(self, x, flags):\n"
-        f"{branches}"
-        "        return x\n"
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from generated_sources import branchy_class  # noqa: E402
 
 
 def analyse(source: str) -> tuple[int, int, float]:

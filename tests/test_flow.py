@@ -15,27 +15,8 @@ from adopter_codemods.engine import find_all, findings_for, skips_for
 from adopter_codemods.matcher import find_matches
 from adopter_codemods.provider import build_module_structure
 from adopter_codemods.rules import select_rules
-
-
-def branchy_class(k: int) -> str:
-    """k sequential ifs (2**k paths), each holding a softmax site (ADP004) and a dropout-add-LayerNorm (ADP005)."""
-    branches = "".join(
-        f"        if flags[{i}]:\n"
-        f"            s{i} = F.softmax(x * {i + 1}, dim=-1)\n"
-        f"            x = self.ln(self.drop(s{i}) + x)\n"
-        for i in range(k)
-    )
-    return (
-        "import torch.nn.functional as F\nfrom torch import nn\n\n\n"
-        "class Branchy(nn.Module):\n"
-        "    def __init__(self, d):\n"
-        "        super().__init__()\n"
-        "        self.drop = nn.Dropout(0.1)\n"
-        "        self.ln = nn.LayerNorm(d)\n\n"
-        "    def forward(self, x, flags):\n"
-        f"{branches}"
-        "        return x\n"
-    )
+from generated_sources import branchy_class
+from test_matcher_forked_paths import RULE
 
 
 def test_a_class_with_2_to_the_40_paths_is_analysed() -> None:
@@ -51,20 +32,7 @@ def test_a_class_with_2_to_the_40_paths_is_analysed() -> None:
     assert len(graph.events) < 20 * k  # each statement once, not once per path
 
 
-PAIR = parse_rule(
-    """\
-rule FusePair
-code ADP900
-init:
-    torch.nn.Conv2d(**$c) -> $conv;
-    torch.nn.BatchNorm2d(**$b) -> $bn
-forward:
-    $conv($x) -> $y;
-    $bn($y) -> $z
-    =>
-    kernels.conv_bn($x, $conv, $bn) -> $z
-"""
-)
+PAIR = parse_rule(RULE)  # conv -> bn, as in the forked-path tests
 HEADER = """\
 from torch import nn
 
