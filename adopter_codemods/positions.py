@@ -10,12 +10,14 @@ so ``PositionProvider`` runs on the statement alone, nested in one block with th
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from typing import Iterable, Optional, Sequence
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from . import cstwalk
 
@@ -119,16 +121,35 @@ class _Placer:
         self.render_definitions = render_definitions
         self.positions: dict[cst.CSTNode, CodeRange] = {}
         self.keyword_lines: dict[cst.CSTNode, int] = {}
+        # With the source: its header lines, and the lines of the top-level definition being placed (the body of a
+        # class found by its header: its methods are then found by theirs, see `block`).
+        self.headers: Optional[_HeaderLines] = None
+        self.region: Optional[tuple[int, Optional[int]]] = None
 
-    def block(self, statements: Sequence[cst.CSTNode], line: int, indent: str) -> None:
-        """`line`: where the first statement's leading lines start; `indent`: the block's whole indentation."""
+    def block(self, statements: Sequence[cst.CSTNode], line: int, indent: str, region: bool = False) -> None:
+        """`line`: where the first statement's leading lines start; `indent`: the block's whole indentation;
+        `region`: the block is a top-level class's body, whose definitions may be found by their header line.
+        Lines are counted only up to a statement that needs them, from the last statement placed."""
         last = max((i for i, s in enumerate(statements) if id(s) in self.on_path), default=-1)
+        counted = 0  # `line` is where statements[counted]'s leading lines start
         for i in range(last + 1):
             stmt = statements[i]
-            if id(stmt) in self.on_path:
-                self.statement(stmt, line + _newlines_in(stmt.leading_lines), indent)  # type: ignore[attr-defined]
-            if i < last:
-                line += count_newlines(stmt)
+            if id(stmt) not in self.on_path:
+                continue
+            keyword = self._header_line(stmt, indent) if region else None
+            if keyword is None:
+                line += sum(count_newlines(s) for s in statements[counted:i])
+                counted = i
+                first = line + _newlines_in(stmt.leading_lines)  # type: ignore[attr-defined]
+            else:
+                first = keyword - _newlines_in(stmt.decorators) - _newlines_in(stmt.lines_after_decorators)  # type: ignore[attr-defined]
+                line, counted = first - _newlines_in(stmt.leading_lines), i  # type: ignore[attr-defined]
+            self.statement(stmt, first, indent)
+
+    def _header_line(self, stmt: cst.CSTNode, indent: str) -> Optional[int]:
+        if self.headers is None or self.region is None or not isinstance(stmt, _DEFINITIONS):
+            return None
+        return self.headers.nested_line(stmt, indent, *self.region)
 
     def statement(self, stmt: cst.CSTNode, first: int, indent: str) -> None:
         """`first`: the line after the statement's leading lines (its first decorator or its keyword)."""
@@ -148,7 +169,7 @@ class _Placer:
             colon = line + _header_newlines(clause)
             if type(body) is cst.IndentedBlock and any([id(s) in self.on_path for s in body.body]):
                 inner = body.indent if body.indent is not None else self.module.default_indent
-                self.block(body.body, colon + 1, indent + inner)
+                self.block(body.body, colon + 1, indent + inner, region=not indent and isinstance(stmt, cst.ClassDef))
             if i < len(clauses) - 1:
                 line = colon + count_newlines(body)
 
@@ -159,7 +180,14 @@ class _Placer:
         if indent:
             node = cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=[stmt], indent=indent))  # type: ignore[list-item]
         alone = self.module.with_changes(body=[node], header=(), footer=(), has_trailing_newline=True)
-        found = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        # What `MetadataWrapper(alone).resolve(PositionProvider)` does, less the wrapper's visit of the tree (half
+        # the cost): the provider's own code generation (tests/test_positions.py checks the result against it).
+        provider = PositionProvider()
+        state = PositionProvidingCodegenState(
+            default_indent=alone.default_indent, default_newline=alone.default_newline, provider=provider
+        )
+        alone._codegen(state)
+        found = provider._computed
         shift = first - _newlines_in(stmt.leading_lines) - (2 if indent else 1)  # type: ignore[attr-defined]
         inside = list(stmt.body) if type(stmt) is cst.SimpleStatementLine else []
         for target in [stmt, *inside]:
@@ -202,13 +230,19 @@ def _place(
     holding = {id(t): t for t in tops if id(t) in body_ids}
     holding = {key: top for key, top in holding.items() if _mark(top, wanted_ids, on_path)}
     placer = _Placer(module, wanted_ids, on_path, render_definitions)
-    headers = _HeaderLines(source) if source is not None and holding else None
-    for key, top in list(holding.items()):
-        keyword_line = headers.line(top) if headers is not None else None
-        if keyword_line is not None:
-            on_path.discard(key)  # placed here: the module-level count below skips it
+    headers = placer.headers = _HeaderLines(source) if source is not None and holding else None
+    if headers is not None:
+        # The top-level definitions found by their header, in order: each one's lines end before the next one's.
+        found = [(i, top, headers.line(top)) for i, top in enumerate(module.body)]
+        located = [(i, top, line) for i, top, line in found if line is not None]
+        for n, (i, top, keyword_line) in enumerate(located):
+            if id(top) not in holding:
+                continue
+            on_path.discard(id(top))  # placed here: the module-level count below skips it
+            placer.region = (keyword_line, located[n + 1][2] if n + 1 < len(located) else None)
             first = keyword_line - _newlines_in(top.decorators) - _newlines_in(top.lines_after_decorators)  # type: ignore[attr-defined]
             placer.statement(top, first, "")
+        placer.region = None
     if any(key in on_path for key in holding):
         placer.block(module.body, 1 + _newlines_in(module.header), "")
     return placer
@@ -224,6 +258,7 @@ class _HeaderLines:
     def __init__(self, source: bytes) -> None:
         self.source = source
         self.lines: Optional[dict[tuple[bool, bytes], list[int]]] = None
+        self.offsets: Optional[list[int]] = None
 
     def line(self, top: cst.CSTNode) -> Optional[int]:
         """The line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
@@ -242,3 +277,28 @@ class _HeaderLines:
                 self.lines.setdefault((hit.group(1) is not None, hit.group(2)), []).append(line)
         hits = self.lines.get((isinstance(top, cst.ClassDef), top.name.value.encode()), [])
         return hits[0] if len(hits) == 1 else None
+
+    def nested_line(self, stmt: cst.CSTNode, indent: str, start: int, end: Optional[int]) -> Optional[int]:
+        """The line of a class's method (or nested class) `stmt` whose body is indented by `indent`, when its
+        ``def name``/``class name`` header occurs exactly once at that indentation after line `start` (the class's
+        own) and before line `end` (the next top-level definition's; None: the end of the file). Its real header
+        is there, so a single hit is it."""
+        assert isinstance(stmt, _DEFINITIONS)
+        after_keyword = stmt.whitespace_after_class if isinstance(stmt, cst.ClassDef) else stmt.whitespace_after_def
+        if "\\" in after_keyword.value:
+            return None
+        keyword = rb"class" if isinstance(stmt, cst.ClassDef) else rb"(?:async[ \t]+)?def"
+        pattern = re.compile(rb"^" + re.escape(indent.encode()) + keyword + rb"[ \t]+" + stmt.name.value.encode() + rb"\b", re.M)
+        offsets = self._line_offsets()
+        lo = offsets[start] if start < len(offsets) else len(self.source)
+        hi = offsets[end - 1] if end is not None and end - 1 < len(offsets) else len(self.source)
+        hits = list(pattern.finditer(self.source, lo, hi))
+        if len(hits) != 1:
+            return None
+        return bisect.bisect_right(offsets, hits[0].start())
+
+    def _line_offsets(self) -> list[int]:
+        """Offset of the start of each line: index 0 holds line 1."""
+        if self.offsets is None:
+            self.offsets = [0] + [m.end() for m in re.finditer(rb"\n", self.source)]
+        return self.offsets

@@ -20,6 +20,21 @@ ODD = (
     "class A:\n\n    # inside\n    def f(self):  return (\n        1\n    )\n\n# footer\n"
 )
 
+# Methods found by their header line inside their class: a copy of a header in a docstring, a module-level `if`
+# and a later class with the same method names at the same indentation, decorated, async and nested definitions.
+METHODS = (
+    "class A:\n"
+    '    """Example:\n\n    def forward(self, x):\n        return x\n    """\n\n'
+    "    def __init__(self):\n        self.x = 1\n\n"
+    "    @staticmethod\n    # between\n    def make():\n        return A()\n\n"
+    "    async def run(self):\n        return 1\n\n"
+    "    class Inner:\n        def forward(self):\n            return 2\n\n"
+    "    def forward(self, x):\n        y = x\n        return y\n\n\n"
+    "if True:\n    def forward(self, x):\n        return x\n\n\n"
+    "class B:\n    def __init__(self):\n        self.y = 2\n\n    def helper(self):\n        pass\n\n"
+    "    def forward(self, x):\n        return x\n"
+)
+
 
 def _statements(module: cst.Module) -> list[cst.CSTNode]:
     return [n for n in cstwalk.walk(module) if isinstance(n, (cst.BaseSmallStatement, cst.BaseStatement))]
@@ -60,7 +75,11 @@ def _assert_same(module: cst.Module, source: bytes) -> None:
             assert id(stmt) in skipped or one[stmt] == full[stmt], module.code_for_node(stmt)[:60]
 
 
-@pytest.mark.parametrize("text", [EVERY_SYNTAX, ODD, ODD.replace("\n", "\r\n"), "\ufeff" + ODD], ids=["syntax", "odd", "crlf", "bom"])
+@pytest.mark.parametrize(
+    "text",
+    [EVERY_SYNTAX, ODD, ODD.replace("\n", "\r\n"), "\ufeff" + ODD, METHODS, METHODS.replace("\n", "\r\n")],
+    ids=["syntax", "odd", "crlf", "bom", "methods", "methods-crlf"],
+)
 def test_same_as_position_provider(text: str) -> None:
     module = cst.parse_module(text)
     _assert_same(module, text.encode("utf-8"))
