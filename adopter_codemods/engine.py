@@ -359,7 +359,11 @@ def rewrite_module(
     while rounds < MAX_ROUNDS:
         if structure is None:
             structure = build_module_structure(module, path)
-        found = matches if matches is not None and rounds == 0 else find_all(structure, rules)
+        if matches is not None and rounds == 0:
+            found = list(matches)
+        else:
+            with files.analysing(module):
+                found = find_all(structure, rules)
         plans, chosen = select_compatible(found)
         if not plans:
             break
@@ -418,7 +422,7 @@ def analyse(
     (the codemods); `path`: the file's name, "" when unknown; where it is a file, bases imported from other files
     are resolved from it (:mod:`.class_bases`); `with_refusals`: also collect the refused sites
     (:meth:`Analysis.refused`)."""
-    with files.known_source(module, source):  # the guards' whole-file `ast` parses it instead of rendering it
+    with files.analysing(module, source):  # the guards' whole-file `ast` parses the bytes instead of rendering
         if structure is None:
             structure = build_module_structure(module, path)
         refusals: Optional[list[Refusal]] = [] if with_refusals else None

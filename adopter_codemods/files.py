@@ -15,7 +15,7 @@ import operator
 import os
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from itertools import accumulate, compress
 from pathlib import Path
@@ -225,30 +225,48 @@ def parse(source: Union[str, bytes], path: str) -> cst.Module:
     return cst.parse_module(source)
 
 
-# The modules being analysed and the bytes each was parsed from (engine.analyse), innermost last.
-_KNOWN_SOURCES: list[tuple[cst.Module, bytes]] = []
+# The modules being analysed (engine.analyse, each round of engine.rewrite_module), innermost last.
+_ANALYSED: list["_Analysed"] = []
+
+
+@dataclass
+class _Analysed:
+    module: cst.Module
+    source: Optional[bytes]  # the bytes it was parsed from, when known
+    memo: dict[str, object] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
-def known_source(module: cst.Module, source: Optional[bytes]) -> Iterator[None]:
-    """While in the block, :func:`source_of` gives `module`'s `source` (the bytes it was parsed from, if known)."""
-    if source is None:
-        yield
-        return
-    _KNOWN_SOURCES.append((module, source))
+def analysing(module: cst.Module, source: Optional[bytes] = None) -> Iterator[None]:
+    """While in the block, :func:`source_of` gives `module`'s `source` (the bytes it was parsed from, if known) and
+    :func:`memo_of` one dict for what the guards derive from the whole module. Both end with the block, so nothing
+    keeps the module alive past its analysis: a tree that outlives the collector's pause (:mod:`.gc_pause`) is
+    traversed by every later collection."""
+    _ANALYSED.append(_Analysed(module, source))
     try:
         yield
     finally:
-        _KNOWN_SOURCES.pop()
+        _ANALYSED.pop()
+
+
+def _scope(module: cst.Module) -> Optional[_Analysed]:
+    for scope in reversed(_ANALYSED):
+        if scope.module is module:
+            return scope
+    return None
 
 
 def source_of(module: cst.Module) -> Union[str, bytes]:
     """What to give ``ast.parse`` for a whole module: the bytes it was parsed from while it is analysed, else its
     code, generated from the tree (the same text: LibCST round-trips exactly; generating it costs about a parse)."""
-    for known, source in reversed(_KNOWN_SOURCES):
-        if known is module:
-            return source
-    return module.code
+    scope = _scope(module)
+    return scope.source if scope is not None and scope.source is not None else module.code
+
+
+def memo_of(module: cst.Module) -> dict[str, object]:
+    """The memo of `module` while it is analysed (one dict for the whole analysis), else a new empty dict."""
+    scope = _scope(module)
+    return scope.memo if scope is not None else {}
 
 
 def read_source(path: str) -> bytes:

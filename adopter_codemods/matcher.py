@@ -1091,7 +1091,9 @@ def _variant_matches(
     """The matches of one variant whose forward nodes are not in `taken` (which grows with them); the structural
     matches it refuses go to `refused` with their reason, when given."""
     if rule.forward is None:
-        return _find_init_only(rule, cls, refused) if rule.init is not None and len(rule.init.source) == 1 else []
+        if rule.init is None or len(rule.init.source) != 1 or not _guards_may_match(rule, cls):
+            return []
+        return _find_init_only(rule, cls, refused)
     if not may_match(rule, cls) or cls.truncated:
         return []
     found: list[Match] = []
@@ -1147,12 +1149,10 @@ def _forward_refusal(match: Match, aligned: list[Optional[DLNode]]) -> Optional[
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
     function among its callees) and every operator among its operators: a cheap test that spares walking most
-    classes. A guard may add its own cheap test as a ``may_match(cls)`` attribute (ADP013: the file defines a rotation helper at all)."""
+    classes. A guard may add its own cheap test (:func:`_guards_may_match`)."""
     assert rule.forward is not None
-    for name in rule.guards:
-        may_match = getattr(guard_registry.get(name), "may_match", None)
-        if may_match is not None and not may_match(cls):
-            return False
+    if not _guards_may_match(rule, cls):
+        return False
     bindings = [e for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements)]
     bindings += [e for c in cls.containers for e in c.elements]
     types = {e.qualname for e in bindings if e.qualname}
@@ -1169,6 +1169,17 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
         else:
             wanted, present = pattern.types, types | cls.callees  # a function pattern also matches a layer's type
         if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
+            return False
+    return True
+
+
+def _guards_may_match(rule: Rule, cls: ClassStructure) -> bool:
+    """False when one of the rule's guards has a cheap test (a ``may_match(cls)`` attribute) that rules the class
+    out: ADP013's (the file defines a rotation helper at all), ADP011's (the class instantiates an RMSNorm-shaped
+    class)."""
+    for name in rule.guards:
+        may_match = getattr(guard_registry.get(name), "may_match", None)
+        if may_match is not None and not may_match(cls):
             return False
     return True
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import ast
 import copy
 import functools
-from collections import OrderedDict
+import re
+import unicodedata
 from typing import Optional, Sequence, Union
 
 import libcst as cst
@@ -114,7 +115,7 @@ class _ParsedModule:
     (parsed only once a definition matched its template)."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.module = module  # keeps id(module) valid while cached
+        self.module = module
         self.table = ImportTable.from_module(module)
         self.defs: dict[str, list[Union[cst.ClassDef, cst.FunctionDef]]] = {}
         for stmt in module.body:
@@ -154,6 +155,9 @@ class _ParsedModule:
 
     def bound_once(self, name: str) -> bool:
         """Whether the file binds `name` only by its definition and nothing patches or may rebind it."""
+        source = files.source_of(self.module)
+        if isinstance(source, bytes) and _bound_once_by_text(source, self.module.encoding, name):
+            return True  # most files: proven from the text, without parsing and walking the whole file
         if self._bindings is None:
             self._bindings = {}
             for node in ast.walk(ast.parse(files.source_of(self.module))):
@@ -168,6 +172,50 @@ class _ParsedModule:
                 elif isinstance(node, ast.alias) and node.name == "*":
                     self._star_import = True
         return self._bindings.get(name) == 1 and name not in self._mutated and not self._star_import
+
+
+# Where a word can only be a definition of it (`class N`, `def N`), a read of it (`N(...)` not after `def`/`class`,
+# `.N` an attribute or module path), or text (inside quotes, on a comment line without quotes).
+_DEFINED_BEFORE = re.compile(rb"(?:^|[^\w.])(?:class|def)[ \t]+$")
+_CALLED_AFTER = re.compile(rb"[ \t]*\(")
+_STAR_IMPORT = re.compile(rb"\bimport[ \t(]*\*")
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _bound_once_by_text(source: bytes, encoding: str, name: str) -> bool:
+    """True when the text alone shows that `name` is bound exactly once (one ``class``/``def`` of it) and every
+    other occurrence is a call, an attribute or module path, or text: then no statement binds, deletes or patches
+    it, which is what :meth:`_ParsedModule.bound_once` checks. False means "not shown": the AST decides. A line with
+    non-ASCII characters holding the name, NFKC-normalised as identifiers are, is not judged (another spelling of
+    the same name), nor one with control characters (odd whitespace between ``class`` and the name)."""
+    word = name.encode()
+    if not word.isascii() or _STAR_IMPORT.search(source):
+        return False
+    utf8 = encoding.replace("_", "-").lower() in ("utf-8", "utf8")
+    definitions = 0
+    lines = source.split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.isascii():
+            if not utf8 or name in unicodedata.normalize("NFKC", line.decode("utf-8", "replace")):
+                return False
+            continue
+        if word not in line:
+            continue
+        if _CONTROL.search(line):
+            return False
+        if line.lstrip().startswith(b"#") and b"'" not in line and b'"' not in line:
+            continue  # a comment, or text of a string that does not end on this line
+        for hit in re.finditer(rb"\b" + re.escape(word) + rb"\b", line):
+            before, after = line[: hit.start()], line[hit.end() :]
+            if not before.strip() and i and lines[i - 1].endswith(b"\\"):
+                return False  # continues the previous line (`class \` newline `N(...)`): not judged
+            if _DEFINED_BEFORE.search(before):
+                definitions += 1
+            elif before.rstrip().endswith(b".") or (before[-1:] in (b"'", b'"') and after[:1] in (b"'", b'"')):
+                continue
+            elif not _CALLED_AFTER.match(after):
+                return False
+    return definitions == 1
 
 
 def _suite_body(fn: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
@@ -195,17 +243,12 @@ def _bound_names(node: ast.AST) -> list[str]:
     return []
 
 
-_PARSED: "OrderedDict[int, _ParsedModule]" = OrderedDict()
-
-
 def _parsed(module: cst.Module) -> _ParsedModule:
-    """The file's AST, parsed once per module (a guard runs once per candidate site)."""
-    key = id(module)
-    hit = _PARSED.get(key)
-    if hit is None or hit.module is not module:
-        hit = _PARSED[key] = _ParsedModule(module)
-        while len(_PARSED) > 8:
-            _PARSED.popitem(last=False)
+    """The file's AST, parsed once per analysis of the module (a guard runs once per candidate site)."""
+    memo = files.memo_of(module)
+    hit = memo.get("structural_guards")
+    if not isinstance(hit, _ParsedModule):
+        hit = memo["structural_guards"] = _ParsedModule(module)
     return hit
 
 
@@ -332,6 +375,25 @@ def rms_norm_class_is_exact(match: Match) -> Union[bool, Refused]:
         "weight and eps attributes, a single definition in this file)",
         _only_definition(parsed, value.func.value),
     )
+
+
+def _instantiates_rms_norm_shape(cls: ClassStructure) -> bool:
+    """Whether the class instantiates, by its bare name, a top-level class of this file shaped like an RMSNorm
+    (`_few_methods`): the guard's own first test, so a False spares matching every binding of the class against
+    every variant (the rule's pattern matches any instantiation)."""
+    if cls.module is None:
+        return False
+    names = {
+        b.value.func.value
+        for bindings in cls.init_bindings.values()
+        for b in bindings
+        if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
+    }
+    parsed = _parsed(cls.module)
+    return any(name in parsed.defs and _few_methods(parsed, name, _MOST_METHODS) for name in names)
+
+
+rms_norm_class_is_exact.may_match = _instantiates_rms_norm_shape  # type: ignore[attr-defined]
 
 
 def _only_definition(parsed: _ParsedModule, name: str) -> Optional[cst.CSTNode]:

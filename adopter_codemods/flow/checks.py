@@ -35,20 +35,28 @@ def subsequences(
     reachable from the previous one, with consistent `$var` bindings. A node reading a phi of a value already bound
     reads that value on the paths through the join's edges carrying it: it is matched as a copy reading the value
     (`resolved`); `_phi_other_operand` later refuses the match if a path through it takes another edge."""
-    if not m._may_occur(patterns, graph.summary, rule):
-        return
-    nodes = graph.nodes
-    reach = graph.reach
-    readers: dict[int, list[DLNode]] = {}
-    for node in nodes:
-        for value in (*node.args, *(v for _, v in node.kwargs)):
-            if value.kind == "var":
-                readers.setdefault(value.vid, []).append(node)
+    if m._may_occur(patterns, graph.summary, rule):
+        yield from _Search(patterns, graph, rule).search(0, None, {}, [])
 
-    def after(prev: Optional[DLNode], node: DLNode) -> bool:
+
+class _Search:
+    """The depth-first search of :func:`subsequences` (methods, not nested closures: a recursive closure is a cycle
+    that keeps the graph alive until the collector runs)."""
+
+    def __init__(self, patterns: tuple[Node, ...], graph: FlowGraph, rule: Rule) -> None:
+        self.patterns, self.graph, self.rule = patterns, graph, rule
+        self.reach = graph.reach
+        self.readers: dict[int, list[DLNode]] = {}
+        for node in graph.nodes:
+            for value in (*node.args, *(v for _, v in node.kwargs)):
+                if value.kind == "var":
+                    self.readers.setdefault(value.vid, []).append(node)
+
+    def after(self, prev: Optional[DLNode], node: DLNode) -> bool:
+        reach = self.reach
         return reach.live[node.index] and (prev is None or (node is not prev and reach.before(prev.index, node.index)))
 
-    def candidates(pattern: Node, env: dict[str, m.Binding], prev: Optional[DLNode]) -> Sequence[DLNode]:
+    def candidates(self, pattern: Node, env: dict[str, m.Binding], prev: Optional[DLNode]) -> Sequence[DLNode]:
         if isinstance(pattern, (CallNode, OpNode)):
             atoms = pattern.operands if isinstance(pattern, OpNode) else (
                 *pattern.args.positional, *(a for _, a in pattern.args.keywords)
@@ -56,28 +64,27 @@ def subsequences(
             for atom in atoms:
                 bound = env.get(atom.name) if isinstance(atom, Var) else None
                 if isinstance(bound, m.Value) and bound.kind == "var":
-                    found = {id(n): n for vid in graph.flowing([bound.vid]) for n in readers.get(vid, ())}
-                    return sorted((n for n in found.values() if after(prev, n)), key=lambda n: n.index)
-        return [n for n in nodes if after(prev, n)]
+                    readers = self.readers
+                    found = {id(n): n for vid in self.graph.flowing([bound.vid]) for n in readers.get(vid, ())}
+                    return sorted((n for n in found.values() if self.after(prev, n)), key=lambda n: n.index)
+        return [n for n in self.graph.nodes if self.after(prev, n)]
 
     def search(
-        pi: int, prev: Optional[DLNode], env: dict[str, m.Binding], chosen: list[Optional[DLNode]]
+        self, pi: int, prev: Optional[DLNode], env: dict[str, m.Binding], chosen: list[Optional[DLNode]]
     ) -> Iterator[tuple[list[Optional[DLNode]], dict[str, m.Binding]]]:
-        if pi == len(patterns):
+        if pi == len(self.patterns):
             yield chosen, env
             return
-        pattern = patterns[pi]
-        for node in candidates(pattern, env, prev):
-            node = resolved(graph, node, env, [n.index for n in chosen if n is not None])
-            result = m._match_node(pattern, node, env, rule)
+        pattern = self.patterns[pi]
+        for node in self.candidates(pattern, env, prev):
+            node = resolved(self.graph, node, env, [n.index for n in chosen if n is not None])
+            result = m._match_node(pattern, node, env, self.rule)
             if result is not None:
-                yield from search(pi + 1, node, result, chosen + [node])
+                yield from self.search(pi + 1, node, result, chosen + [node])
         if isinstance(pattern, (CallNode, OpNode)) and pattern.optional:
             skipped = m._pass_through(pattern, env)
             if skipped is not None:
-                yield from search(pi + 1, prev, skipped, chosen + [None])
-
-    yield from search(0, None, {}, [])
+                yield from self.search(pi + 1, prev, skipped, chosen + [None])
 
 
 def resolved(graph: FlowGraph, node: DLNode, env: dict[str, "m.Binding"], chain: list[int]) -> DLNode:

@@ -13,6 +13,7 @@ holds different ids on the edges into a join gets a fresh *phi* id there (`FlowG
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -186,7 +187,9 @@ class Reach:
     Ancestor sets are bit sets (Python ints), built in one pass over the topological order."""
 
     def __init__(self, graph: FlowGraph, excluded: frozenset[int] = frozenset()) -> None:
-        self.graph = graph
+        # A proxy: the graph caches its Reach, and a strong reference back would be a cycle that only the collector
+        # frees, along with the syntax trees the graph holds (docs/PERFORMANCE.md).
+        self.graph: FlowGraph = weakref.proxy(graph)
         count = len(graph.events)
         ancestors: list[int] = [0] * count
         alive = [False] * count
