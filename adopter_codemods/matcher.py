@@ -1520,10 +1520,11 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Optional[P
         return None
     if _outputs_assigned(twin, twin_placement) is not None:
         return None
-    # The match goes where its twin goes, the names it reads taken at that anchor.
-    twin_anchor = twin_placement.anchor
-    assert twin_anchor is not None
-    block = dataclasses.replace(twin_placement, names=_names_at_anchor(match, twin_anchor, twin_placement.deleted))
+    # The match goes where its twin goes: at its own last node (the twin's is a copy of it, read under the twin's
+    # environment), with the names it reads taken there.
+    assert twin_placement.anchor is not None and twin_placement.anchor.index == anchor.index
+    names = _names_at_anchor(match, anchor, twin_placement.deleted)
+    block = dataclasses.replace(twin_placement, anchor=anchor, names=names)
     return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs))
 
 
