@@ -87,6 +87,7 @@ Binding = Union[Value, LayerRef, InitArg, RestArgs]
 Plan = Literal["inline", "block", "branch", "fallback", "hoist", "init", "container"]
 Certainty = Literal["exact", "guarded"]
 
+
 @dataclass(frozen=True, eq=False)
 class Match:
     """What matched: the rule's source pattern bound in one class. Never changed once built (the planner reads it
@@ -1096,7 +1097,8 @@ def find_matches(rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusa
     kept = []
     late: Refused = []  # sites refused after they matched safely: their reasons come first
     for f in found:
-        directive = suppression.suppressing_statement(reported_statements(f.match, f.placement), (rule.code, rule.name))
+        reported = reported_statements(f.match, f.placement)
+        directive = suppression.suppressing_statement(reported, (rule.code, rule.name))
         if directive is None:
             kept.append(f)
         elif refused is not None:
@@ -1161,12 +1163,12 @@ def _variant_matches(
                     taken |= key | elements
                     found.append(PlacedMatch(match, placement))
             elif reason is None:
-                placed = _place_forward(match, nodes)
-                if isinstance(placed, Reason):
-                    reason = placed
+                outcome = _place_forward(match, nodes)
+                if isinstance(outcome, Reason):
+                    reason = outcome
                 else:
                     taken |= key
-                    found.append(PlacedMatch(match, placed))
+                    found.append(PlacedMatch(match, outcome))
             if reason is not None and refused is not None:
                 refused.append((match, placement, reason))
     return found
