@@ -67,7 +67,7 @@ class AdopterCodemod(VisitorBasedCodemodCommand):
             self.warn(f"line {skip.line}: {skip.unit} not analysed: {skip.reason}")
         if not outcome.applied:
             raise SkipFile("no Adopter rule applies")
-        guarded = [m for m in outcome.applied if m.certainty == "guarded"]
+        guarded = [f for f in outcome.applied if f.match.certainty == "guarded"]
         for finding in findings_for(tree, guarded, path):
             self.warn(f"line {finding.line}: {finding.code} in {finding.cls}: {GUARDED_NOTE}")
         return outcome.module

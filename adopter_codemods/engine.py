@@ -19,7 +19,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from . import files
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import Certainty, LayerRef, Match, Refusal, RefusalCategory, find_matches, may_match
+from .matcher import Certainty, LayerRef, Match, PlacedMatch, Refusal, RefusalCategory, find_matches, may_match
 from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -125,13 +125,13 @@ class RefusedSite:
 @collector_paused
 def find_all(
     structure: ModuleStructure, rules: Sequence[Rule], refusals: Optional[list[Refusal]] = None
-) -> list[Match]:
+) -> list[PlacedMatch]:
     """Every safe match of every rule, each rule judged on the unmodified module. Sites silenced by a suppression
     comment are left out here (see :mod:`.suppression`), so no front-end reports or rewrites them.
 
     With a `refusals` list, also appends the sites each rule matched structurally but refused (silenced ones
     included, as :attr:`RefusalCategory.SUPPRESSED`; a rule silenced for the whole file is not run at all)."""
-    matches: list[Match] = []
+    matches: list[PlacedMatch] = []
     fallback = [v for rule in rules for v in (rule, *rule.alternatives) if v.fallback and v.forward is not None]
     for cls in structure.classes:
         cls.split_guarded_ifs = any(may_match(v, cls) for v in fallback)
@@ -158,7 +158,7 @@ def describe(match: Match) -> str:
 @collector_paused
 def findings_for(
     module: cst.Module,
-    matches: Sequence[Match],
+    matches: Sequence[PlacedMatch],
     path: str,
     source: Optional[bytes] = None,
 ) -> list[Finding]:
@@ -168,13 +168,14 @@ def findings_for(
         return []
     positions = _positions(module, matches, source)
     out = []
-    for m in matches:
-        ranges = [positions[s] for s in _reported_nodes(m) if s in positions]
+    for found in matches:
+        m, placement = found.match, found.placement
+        ranges = [positions[s] for s in _reported_nodes(found) if s in positions]
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
         last = max(ranges, key=lambda r: (r.end.line, r.end.column))
         line, end = first.start.line, last.end.line
-        anchor = m.anchor if m.plan not in ("init", "container") else None
-        if m.plan == "container" and m.container is not None:
+        anchor = placement.anchor if placement.plan not in ("init", "container") else None
+        if placement.plan == "container" and m.container is not None:
             function = m.container.where.split(".")[-1]  # where the nn.Sequential is built
         else:
             function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
@@ -246,21 +247,26 @@ def skips_for(structure: ModuleStructure, path: str, source: Optional[bytes] = N
     return sorted(out, key=lambda s: s.line)
 
 
-def _reported_nodes(m: Match) -> list[cst.CSTNode]:
+def _reported_nodes(found: PlacedMatch) -> list[cst.CSTNode]:
     """The statements a finding spans: the matched forward statements, else the ``__init__`` bindings."""
+    m = found.match
     smalls: list[cst.CSTNode] = [n.site.small for n in m.nodes]
-    if not smalls or m.plan == "container":
+    if not smalls or found.placement.plan == "container":
         smalls = [b.statement for b in m.init_matches.values() if b.statement is not None]
         if m.container is not None and m.container.statement is not None:
             smalls = [m.container.statement]
     return smalls
 
 
-def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[bytes]) -> Mapping[cst.CSTNode, CodeRange]:
+def _positions(
+    module: cst.Module, matches: Sequence[PlacedMatch], source: Optional[bytes]
+) -> Mapping[cst.CSTNode, CodeRange]:
     """Positions inside the top-level classes/functions holding the matches; PositionProvider renders the whole
     module (slower than parsing it), so it is the fallback for a node found nowhere else."""
-    functions = {m.anchor.site.function for m in matches if m.cls.node is None and m.anchor is not None}
-    tops: list[cst.CSTNode] = [m.cls.node for m in matches if m.cls.node is not None]
+    functions = {
+        f.placement.anchor.site.function for f in matches if f.match.cls.node is None and f.placement.anchor is not None
+    }
+    tops: list[cst.CSTNode] = [f.match.cls.node for f in matches if f.match.cls.node is not None]
     tops += [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value in functions]
     reported = [s for m in matches for s in _reported_nodes(m)]
     positions = statement_positions(module, tops, reported, source)
@@ -269,20 +275,20 @@ def _positions(module: cst.Module, matches: Sequence[Match], source: Optional[by
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 
 
-def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Match]]:
+def select_compatible(matches: Sequence[PlacedMatch]) -> tuple[list[EditPlan], list[PlacedMatch]]:
     """Plans for the matches that can be applied together, in order.
 
     Matches that edit the same ``__init__`` statement (two arms of an ``if`` sharing a Dropout and a LayerNorm)
     form a group applied all at once or not at all: applying half of it would delete a layer the other half still
     calls. A group is deferred to a later round when its forward edits overlap edits already chosen.
     """
-    planned: list[tuple[Match, EditPlan]] = []
+    planned: list[tuple[PlacedMatch, EditPlan]] = []
     for m in matches:
         try:
             planned.append((m, plan_match(m)))
         except RewriteError:
             continue
-    groups: list[list[tuple[Match, EditPlan]]] = []
+    groups: list[list[tuple[PlacedMatch, EditPlan]]] = []
     for item in planned:
         joined = [g for g in groups if any(item[1].init_statements & p.init_statements for _, p in g)]
         merged = [item]
@@ -292,7 +298,7 @@ def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Ma
         groups.append(merged)
     groups.sort(key=lambda g: min(planned.index(i) for i in g))
     plans: list[EditPlan] = []
-    chosen: list[Match] = []
+    chosen: list[PlacedMatch] = []
     touched: set[int] = set()
     for group in groups:
         footprints = [
@@ -311,11 +317,12 @@ def select_compatible(matches: Sequence[Match]) -> tuple[list[EditPlan], list[Ma
     return plans, chosen
 
 
-def _forward_sites(match: Match) -> set[int]:
+def _forward_sites(found: PlacedMatch) -> set[int]:
     """Forward statements a match rewrites; a container match only edits ``__init__``."""
-    if match.plan == "container":
+    if found.placement.plan == "container":
         return set()
-    return {id(n.site.line) for n in match.nodes} | {id(n.site.small) for n in match.nodes}
+    nodes = found.match.nodes
+    return {id(n.site.line) for n in nodes} | {id(n.site.small) for n in nodes}
 
 
 def _same_init_edits(plans: Sequence[EditPlan]) -> bool:
@@ -339,7 +346,7 @@ def _code(module: cst.Module, node: Union[cst.CSTNode, cst.FlattenSentinel[cst.B
 @dataclass
 class RewriteOutcome:
     module: cst.Module
-    applied: list[Match]  # first-round matches (positions refer to the input module)
+    applied: list[PlacedMatch]  # first-round matches (positions refer to the input module)
     rounds: int
 
 
@@ -348,13 +355,13 @@ def rewrite_module(
     module: cst.Module,
     rules: Sequence[Rule],
     structure: Optional[ModuleStructure] = None,
-    matches: Optional[Sequence[Match]] = None,
+    matches: Optional[Sequence[PlacedMatch]] = None,
     path: Optional[str] = None,
 ) -> RewriteOutcome:
     """Apply the rules until nothing changes. Overlapping rewrites are done in successive rounds. `matches`:
     ``find_all(structure, rules)`` when the caller already has it (it is the first round's). `path`: the module's
     file, for the structures of later rounds (see :func:`~adopter_codemods.provider.build_module_structure`)."""
-    first: list[Match] = []
+    first: list[PlacedMatch] = []
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
@@ -385,11 +392,11 @@ class Analysis:
     path: str
     source: Optional[bytes]
     structure: ModuleStructure
-    matches: list[Match]
+    matches: list[PlacedMatch]
     refusals: Optional[list[Refusal]] = None  # collected only when asked for (`analyse(..., with_refusals=True)`)
     _rewritten: Optional[RewriteOutcome] = field(default=None, init=False, repr=False)
 
-    def findings(self, matches: Optional[Sequence[Match]] = None) -> list[Finding]:
+    def findings(self, matches: Optional[Sequence[PlacedMatch]] = None) -> list[Finding]:
         """Findings of the matches (or of `matches`, some of them, such as ``rewrite().applied``)."""
         return findings_for(self.module, self.matches if matches is None else matches, self.path, source=self.source)
 

@@ -1,9 +1,10 @@
 """Semantic preconditions a rule file names with ``guard <name>`` where the DSL cannot say them.
 
-A guard takes the candidate match and returns True to allow the rewrite, or refuses it: with a :class:`Refused`
-(false, too), holding the reason in words and the node that causes it, which ``scan --show-refused`` lists; or
-with a bare False, which declines the site without a listed refusal (the site is not what the rule is about, as
-most layers are no RMSNorm class). Keep each one small and pure.
+A guard takes the candidate match and its placement (``matcher.Match``: what matched; ``matcher.Placement``: where
+the rewrite would go) and returns True to allow the rewrite, or refuses it: with a :class:`Refused` (false, too),
+holding the reason in words and the node that causes it, which ``scan --show-refused`` lists; or with a bare
+False, which declines the site without a listed refusal (the site is not what the rule is about, as most layers
+are no RMSNorm class). Keep each one small and pure.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Union
 import libcst as cst
 
 if TYPE_CHECKING:
-    from .matcher import Match, Reason
+    from .matcher import Match, Placement, Reason
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Refused:
         return False
 
 
-Guard = Callable[["Match"], Union[bool, Refused]]
+Guard = Callable[["Match", "Placement"], Union[bool, Refused]]
 _GUARDS: dict[str, Guard] = {}
 
 

@@ -39,7 +39,7 @@ from . import cstwalk
 from .dsl import Wildcard
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
-from .matcher import Match, _EffectScan, _names_at_anchor, _target_inputs
+from .matcher import Match, Placement, _EffectScan, _names_at_anchor, _target_inputs
 from .structure import DLNode, Value
 
 # Expressions whose parts may run zero or several times: a matched node inside one cannot move out of it.
@@ -94,7 +94,7 @@ class _CallsBefore(cst.CSTVisitor):
         self.found = self.found or bool(read & self.roots)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Hoist:
     """Where the fused call goes: before `line`, or in place of `replaces` (the first node's ``name = node``)."""
 
@@ -105,33 +105,34 @@ class Hoist:
     function: cst.FunctionDef  # where the names are bound: one hoist per function and rewrite round
 
 
-def plan_hoist(match: Match) -> bool:
-    """Plan `match` as a hoist (see the module docstring); False when the rule does not allow it or it is unsafe."""
+def plan_hoist(match: Match) -> Optional[Placement]:
+    """The placement of `match` as a hoist (see the module docstring); None when the rule does not allow it or it is
+    unsafe."""
     rule = match.rule
     assert rule.forward is not None and rule.forward.target is not None
     target = rule.forward.target[0]
     output_vars = [v.name for v in target.outputs]  # type: ignore[union-attr]
     if len(output_vars) < 2:
-        return False
+        return None
     if any(isinstance(p, Wildcard) or p.optional or any(v.name not in output_vars for v in p.outputs) for p in rule.forward.source):
-        return False  # a node reading another node's output cannot run before it
+        return None  # a node reading another node's output cannot run before it
     outputs = []
     for var in output_vars:
         bound = match.env.get(var)
         node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
         if node is None:
-            return False
+            return None
         outputs.append(node)
     nodes = sorted(match.nodes, key=lambda n: n.index)
     first = nodes[0]
     line = first.site.line
     if not isinstance(line, cst.SimpleStatementLine) or not any(s is line for s in first.site.block):
-        return False
+        return None
     inputs = _target_inputs(match)
     if any(v.kind == "expr" and not v.pure for v in inputs):
-        return False
+        return None
     if any(name.startswith("%") for v in inputs for name, _ in v.uses):
-        return False  # computed by a DSL node of a matched statement
+        return None  # computed by a DSL node of a matched statement
     # Root names through which a call could reach an input (`self` for an input held in `self.<attr>`).
     roots = {name.split(".")[0] for v in inputs for name, _ in v.uses}
     matched = {id(n.expr) for n in nodes}
@@ -144,32 +145,27 @@ def plan_hoist(match: Match) -> bool:
             or not isinstance(site.small, cst.BaseSmallStatement)
             or not _runs_once(site.small, node.expr)
         ):
-            return False
+            return None
         before = _CallsBefore(node.expr, matched, roots)
         site.small.visit(before)
         if before.found:
-            return False
+            return None
     replaces = _whole_assignment(first)
     layers = {n.layer[len("self."):] for n in match.nodes if n.layer is not None}
     graph = match.graph
     assert graph is not None
     instances = flow_checks.hoist_instances(match, graph)
     if instances is None:
-        return False  # some path runs only part of the nodes or one of them twice, or they read other values
+        return None  # some path runs only part of the nodes or one of them twice, or they read other values
     entry_names = match.cls.entry_names
     if not all(_instance_safe(graph, instance, line, replaces, layers, entry_names) for instance in instances):
-        return False
+        return None
     function = _enclosing_function(match, line)
     if function is None:
-        return False
+        return None
     names = _fresh_names(function, outputs, replaces)
-    match.plan = "hoist"
-    match.anchor = first
-    match.deleted = []
-    match.output_copies = {}
-    match.names = _names_at_anchor(match)
-    match.hoist = Hoist(line, replaces, names, tuple(outputs), function)
-    return True
+    hoist = Hoist(line, replaces, names, tuple(outputs), function)
+    return Placement("hoist", anchor=first, names=_names_at_anchor(match, first, ()), hoist=hoist)
 
 
 def _runs_once(small: cst.BaseSmallStatement, expr: cst.BaseExpression) -> bool:

@@ -16,10 +16,12 @@ structural match was refused (:class:`Refusal`); collecting them is asked for pe
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Literal, Optional, Sequence, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -78,45 +80,75 @@ class RestArgs:
 Binding = Union[Value, LayerRef, InitArg, RestArgs]
 
 
-# How a match is rewritten (docs/ENGINE.md): "" until planned; "inline" (nested in the anchor call), "block"
-# (statements of the anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the
-# region kept as written under conditions), "init" (an instantiation rule), "container" (an nn.Sequential).
-Plan = Literal["", "inline", "block", "branch", "fallback", "hoist", "init", "container"]
+# How a match is rewritten (docs/ENGINE.md): "inline" (nested in the anchor call), "block" (statements of the
+# anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the region kept as written
+# under conditions), "hoist" (the call bound to temporaries before the first node), "init" (an instantiation rule),
+# "container" (an nn.Sequential).
+Plan = Literal["inline", "block", "branch", "fallback", "hoist", "init", "container"]
 Certainty = Literal["exact", "guarded"]
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Match:
+    """What matched: the rule's source pattern bound in one class. Never changed once built (the planner reads it
+    and returns a :class:`Placement`); a step that learns more, such as ``__init__`` matching, derives a new one."""
+
     rule: Rule
     cls: ClassStructure
     graph: Optional[FlowGraph]  # the graph of the matched function (None for an init-only match)
-    nodes: list[DLNode]  # matched forward nodes, pattern order (wildcards excluded)
-    env: dict[str, Binding]
-    init_matches: dict[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
-    anchor: Optional[DLNode] = None
-    plan: Plan = ""
-    deleted: list[cst.CSTNode] = field(default_factory=list)  # forward small statements that disappear
-    branch_if: Optional[cst.If] = None
-    branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
-    prefix_lines: list[cst.BaseStatement] = field(default_factory=list)
+    nodes: tuple[DLNode, ...]  # matched forward nodes, pattern order (wildcards excluded)
+    env: Mapping[str, Binding]  # `$var` -> what it is bound to (a read-only copy of the mapping given)
+    init_matches: Mapping[str, LayerBinding] = field(default_factory=dict)  # init pattern var -> binding
     container: Optional[LayerBinding] = None  # the nn.Sequential whose elements matched
-    names: dict[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
     skipped: frozenset[int] = frozenset()  # indices of the optional source nodes absent from this match
     # "exact": every matched layer's type is certain; "guarded": some is only possible or unknown, and the rule's
     # kernel checks the modules at run time (rule header `uncertain guarded`, docs/DESIGN.md §4)
     certainty: Certainty = "exact"
-    # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
-    # `if <fallback_test>: <region as written> else: <region fused>`), and the `if`s in it the fused copy drops
-    region: list[cst.BaseStatement] = field(default_factory=list)
-    region_ifs: list[cst.If] = field(default_factory=list)
-    fallback_test: Optional[cst.BaseExpression] = None
-    hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
-    # tuple targets: output value id -> the plain copy `alias = name` of it the rewrite deletes, assigning the output
-    # to `alias` instead (`_output_copies`)
-    output_copies: dict[int, cst.Assign] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Read-only copies: the dicts the matcher built stay its own, and no later step can edit the match's.
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "init_matches", MappingProxyType(dict(self.init_matches)))
 
     def key(self) -> frozenset[tuple[int, Optional[str]]]:
         return frozenset((id(n.expr), n.layer) for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the rewrite of a :class:`Match` goes, as the planner decided it (``_plan``, ``_plan_fallback``,
+    ``_plan_absorbing``, ``hoist.plan_hoist``): the rewriter turns it into CST edits, the reports read the anchor.
+    Equal placements place the same statements the same way (CST nodes compare by identity)."""
+
+    plan: Plan
+    anchor: Optional[DLNode] = None  # the last matched node, where the fused call goes (the first one for "hoist")
+    deleted: tuple[cst.CSTNode, ...] = ()  # forward small statements that disappear
+    names: Mapping[int, str] = field(default_factory=dict)  # value id -> variable holding it where the call goes
+    # tuple targets: output value id -> the plain copy `alias = name` of it the rewrite deletes, assigning the output
+    # to `alias` instead (`_output_copies`)
+    output_copies: Mapping[int, cst.Assign] = field(default_factory=dict)
+    branch_if: Optional[cst.If] = None  # plan "branch": the `if` whose other arm receives a copy of the prefix
+    branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
+    prefix_lines: tuple[cst.BaseStatement, ...] = ()
+    # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
+    # `if <any of fallback_tests>: <region as written> else: <region fused>`; no tests: the fused region alone),
+    # and the `if`s in it the fused copy drops
+    region: tuple[cst.BaseStatement, ...] = ()
+    region_ifs: tuple[cst.If, ...] = ()
+    fallback_tests: tuple[cst.BaseExpression, ...] = ()
+    hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", MappingProxyType(dict(self.names)))  # read-only copies, as Match's
+        object.__setattr__(self, "output_copies", MappingProxyType(dict(self.output_copies)))
+
+
+@dataclass(frozen=True, eq=False)
+class PlacedMatch:
+    """What travels from the matcher to the rewriter and the reports: a safe match and where its rewrite goes."""
+
+    match: Match
+    placement: Placement
 
 
 # ------------------------------------------------------------------------------------------ refusals
@@ -173,23 +205,25 @@ class Refusal:
     cause: Optional[cst.CSTNode] = None
 
 
-Refused = list[tuple[Match, Reason]]  # refusals being collected, with the match they refuse
+# refusals being collected: the match refused, its placement if it got one (a container site is reported at the
+# container), and the reason
+Refused = list[tuple[Match, Optional[Placement], Reason]]
 
 
-def _site_key(match: Match) -> frozenset[tuple[int, Optional[str]]]:
+def _site_key(match: Match, placement: Optional[Placement]) -> frozenset[tuple[int, Optional[str]]]:
     """What identifies a site for deduplication: its forward nodes, else its reported ``__init__`` statements."""
-    return match.key() or frozenset((id(s), None) for s in reported_statements(match))
+    return match.key() or frozenset((id(s), None) for s in reported_statements(match, placement))
 
 
-def _refusal(match: Match, reason: Reason) -> Refusal:
-    if match.nodes and match.plan not in ("init", "container"):
+def _refusal(match: Match, placement: Optional[Placement], reason: Reason) -> Refusal:
+    if match.nodes and (placement is None or placement.plan not in ("init", "container")):
         function = max(match.nodes, key=lambda n: n.index).site.function.split(".")[-1]
     else:
         function = "__init__"
     rule = match.rule
     return Refusal(
         rule.code, rule.name, match.cls.name, function, reason.category, reason.sentence,
-        tuple(reported_statements(match)), reason.cause,
+        tuple(reported_statements(match, placement)), reason.cause,
     )
 
 
@@ -444,7 +478,7 @@ def _init_arguments(binding: LayerBinding, qualname: str) -> dict[str, cst.Arg]:
 def _match_init_node(
     pattern: CallNode,
     binding: LayerBinding,
-    env: dict[str, Binding],
+    env: Mapping[str, Binding],
     why: Optional[list[str]] = None,
     uncertain: bool = False,
     rest_free: bool = False,
@@ -549,12 +583,17 @@ def _init_text(arg: InitArg) -> str:
     return cst.Module([]).code_for_node(arg.expr) if arg.expr is not None else (arg.default or "")
 
 
-def _match_init(match: Match) -> Optional[Reason]:
+def _match_init(match: Match) -> Union[Match, Reason]:
+    """The match with its ``__init__`` bindings (`init_matches`, the container, the certainty, the variables the
+    init pattern binds), or why they do not fit."""
     rule = match.rule
     if rule.init is None:
-        return None
+        return match
     edits = rule.init.target is not None
     env = match.env
+    init_matches: dict[str, LayerBinding] = {}
+    container: Optional[LayerBinding] = None
+    certainty: Certainty = "exact"
     for pattern in rule.init.source:
         assert isinstance(pattern, CallNode)
         var = pattern.outputs[0].name
@@ -564,21 +603,21 @@ def _match_init(match: Match) -> Optional[Reason]:
         if not isinstance(ref, LayerRef) or not ref.bindings:
             layer = f"self.{ref.attr}" if isinstance(ref, LayerRef) else f"${var}"
             return Reason(RefusalCategory.INIT_MISMATCH, f"{layer} is not bound in __init__")
-        container = ref.bindings[0].container
-        if container is not None:
+        element_of = ref.bindings[0].container
+        if element_of is not None:
             # Elements of an nn.Sequential: only a rule with a `sequential` drop-in rewrites them, all in one container.
             if rule.sequential is None:
                 return Reason(
                     RefusalCategory.INIT_MISMATCH,
                     f"self.{ref.attr} is an element of an nn.Sequential, which this rule does not rewrite",
-                    container.statement,
+                    element_of.statement,
                 )
-            if match.container is not None and match.container is not container:
+            if container is not None and container is not element_of:
                 return Reason(
                     RefusalCategory.INIT_MISMATCH, "the matched layers are elements of different containers",
-                    container.statement,
+                    element_of.statement,
                 )
-            match.container = container
+            container = element_of
         elif ref.attr in match.cls.rebound or "*" in match.cls.rebound:
             # bound again elsewhere in the class family: what the layer is at the call is unknown
             return Reason(
@@ -621,14 +660,13 @@ def _match_init(match: Match) -> Optional[Reason]:
         # Another binding of the layer (other than `None`, which is never called), or its type, may be something else.
         others = [b for b, e in matched if e is None and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
         if uncertain and (others or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
-            match.certainty = "guarded"
+            certainty = "guarded"
         binding, env = good[0]
-        match.init_matches[var] = binding
-    if match.container is not None and any(b.container is not match.container for b in match.init_matches.values()):
+        init_matches[var] = binding
+    if container is not None and any(b.container is not container for b in init_matches.values()):
         # the drop-in container fuses its own adjacent children only, not one with a layer outside
         return Reason(RefusalCategory.INIT_MISMATCH, "a layer outside the nn.Sequential follows one of its elements")
-    match.env = env
-    return None
+    return dataclasses.replace(match, env=env, init_matches=init_matches, container=container, certainty=certainty)
 
 
 def _target_vars(rule: Rule) -> frozenset[str]:
@@ -673,11 +711,10 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     return inter, outs
 
 
-def _plan(match: Match) -> Union[Plan, Reason]:
+def _plan(match: Match) -> Union[Placement, Reason]:
     """Decide where the fused call goes and which statements disappear; the reason when no safe plan exists."""
     nodes = match.nodes
     anchor = max(nodes, key=lambda n: n.index)
-    match.anchor = anchor
     sites = {id(n.site.small) for n in nodes}
     if any(n.site.loop_copy != anchor.site.loop_copy for n in nodes):
         return Reason(
@@ -704,19 +741,18 @@ def _plan(match: Match) -> Union[Plan, Reason]:
             RefusalCategory.NOT_PLACEABLE, "the matched calls are split between a method and a helper it calls",
             anchor.site.line,
         )
-    match.deleted = list({id(s.small): s.small for s in deleted}.values())
-    match.output_copies = _output_copies(match, anchor)
-    match.deleted += match.output_copies.values()
-    match.names = _names_at_anchor(match)
+    output_copies = _output_copies(match, anchor)
+    removed = (*{id(s.small): s.small for s in deleted}.values(), *output_copies.values())
+    names = _names_at_anchor(match, anchor, removed)
     if not deleted:
         if len(sites) == 1:
-            return "inline"
+            return Placement("inline", anchor, removed, names, output_copies)
         return Reason(
             RefusalCategory.NOT_PLACEABLE, "the matched calls span statements that cannot be removed", anchor.site.line
         )
     anchor_block = anchor.site.block
     if all(s.block is anchor_block for s in deleted):
-        return "block"
+        return Placement("block", anchor, removed, names, output_copies)
     # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
     prefix_lines = [s.line for s in deleted]
     outer = deleted[0]
@@ -755,10 +791,8 @@ def _plan(match: Match) -> Union[Plan, Reason]:
             "the test of this `if` makes a call (or assigns), so the statements before it cannot move into its arms",
             if_stmt,
         )
-    match.branch_if = if_stmt
-    match.branch_owner = owner
-    match.prefix_lines = [block[i] for i in indices]
-    return "branch"
+    prefix = tuple(block[i] for i in indices)
+    return Placement("branch", anchor, removed, names, output_copies, if_stmt, owner, prefix)
 
 
 def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
@@ -862,16 +896,16 @@ def _is_docstring_line(stmt: cst.CSTNode) -> bool:
     )
 
 
-def _names_at_anchor(match: Match) -> dict[int, str]:
-    """Which variable holds each value id where the fused call goes (deleted statements' definitions ignored).
+def _names_at_anchor(match: Match, anchor: DLNode, removed: Sequence[cst.CSTNode]) -> dict[int, str]:
+    """Which variable holds each value id where the fused call goes, at `anchor` (the definitions by the `removed`
+    statements ignored).
 
     Needed when a bound value was named differently where it was matched (a helper's parameter).
     """
-    assert match.anchor is not None
-    deleted = {id(s) for s in match.deleted}
-    scope = match.anchor.site.scope
+    deleted = {id(s) for s in removed}
+    scope = anchor.site.scope
     assert match.graph is not None
-    state = flow_checks.state_at(match.graph, match.anchor, deleted)
+    state = flow_checks.state_at(match.graph, anchor, deleted)
     pairs = list(state.items())
     # Parameters and globals hold their entry value unless assigned before the anchor.
     pairs += [(name, vid) for vid, name in match.cls.entry_names.items() if name not in state]
@@ -947,11 +981,11 @@ def _simple_test(test: cst.BaseExpression) -> bool:
     return not scan.unsafe
 
 
-def _check_paths(match: Match) -> Optional[Reason]:
+def _check_paths(match: Match, placement: Placement) -> Optional[Reason]:
     """The safety checks on every path of the function that runs any matched statement (adopter_codemods/flow);
     the first failure's reason."""
     assert match.graph is not None
-    return flow_checks.check_paths(match, match.graph)
+    return flow_checks.check_paths(match, placement, match.graph)
 
 
 def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> Optional[cst.CSTNode]:
@@ -963,12 +997,13 @@ def _value_site_moves(match: Match, value: Value, anchor_stmt: int) -> Optional[
     return None
 
 
-def _find_init_only(rule: Rule, cls: ClassStructure, refused: Optional[Refused] = None) -> list[Match]:
+def _find_init_only(rule: Rule, cls: ClassStructure, refused: Optional[Refused] = None) -> list[PlacedMatch]:
     """Rules without a forward section rewrite each matching ``__init__`` binding (e.g. attention classes)."""
     assert rule.init is not None
     pattern = rule.init.source[0]
     assert isinstance(pattern, CallNode)
     found = []
+    placement = Placement("init")
     for attr, bindings in cls.init_bindings.items():
         for binding in bindings:
             if binding.container is not None or binding.statement is None:
@@ -977,28 +1012,29 @@ def _find_init_only(rule: Rule, cls: ClassStructure, refused: Optional[Refused] 
             if env is None:
                 continue
             env[pattern.outputs[0].name] = LayerRef(attr, (binding,))
-            match = Match(rule, cls, None, [], env, {pattern.outputs[0].name: binding}, plan="init")
-            reason = _rest_args_fit(match) or _guards_refusal(match)
+            match = Match(rule, cls, None, (), env, {pattern.outputs[0].name: binding})
+            reason = _rest_args_fit(match) or _guards_refusal(match, placement)
             if reason is None:
-                found.append(match)
+                found.append(PlacedMatch(match, placement))
             elif refused is not None:
-                refused.append((match, reason))
+                refused.append((match, placement, reason))
     return found
 
 
-def _guards_refusal(match: Match) -> Optional[Reason]:
+def _guards_refusal(match: Match, placement: Placement) -> Optional[Reason]:
     """The reason of the first of the rule's guards that refuses the match (its own words, else its docstring's)."""
     for name in match.rule.guards:
-        verdict = guard_registry.get(name)(match)
+        verdict = guard_registry.get(name)(match, placement)
         if not verdict:
             return guard_registry.reason(name, verdict)
     return None
 
 
-def _outputs_assigned(match: Match) -> Optional[Reason]:
+def _outputs_assigned(match: Match, placement: Placement) -> Optional[Reason]:
     """A tuple target (``q, k, v = fused(...)``) takes the names its outputs were assigned to: each output node must
     be the whole value of ``name = node`` in the anchor's function (``v = self.v(x).view(s)`` would lose the view)."""
-    assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
+    anchor = placement.anchor
+    assert match.rule.forward is not None and match.rule.forward.target is not None and anchor is not None
     outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     if len(outputs) == 1:
         return None
@@ -1009,14 +1045,14 @@ def _outputs_assigned(match: Match) -> Optional[Reason]:
         if (
             node is None
             or not node.whole_statement
-            or node.site.inline_stack != match.anchor.site.inline_stack
+            or node.site.inline_stack != anchor.site.inline_stack
             or not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name))
         ):
             return Reason(
                 RefusalCategory.NOT_PLACEABLE,
                 "a matched call here is not the whole value of `name = call`, so the fused call's tuple target "
                 "cannot take its name",
-                node.site.line if node is not None else match.anchor.site.line,
+                node.site.line if node is not None else anchor.site.line,
             )
     return None
 
@@ -1040,45 +1076,51 @@ def _rest_args_fit(match: Match) -> Optional[Reason]:
     return None
 
 
-def find_matches(rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusal]] = None) -> list[Match]:
-    """Every safe, non-overlapping match of `rule` in one class; its variants are tried in file order.
+def find_matches(rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusal]] = None) -> list[PlacedMatch]:
+    """Every safe, non-overlapping match of `rule` in one class, with its placement; its variants are tried in file
+    order.
 
     With a `refusals` list, also appends a :class:`Refusal` per site that matched structurally but was refused:
     one per site (its first reason), none for a site that some variant matches safely."""
     refused: Optional[Refused] = [] if refusals is not None else None
-    found: list[Match] = []
+    found: list[PlacedMatch] = []
     taken: set[tuple[int, Optional[str]]] = set()
     for variant in (rule, *rule.alternatives):
-        for match in _variant_matches(variant, cls, taken, refused):
+        for placed in _variant_matches(variant, cls, taken, refused):
             # Instantiation matches have no forward nodes: one finding per __init__ binding.
-            bindings = {id(b) for b in match.init_matches.values()}
-            if match.plan != "init" or all(bindings != {id(b) for b in m.init_matches.values()} for m in found):
-                found.append(match)
+            bindings = {id(b) for b in placed.match.init_matches.values()}
+            if placed.placement.plan != "init" or all(
+                bindings != {id(b) for b in f.match.init_matches.values()} for f in found
+            ):
+                found.append(placed)
     # Before the removal check: a declined site keeps calling its layers, so a match deleting them must go too.
     kept = []
     late: Refused = []  # sites refused after they matched safely: their reasons come first
-    for m in found:
-        directive = suppression.suppressing_statement(reported_statements(m), (rule.code, rule.name))
+    for f in found:
+        reported = reported_statements(f.match, f.placement)
+        directive = suppression.suppressing_statement(reported, (rule.code, rule.name))
         if directive is None:
-            kept.append(m)
+            kept.append(f)
         elif refused is not None:
-            late.append((m, Reason(RefusalCategory.SUPPRESSED, "a suppression comment silences this site", directive)))
+            reason = Reason(RefusalCategory.SUPPRESSED, "a suppression comment silences this site", directive)
+            late.append((f.match, f.placement, reason))
     accepted = _drop_unremovable_layers(kept, late if refused is not None else None)
     if refusals is not None and refused is not None:
-        done: set[tuple[int, Optional[str]]] = set().union(*(_site_key(m) for m in accepted))
-        for m, reason in late + refused:
-            key = _site_key(m)
+        done: set[tuple[int, Optional[str]]] = set().union(*(_site_key(f.match, f.placement) for f in accepted))
+        for m, placement, reason in late + refused:
+            key = _site_key(m, placement)
             if not key & done:
                 done |= key
                 if reason.listed:
-                    refusals.append(_refusal(m, reason))
+                    refusals.append(_refusal(m, placement, reason))
     return accepted
 
 
-def reported_statements(match: Match) -> list[cst.CSTNode]:
+def reported_statements(match: Match, placement: Optional[Placement]) -> list[cst.CSTNode]:
     """The statement lines a match is reported at (and silenced on): its matched forward statements, else the
-    ``__init__`` statements of an instantiation or ``nn.Sequential`` site."""
-    if match.nodes and match.plan != "container":
+    ``__init__`` statements of an instantiation or ``nn.Sequential`` site (`placement`: None before one is
+    decided)."""
+    if match.nodes and (placement is None or placement.plan != "container"):
         return [n.site.line for n in match.nodes]
     if match.container is not None and match.container.statement is not None:
         return [match.container.statement]
@@ -1087,7 +1129,7 @@ def reported_statements(match: Match) -> list[cst.CSTNode]:
 
 def _variant_matches(
     rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]], refused: Optional[Refused] = None
-) -> list[Match]:
+) -> list[PlacedMatch]:
     """The matches of one variant whose forward nodes are not in `taken` (which grows with them); the structural
     matches it refuses go to `refused` with their reason, when given."""
     if rule.forward is None:
@@ -1096,54 +1138,70 @@ def _variant_matches(
         return _find_init_only(rule, cls, refused)
     if not may_match(rule, cls) or cls.truncated:
         return []
-    found: list[Match] = []
+    found: list[PlacedMatch] = []
     for graph in [*cls.graphs, *cls.container_graphs]:
         for nodes, env in flow_checks.subsequences(rule.forward.source, graph, rule):
-            real = [n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard)]
+            real = tuple(n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard))
             match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
             if key & taken:
                 continue
-            reason = _match_init(match) or _rest_args_fit(match)
+            placement: Optional[Placement] = None
+            initialised = _match_init(match)
+            if isinstance(initialised, Reason):
+                reason: Optional[Reason] = initialised
+            else:
+                match = initialised
+                reason = _rest_args_fit(match)
             if reason is None and match.container is not None:
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
-                match.plan = "container"
-                match.anchor = match.nodes[-1]
+                placement = Placement("container", anchor=match.nodes[-1])
                 # One match per pair of elements, however many times forward calls the container.
                 elements = frozenset((id(match.container), n.layer) for n in match.nodes)
                 if elements & taken:
                     continue
-                reason = _guards_refusal(match)
+                reason = _guards_refusal(match, placement)
                 if reason is None:
                     taken |= key | elements
-                    found.append(match)
+                    found.append(PlacedMatch(match, placement))
             elif reason is None:
-                reason = _forward_refusal(match, nodes)
-                if reason is None:
+                outcome = _place_forward(match, nodes)
+                if isinstance(outcome, Reason):
+                    reason = outcome
+                else:
                     taken |= key
-                    found.append(match)
+                    found.append(PlacedMatch(match, outcome))
             if reason is not None and refused is not None:
-                refused.append((match, reason))
+                refused.append((match, placement, reason))
     return found
 
 
-def _forward_refusal(match: Match, aligned: list[Optional[DLNode]]) -> Optional[Reason]:
-    """Plan a forward match and run the checks on it (and the rule's guards); the reason it is refused, if it is."""
+def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Placement, Reason]:
+    """Plan a forward match and run the checks on it (and the rule's guards): its placement, or the reason it is
+    refused."""
     rule = match.rule
-    plan = _plan(match)
-    if isinstance(plan, Reason) and rule.fallback:
-        if not _plan_absorbing(match, aligned):
-            return plan
+    planned = _plan(match)
+    placement: Optional[Placement]
+    if isinstance(planned, Reason) and rule.fallback:
+        placement = _plan_absorbing(match, aligned)
+        if placement is None:
+            return planned
     else:
-        reason = plan if isinstance(plan, Reason) else _outputs_assigned(match)
+        reason = planned if isinstance(planned, Reason) else _outputs_assigned(match, planned)
+        placement = None
         if reason is None:
-            match.plan = plan  # type: ignore[assignment]
-            reason = _check_paths(match)
-            if reason is not None and rule.fallback and plan == "block" and _plan_fallback(match):
-                reason = None
-        if reason is not None and not hoist.plan_hoist(match):
-            return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
-    return _guards_refusal(match)
+            assert isinstance(planned, Placement)
+            placement = planned
+            reason = _check_paths(match, planned)
+            if reason is not None and rule.fallback and planned.plan == "block":
+                placement = _plan_fallback(match, planned)
+                reason = None if placement is not None else reason
+        if reason is not None:
+            placement = hoist.plan_hoist(match)
+            if placement is None:
+                return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
+    assert placement is not None
+    return _guards_refusal(match, placement) or placement
 
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
@@ -1184,7 +1242,7 @@ def _guards_may_match(rule: Rule, cls: ClassStructure) -> bool:
     return True
 
 
-def _drop_unremovable_layers(matches: list[Match], refused: Optional[Refused] = None) -> list[Match]:
+def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refused] = None) -> list[PlacedMatch]:
     """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls.
 
     Judged over all matches together (one Dropout shared by the two arms of an ``if`` is fine when both arms are
@@ -1193,18 +1251,18 @@ def _drop_unremovable_layers(matches: list[Match], refused: Optional[Refused] = 
     while True:
         covered = _covered_calls(matches)
         kept = []
-        for m in matches:
-            reason = _layer_uses_covered(m, covered)
+        for f in matches:
+            reason = _layer_uses_covered(f, covered)
             if reason is None:
-                kept.append(m)
+                kept.append(f)
             elif refused is not None:
-                refused.append((m, reason))
+                refused.append((f.match, f.placement, reason))
         if len(kept) == len(matches):
             return kept
         matches = kept
 
 
-def layers_to_delete(match: Match) -> list[tuple[str, LayerBinding]]:
+def layers_to_delete(match: Match, placement: Placement) -> list[tuple[str, LayerBinding]]:
     """Source layers the ``init`` target drops: (attr, binding).
 
     A layer still called by a statement the branch plan copies into the other arm of the ``if`` is kept.
@@ -1213,8 +1271,8 @@ def layers_to_delete(match: Match) -> list[tuple[str, LayerBinding]]:
     if rule.init is None or rule.init.target is None:
         return []
     kept = {n.outputs[0].name for n in rule.init.target if isinstance(n, CallNode)}
-    copied = _copied(match)
-    still_called = {n.layer for n in match.nodes if id(_statement_of(n, match)) in copied}
+    copied = _copied(placement)
+    still_called = {n.layer for n in match.nodes if id(_statement_of(n, match, placement)) in copied}
     out = []
     for var, binding in match.init_matches.items():
         ref = match.env[var]
@@ -1223,33 +1281,34 @@ def layers_to_delete(match: Match) -> list[tuple[str, LayerBinding]]:
     return out
 
 
-def _copied(match: Match) -> set[int]:
+def _copied(placement: Placement) -> set[int]:
     """Statements the branch plan copies into the other arm of the ``if`` (they keep their calls there)."""
-    return {id(s) for s in match.deleted} if match.plan == "branch" else set()
+    return {id(s) for s in placement.deleted} if placement.plan == "branch" else set()
 
 
-def _statement_of(node: DLNode, match: Match) -> cst.CSTNode:
-    assert match.anchor is not None
-    site = _statement_site(node, match.anchor, match.cls)
+def _statement_of(node: DLNode, match: Match, placement: Placement) -> cst.CSTNode:
+    assert placement.anchor is not None
+    site = _statement_site(node, placement.anchor, match.cls)
     return site.small if site is not None else node.site.small
 
 
-def _covered_calls(matches: list[Match]) -> dict[Optional[str], set[int]]:
+def _covered_calls(matches: list[PlacedMatch]) -> dict[Optional[str], set[int]]:
     """Layer ("self.<attr>") -> the calls of it rewritten by the matches that remove it. A call in a statement a
     branch plan copies into the other arm stays there: it is no covered use. Nor is a call matched by a rewrite that
     keeps the layer (ADP005's pre-LN form passes the Dropout on)."""
     out: dict[Optional[str], set[int]] = {}
-    for m in matches:
-        removed = {"self." + attr for attr, _ in layers_to_delete(m)}
-        copied = _copied(m)
-        for n in m.nodes:
-            if n.layer in removed and n.call is not None and id(_statement_of(n, m)) not in copied:
+    for f in matches:
+        removed = {"self." + attr for attr, _ in layers_to_delete(f.match, f.placement)}
+        copied = _copied(f.placement)
+        for n in f.match.nodes:
+            if n.layer in removed and n.call is not None and id(_statement_of(n, f.match, f.placement)) not in copied:
                 out.setdefault(n.layer, set()).add(id(n.call.func))
     return out
 
 
-def _layer_uses_covered(match: Match, covered: dict[Optional[str], set[int]]) -> Optional[Reason]:
-    for attr, binding in layers_to_delete(match):
+def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int]]) -> Optional[Reason]:
+    match = found.match
+    for attr, binding in layers_to_delete(match, found.placement):
         allowed = set(covered.get("self." + attr, ()))
         assert binding.statement is not None
         for small in binding.statement.body:
@@ -1293,26 +1352,29 @@ def _layer_uses_covered(match: Match, covered: dict[Optional[str], set[int]]) ->
 # every path on which all those tests are false, which is exactly where the fused copy runs.
 
 
-def _plan_fallback(match: Match, twin: Optional[Match] = None, absorbed: tuple[cst.If, ...] = ()) -> bool:
-    """`twin`/`absorbed`: see `_plan_absorbing`."""
-    anchor = match.anchor
+def _plan_fallback(
+    match: Match, block: Placement, twin: Optional[PlacedMatch] = None, absorbed: tuple[cst.If, ...] = ()
+) -> Optional[Placement]:
+    """The fallback placement of a match whose `block` placement fails the path checks, if it is safe.
+    `twin`/`absorbed`: see `_plan_absorbing`."""
+    anchor = block.anchor
     assert anchor is not None
     if anchor.site.inline_stack or match.cls.node is None:
-        return False
+        return None
     body = anchor.site.owner
     function = next((fn for fn in _suite(match.cls.node.body) if isinstance(fn, cst.FunctionDef) and fn.body is body), None)
     if function is None:
-        return False  # the region must be a run of a method body: what follows it is then the rest of the method
-    block = list(anchor.site.block)
-    lines = {id(n.site.line) for n in (twin or match).nodes}
-    indices = [i for i, line in enumerate(block) if id(line) in lines]
+        return None  # the region must be a run of a method body: what follows it is then the rest of the method
+    statements = list(anchor.site.block)
+    lines = {id(n.site.line) for n in (twin.match if twin is not None else match).nodes}
+    indices = [i for i, line in enumerate(statements) if id(line) in lines]
     if len(indices) != len(lines):
-        return False
+        return None
     first, last = indices[0], indices[-1]
-    region, after = block[first : last + 1], block[last + 1 :]
+    region, after = statements[first : last + 1], statements[last + 1 :]
     if not all(any(i is line for line in region) for i in absorbed):
-        return False
-    deleted = {id(s) for s in match.deleted}
+        return None
+    deleted = {id(s) for s in block.deleted}
     region_ifs: list[cst.If] = []
     assigned: set[str] = set()
     for line in region:
@@ -1323,53 +1385,52 @@ def _plan_fallback(match: Match, twin: Optional[Match] = None, absorbed: tuple[c
                     assigned.update(_written(small))
         elif isinstance(line, cst.If):
             if line.orelse is not None or not simple_condition(line.test):
-                return False
+                return None
             if not any(line is i for i in absorbed):
                 region_ifs.append(line)
             assigned.update(_written(line.body))
     if not region_ifs and not assigned:
-        return False
+        return None
     anchor_names = _written(anchor.site.small)
     hidden = assigned - anchor_names  # names the fused copy no longer assigns
     scopes = (cst.Lambda, cst.FunctionDef, cst.ClassDef)
     if any(isinstance(n, scopes) and _names_in_node(n) & hidden for n in cstwalk.walk(function.body)):
-        return False  # a nested function may read them whenever it is called
+        return None  # a nested function may read them whenever it is called
     tests: list[cst.BaseExpression] = [i.test for i in region_ifs]
     guarded_statements: set[int] = set()  # statements after the region whose reads of `hidden` are all guarded
     for stmt in after:
         reads = _guarded_reads(stmt, hidden)
         if reads is None:
-            return False
+            return None
         if reads:
             tests.extend(t for t in reads if not any(t.deep_equals(u) for u in tests))
             guarded_statements.update(_statement_ids(stmt))
     if not tests and not absorbed:
-        return False
+        return None
     written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
     if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in(t)):
-        return False
+        return None
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
     for stmt in after:
         for sub in cstwalk.walk(stmt):
             if isinstance(sub, cst.If) and any(sub.test.deep_equals(t) for t in tests):
                 skip |= _statement_ids(sub.body)
-    if not _check_fused_paths(match, frozenset(skip), frozenset(guarded_statements), twin):
-        return False
-    match.plan = "fallback"
-    match.region = region
-    match.region_ifs = [*region_ifs, *absorbed]
-    match.fallback_test = _disjunction(tests) if tests else None
-    return True
+    if not _check_fused_paths(match, block, frozenset(skip), frozenset(guarded_statements), twin):
+        return None
+    return dataclasses.replace(
+        block, plan="fallback", region=tuple(region), region_ifs=(*region_ifs, *absorbed), fallback_tests=tuple(tests)
+    )
 
 
 def _check_fused_paths(
-    match: Match, original_only: frozenset[int], guarded: frozenset[int], twin: Optional[Match] = None
+    match: Match, placement: Placement, original_only: frozenset[int], guarded: frozenset[int],
+    twin: Optional[PlacedMatch] = None,
 ) -> bool:
     """The usual checks on the paths where every fallback test is false (no event in the statements only those
     tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
     `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
     assert match.graph is not None
-    return flow_checks.check_fused_paths(match, match.graph, original_only, guarded, twin)
+    return flow_checks.check_fused_paths(match, placement, match.graph, original_only, guarded, twin)
 
 
 def _suite(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
@@ -1426,27 +1487,14 @@ def _names_in_node(node: cst.CSTNode) -> set[str]:
     return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}
 
 
-def _disjunction(tests: list[cst.BaseExpression]) -> cst.BaseExpression:
-    parts = [
-        t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        if isinstance(t, cst.BooleanOperation) and not t.lpar
-        else t
-        for t in tests
-    ]
-    out = parts[0]
-    for part in parts[1:]:
-        out = cst.BooleanOperation(out, cst.Or(), part)
-    return out
-
-
 # Absorbed `if`s: `if X is not None: s = s + X` inside the region is an optional node of the pattern that runs
 # exactly when X is not None; the target passes X as the node's keyword either way (None is what an absent optional
 # node leaves out), so the `if` is dropped from the fused copy instead of becoming a fallback condition.
 
 
-def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
+def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Optional[Placement]:
     """A match whose only nodes outside the anchor's block are optional nodes absorbed as above: checked with its
-    twin (the match without them) on the paths that skip them, then planned as a fallback region."""
+    twin (the match without them) on the paths that skip them, then placed as a fallback region."""
     rule = match.rule
     assert rule.forward is not None
     anchor = max(match.nodes, key=lambda n: n.index)
@@ -1460,13 +1508,13 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
         pattern = rule.forward.source[i]
         if_stmt = _absorbing_if(node, anchor)
         if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or if_stmt is None:
-            return False
+            return None
         first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
         atoms = pattern.operands if isinstance(pattern, OpNode) else pattern.args.positional
         others = [a for a in atoms if isinstance(a, Var) and a != first]
         tested = if_stmt.test.left.value  # type: ignore[attr-defined]
         if not others or any(_bound_name(match.env.get(a.name)) != tested for a in others):
-            return False
+            return None
         absorbed_ifs.append(if_stmt)
         absorbed_nodes.add(id(node))
         twin_skipped.add(i)
@@ -1475,17 +1523,22 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> bool:
         assert isinstance(first, Var)
         twin_env[pattern.outputs[0].name] = twin_env[first.name]
     if not absorbed_ifs:
-        return False
+        return None
     assert match.graph is not None
     kept = [n for n in match.nodes if id(n) not in absorbed_nodes]
-    twin = Match(rule, match.cls, match.graph, flow_checks.rebound(match.graph, kept, twin_env), twin_env)
-    twin.skipped = frozenset(twin_skipped)
-    if _plan(twin) != "block" or _outputs_assigned(twin) is not None:
-        return False
-    twin.plan = "block"
-    match.anchor, match.deleted, match.output_copies = twin.anchor, twin.deleted, twin.output_copies
-    match.names = _names_at_anchor(match)
-    return _plan_fallback(match, twin, tuple(absorbed_ifs))
+    rebound = tuple(flow_checks.rebound(match.graph, kept, twin_env))
+    twin = Match(rule, match.cls, match.graph, rebound, twin_env, skipped=frozenset(twin_skipped))
+    twin_placement = _plan(twin)
+    if not isinstance(twin_placement, Placement) or twin_placement.plan != "block":
+        return None
+    if _outputs_assigned(twin, twin_placement) is not None:
+        return None
+    # The match goes where its twin goes: at its own last node (the twin's is a copy of it, read under the twin's
+    # environment), with the names it reads taken there.
+    assert twin_placement.anchor is not None and twin_placement.anchor.index == anchor.index
+    names = _names_at_anchor(match, anchor, twin_placement.deleted)
+    block = dataclasses.replace(twin_placement, anchor=anchor, names=names)
+    return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs))
 
 
 def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:

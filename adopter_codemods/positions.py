@@ -108,6 +108,12 @@ def _mark(stmt: cst.CSTNode, wanted: dict[int, cst.CSTNode], on_path: set[int]) 
     return hit
 
 
+def _first_line(definition: cst.CSTNode, keyword_line: int) -> int:
+    """The line of a class's or function's first decorator, from its keyword's (the same without decorators)."""
+    assert isinstance(definition, _DEFINITIONS)
+    return keyword_line - _newlines_in(definition.decorators) - _newlines_in(definition.lines_after_decorators)
+
+
 class _Placer:
     """Walks down to the wanted statements, counting the lines before them, and renders each one alone."""
 
@@ -142,7 +148,7 @@ class _Placer:
                 counted = i
                 first = line + _newlines_in(stmt.leading_lines)  # type: ignore[attr-defined]
             else:
-                first = keyword - _newlines_in(stmt.decorators) - _newlines_in(stmt.lines_after_decorators)  # type: ignore[attr-defined]
+                first = _first_line(stmt, keyword)
                 line, counted = first - _newlines_in(stmt.leading_lines), i  # type: ignore[attr-defined]
             self.statement(stmt, first, indent)
 
@@ -187,7 +193,7 @@ class _Placer:
             default_indent=alone.default_indent, default_newline=alone.default_newline, provider=provider
         )
         alone._codegen(state)
-        found = provider._computed
+        found: dict[cst.CSTNode, CodeRange] = provider._computed  # type: ignore[assignment]
         shift = first - _newlines_in(stmt.leading_lines) - (2 if indent else 1)  # type: ignore[attr-defined]
         inside = list(stmt.body) if type(stmt) is cst.SimpleStatementLine else []
         for target in [stmt, *inside]:
@@ -233,15 +239,14 @@ def _place(
     headers = placer.headers = _HeaderLines(source) if source is not None and holding else None
     if headers is not None:
         # The top-level definitions found by their header, in order: each one's lines end before the next one's.
-        found = [(i, top, headers.line(top)) for i, top in enumerate(module.body)]
-        located = [(i, top, line) for i, top, line in found if line is not None]
-        for n, (i, top, keyword_line) in enumerate(located):
+        found = [(top, headers.line(top)) for top in module.body]
+        located = [(top, line) for top, line in found if line is not None]
+        for n, (top, keyword_line) in enumerate(located):
             if id(top) not in holding:
                 continue
             on_path.discard(id(top))  # placed here: the module-level count below skips it
-            placer.region = (keyword_line, located[n + 1][2] if n + 1 < len(located) else None)
-            first = keyword_line - _newlines_in(top.decorators) - _newlines_in(top.lines_after_decorators)  # type: ignore[attr-defined]
-            placer.statement(top, first, "")
+            placer.region = (keyword_line, located[n + 1][1] if n + 1 < len(located) else None)
+            placer.statement(top, _first_line(top, keyword_line), "")
         placer.region = None
     if any(key in on_path for key in holding):
         placer.block(module.body, 1 + _newlines_in(module.header), "")

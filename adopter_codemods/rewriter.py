@@ -15,7 +15,7 @@ import libcst as cst
 
 from . import cstwalk
 from .dsl import Atom, CallNode, Const, Var
-from .matcher import InitArg, LayerRef, Match, RestArgs, layers_to_delete
+from .matcher import InitArg, LayerRef, PlacedMatch, Placement, RestArgs, layers_to_delete
 from .qualnames import ImportTable
 from .structure import Value
 
@@ -33,13 +33,14 @@ def _expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)
 
 
-def _atom_expr(atom: Atom, match: Match) -> cst.BaseExpression:
+def _atom_expr(atom: Atom, found: PlacedMatch) -> cst.BaseExpression:
     if isinstance(atom, Const):
         return _expr(repr(atom.value))
+    match = found.match
     bound = match.env.get(atom.name)
     if isinstance(bound, Value):
         if bound.kind == "var" and not bound.text.startswith("%"):
-            name = match.names.get(bound.vid)
+            name = found.placement.names.get(bound.vid)
             if name is not None and name != bound.text:
                 return _expr(name)  # the variable holding this value where the fused call goes
         return bound.expr  # the original variable, constant, expression or nested DSL node
@@ -50,9 +51,9 @@ def _atom_expr(atom: Atom, match: Match) -> cst.BaseExpression:
     raise RewriteError(f"{match.rule.path}: ${atom.name} cannot be used as an argument")
 
 
-def _callee(target: CallNode, match: Match, imports: set[str]) -> cst.BaseExpression:
+def _callee(target: CallNode, found: PlacedMatch, imports: set[str]) -> cst.BaseExpression:
     if target.layer is not None:
-        return _atom_expr(target.layer, match)
+        return _atom_expr(target.layer, found)
     name = target.types[0]
     root = name.split(".")[0]
     imports.add(root)
@@ -60,12 +61,13 @@ def _callee(target: CallNode, match: Match, imports: set[str]) -> cst.BaseExpres
 
 
 def build_call(
-    target: CallNode, match: Match, imports: set[str], original: Optional[cst.Call] = None
+    target: CallNode, found: PlacedMatch, imports: set[str], original: Optional[cst.Call] = None
 ) -> cst.Call:
-    """The target pattern instantiated with the match's bindings."""
-    func = _callee(target, match, imports)
+    """The target pattern instantiated with the match's bindings (variables named as where the call goes)."""
+    match = found.match
+    func = _callee(target, found, imports)
     if target.callee_args is not None:
-        func = cst.Call(func, [cst.Arg(_atom_expr(a, match)) for a in target.callee_args.positional])
+        func = cst.Call(func, [cst.Arg(_atom_expr(a, found)) for a in target.callee_args.positional])
     rest: tuple[cst.Arg, ...] = ()
     if target.args.rest is not None:
         bound = match.env.get(target.args.rest.name)
@@ -79,10 +81,10 @@ def build_call(
         and rest == tuple(original.args)
     ):
         return original.with_changes(func=func)  # same arguments: keep their formatting and comments
-    args: list[cst.Arg] = [cst.Arg(_atom_expr(a, match)) for a in target.args.positional]
+    args: list[cst.Arg] = [cst.Arg(_atom_expr(a, found)) for a in target.args.positional]
     args.extend(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in rest)
     args.extend(
-        cst.Arg(_atom_expr(a, match), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        cst.Arg(_atom_expr(a, found), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         for k, a in target.args.keywords
         if not (isinstance(a, Var) and a.name not in match.env)  # bound only by an absent optional node
     )
@@ -119,11 +121,12 @@ class EditPlan:
         return (edited | self.scopes) - self.init_nodes
 
 
-def plan_match(match: Match) -> EditPlan:
-    """The CST edits for one match."""
+def plan_match(found: PlacedMatch) -> EditPlan:
+    """The CST edits for one match, where its placement puts them."""
     plan = EditPlan()
+    match, placement = found.match, found.placement
     rule = match.rule
-    if match.plan == "container":
+    if placement.plan == "container":
         assert match.container is not None and rule.sequential is not None
         value = match.container.value
         # `nn.Sequential(...)` becomes `FusedSequential(...)`; a subclass of nn.Sequential (value: the base in its
@@ -136,46 +139,46 @@ def plan_match(match: Match) -> EditPlan:
         if match.container.statement is not None:
             plan.init_statements.add(id(match.container.statement))
         return plan
-    if match.plan == "init":
-        _plan_init(match, plan)
+    if placement.plan == "init":
+        _plan_init(found, plan)
         return plan
-    assert rule.forward is not None and rule.forward.target is not None and match.anchor is not None
+    assert rule.forward is not None and rule.forward.target is not None and placement.anchor is not None
     target = rule.forward.target[0]
     assert isinstance(target, CallNode)
-    anchor = match.anchor
-    call = build_call(target, match, plan.imports, anchor.call)
-    if match.plan == "fallback":
-        _plan_fallback(match, call, plan)
-        _plan_init(match, plan)
+    anchor = placement.anchor
+    call = build_call(target, found, plan.imports, anchor.call)
+    if placement.plan == "fallback":
+        _plan_fallback(placement, call, plan)
+        _plan_init(found, plan)
         return plan
-    if match.plan == "hoist":
-        _plan_hoist(match, call, plan)
-        _plan_init(match, plan)
+    if placement.plan == "hoist":
+        _plan_hoist(placement, call, plan)
+        _plan_init(found, plan)
         return plan
     if len(target.outputs) == 1:
         _put(plan, anchor.expr, call)
     else:
-        _put(plan, anchor.site.small, _tuple_assignment(match, target, call))
-    for small in match.deleted:
+        _put(plan, anchor.site.small, _tuple_assignment(found, target, call))
+    for small in placement.deleted:
         plan.delete.add(id(small))
         plan.originals[id(small)] = small
-    if match.plan == "branch":
-        assert match.branch_if is not None and match.branch_owner is not None
-        plan.branch_copies[id(match.branch_if)] = (match.branch_owner, match.prefix_lines)
-        plan.originals[id(match.branch_if)] = match.branch_if
-    _plan_init(match, plan)
+    if placement.plan == "branch":
+        assert placement.branch_if is not None and placement.branch_owner is not None
+        plan.branch_copies[id(placement.branch_if)] = (placement.branch_owner, list(placement.prefix_lines))
+        plan.originals[id(placement.branch_if)] = placement.branch_if
+    _plan_init(found, plan)
     return plan
 
 
-def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
+def _plan_fallback(placement: Placement, call: cst.Call, plan: EditPlan) -> None:
     """``if <test>: <region as written> else: <region fused>`` in place of the region (matcher's plan "fallback")."""
-    assert match.anchor is not None
-    fused_plan = EditPlan(delete={id(s) for s in match.deleted})
-    _put(fused_plan, match.anchor.expr, call)
-    dropped = {id(i) for i in match.region_ifs}
+    assert placement.anchor is not None
+    fused_plan = EditPlan(delete={id(s) for s in placement.deleted})
+    _put(fused_plan, placement.anchor.expr, call)
+    dropped = {id(i) for i in placement.region_ifs}
     apply = _Apply(fused_plan)
     fused: list[cst.BaseStatement] = []
-    for line in match.region:
+    for line in placement.region:
         if id(line) in dropped:  # a placeholder, so its comments move on as a deleted line's do
             placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=_leading_lines(line))
             apply.emptied[id(placeholder)] = placeholder
@@ -183,12 +186,12 @@ def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
         else:
             fused.append(line.visit(apply))  # type: ignore[arg-type]
     fused_lines, _ = _drop_empty_lines(fused, apply.emptied)  # type: ignore[arg-type]
-    region = [*match.region]
+    region = [*placement.region]
     head = region[0]
-    if match.fallback_test is None:  # only absorbed ifs: the fused copy is all there is
+    if not placement.fallback_tests:  # only absorbed ifs: the fused copy is all there is
         _put(plan, head, cst.FlattenSentinel(fused_lines))
     else:
-        _put(plan, head, _fallback_if(match.fallback_test, region, fused_lines))
+        _put(plan, head, _fallback_if(_disjunction(placement.fallback_tests), region, fused_lines))
     for line in region[1:]:
         plan.remove_lines.add(id(line))
         plan.originals[id(line)] = line
@@ -196,10 +199,24 @@ def _plan_fallback(match: Match, call: cst.Call, plan: EditPlan) -> None:
         plan.region |= {id(n) for n in _statements_in(line)}
 
 
-def _plan_hoist(match: Match, call: cst.Call, plan: EditPlan) -> None:
+def _disjunction(tests: Sequence[cst.BaseExpression]) -> cst.BaseExpression:
+    """``a or (b and c) or ...``: any of the fallback tests."""
+    parts = [
+        t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        if isinstance(t, cst.BooleanOperation) and not t.lpar
+        else t
+        for t in tests
+    ]
+    out = parts[0]
+    for part in parts[1:]:
+        out = cst.BooleanOperation(out, cst.Or(), part)
+    return out
+
+
+def _plan_hoist(placement: Placement, call: cst.Call, plan: EditPlan) -> None:
     """``a_out, b_out, ... = <call>`` before the first matched statement (or in place of its ``name = node``), each
     matched node replaced by its temporary (matcher's plan "hoist", hoist.py)."""
-    hoist = match.hoist
+    hoist = placement.hoist
     assert hoist is not None
     names = cst.Tuple([cst.Element(cst.Name(n)) for n in hoist.names], lpar=[], rpar=[])
     assignment = cst.Assign([cst.AssignTarget(names)], call)
@@ -244,8 +261,9 @@ def _statements_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
-def _plan_init(match: Match, plan: EditPlan) -> None:
+def _plan_init(found: PlacedMatch, plan: EditPlan) -> None:
     """``__init__`` edits: rewrite the bindings the target keeps, delete the dropped ones."""
+    match = found.match
     rule = match.rule
     if rule.init is None or rule.init.target is None:
         return
@@ -253,11 +271,11 @@ def _plan_init(match: Match, plan: EditPlan) -> None:
         assert isinstance(node, CallNode)
         binding = match.init_matches[node.outputs[0].name]
         original = binding.value if isinstance(binding.value, cst.Call) else None
-        _put(plan, binding.value, build_call(node, match, plan.imports, original))
+        _put(plan, binding.value, build_call(node, found, plan.imports, original))
         plan.init_nodes.add(id(binding.value))
         if binding.statement is not None:
             plan.init_statements.add(id(binding.statement))
-    for _, binding in layers_to_delete(match):
+    for _, binding in layers_to_delete(match, found.placement):
         assert binding.statement is not None
         for small in binding.statement.body:
             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
@@ -274,14 +292,15 @@ def _put(
     plan.originals[id(original)] = original
 
 
-def _tuple_assignment(match: Match, target: CallNode, call: cst.Call) -> cst.Assign:
+def _tuple_assignment(found: PlacedMatch, target: CallNode, call: cst.Call) -> cst.Assign:
+    match = found.match
     names: list[str] = []
     for var in target.outputs:
         bound = match.env.get(var.name)
         node = next((n for n in match.nodes if isinstance(bound, Value) and n.out == bound.vid), None)
         if node is None or not isinstance(node.site.small, cst.Assign):
             raise RewriteError(f"{match.rule.path}: output ${var.name} is not assigned to a name")
-        copy = match.output_copies.get(node.out)
+        copy = found.placement.output_copies.get(node.out)
         name_target = (copy if copy is not None else node.site.small).targets[0].target
         assert isinstance(name_target, cst.Name)
         names.append(name_target.value)  # a deleted copy's name, where the matcher found one (`h, residual = ...`)

@@ -10,7 +10,7 @@ from . import cstwalk
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .guards import Refused, guard
-from .matcher import LayerRef, Match
+from .matcher import LayerRef, Match, Placement
 from .signatures import SIGNATURES
 from .structure import Def, DLNode, Site, Value
 
@@ -22,7 +22,7 @@ _SOFTMAX_REQUIRED = {"torch.nn.functional.softmax": 1, "torch.softmax": 2, "torc
 
 
 @guard
-def softmax_arguments_fit(match: Match) -> bool:
+def softmax_arguments_fit(match: Match, placement: Placement) -> bool:
     """ADP004: the call binds to its API's signature (``signatures.py``): no keyword the API lacks (``_stacklevel``
     is F.softmax's only), no more positional arguments than parameters, none given twice, the required ones given.
     Anything else raises in the original, or is another library's ``softmax``: not a site for the fast path."""
@@ -42,7 +42,7 @@ def softmax_arguments_fit(match: Match) -> bool:
 
 
 @guard
-def dropout_not_inplace(match: Match) -> Union[bool, Refused]:
+def dropout_not_inplace(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP005 functional forms: the matched ``F.dropout`` call's ``inplace`` (bound to ``$inplace``; absent: False) is
     the constant False. An in-place dropout overwrites its input, which the fused kernels leave as it was."""
     inplace = match.env.get("inplace")
@@ -56,18 +56,19 @@ def dropout_not_inplace(match: Match) -> Union[bool, Refused]:
 
 
 @guard
-def no_call_after_dropout(match: Match) -> Union[bool, Refused]:
+def no_call_after_dropout(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP005: the fused call runs the dropout where the LayerNorm was called, so nothing the original evaluates
     between the dropout and the LayerNorm may make a call: a call may draw random numbers (another dropout), which
     would then come before this dropout's mask. Only the matched nodes, operators and statements without calls may
     run in between, on every path (`_between`)."""
-    assert match.anchor is not None and match.graph is not None
+    anchor = placement.anchor
+    assert anchor is not None and match.graph is not None
     graph = match.graph
     matched = match.key()
     # the matched nodes' statements and those deleted with them (a helper's call statement, a copy of an output)
-    statements = {id(n.site.small) for n in match.nodes} | {id(small) for small in match.deleted}
+    statements = {id(n.site.small) for n in match.nodes} | {id(small) for small in placement.deleted}
     dropout_key = (id(match.nodes[0].expr), match.nodes[0].layer)
-    anchor_key = (id(match.anchor.expr), match.anchor.layer)
+    anchor_key = (id(anchor.expr), anchor.layer)
     checked: set[int] = set()
     for pos in sorted(_between(graph, dropout_key, anchor_key)):  # graph order: the refusal names the first call
         event = graph.events[pos]
@@ -134,29 +135,30 @@ def _evaluated_here(small: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 @guard
-def prenorm_sum_read_later(match: Match) -> bool:
+def prenorm_sum_read_later(match: Match, placement: Placement) -> bool:
     """ADP005 pre-LN forms (target ``($c, $b) = ...``): the sum ``$b`` and the normalised ``$c`` go to different names
     (``output, output = ...`` would leave the sum, not the LayerNorm's output; the sum goes to the name of its copy
-    where the engine deletes one, ``Match.output_copies``), and the sum is read after the LayerNorm, by code the
+    where the engine deletes one, ``Placement.output_copies``), and the sum is read after the LayerNorm, by code the
     match does not cover: that is what makes the block pre-LN. The post-LN forms pass."""
-    assert match.rule.forward is not None and match.rule.forward.target is not None and match.anchor is not None
+    anchor = placement.anchor
+    assert match.rule.forward is not None and match.rule.forward.target is not None and anchor is not None
     outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     if len(outputs) == 1:
         return True
     normed, summed = (match.env.get(v.name) for v in outputs)
     assert isinstance(normed, Value) and isinstance(summed, Value)
-    names = [_assigned_name(match, value.vid) for value in (normed, summed)]
+    names = [_assigned_name(match, placement, value.vid) for value in (normed, summed)]
     if None in names or names[0] == names[1]:
         return False
     assert match.graph is not None
-    return flow_checks.read_after_anchor(match, match.graph, {summed.vid}) is not None
+    return flow_checks.read_after_anchor(match, anchor, match.graph, {summed.vid}) is not None
 
 
-def _assigned_name(match: Match, vid: int) -> Optional[str]:
+def _assigned_name(match: Match, placement: Placement, vid: int) -> Optional[str]:
     """The name the fused call assigns `vid` to: that of ``name = <node>`` whose node outputs `vid` among the matched
-    nodes, or of the copy ``alias = name`` the rewrite deletes instead (``Match.output_copies``)."""
+    nodes, or of the copy ``alias = name`` the rewrite deletes instead (``Placement.output_copies``)."""
     node = next((n for n in match.nodes if n.out == vid), None)
-    small = match.output_copies.get(vid) or (node.site.small if node is not None else None)
+    small = placement.output_copies.get(vid) or (node.site.small if node is not None else None)
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
         return small.targets[0].target.value
     return None
@@ -266,7 +268,7 @@ def _view_root(
 
 
 @guard
-def qkv_distinct_layers(match: Match) -> Union[bool, Refused]:
+def qkv_distinct_layers(match: Match, placement: Placement) -> Union[bool, Refused]:
     """Three different layers: ``a = self.q(x); b = self.q(x)`` would pack the same weight twice, one GEMM larger
     than the two it replaces."""
     layers = [b.attr for b in match.env.values() if isinstance(b, LayerRef)]
@@ -276,7 +278,7 @@ def qkv_distinct_layers(match: Match) -> Union[bool, Refused]:
 
 
 @guard
-def qkv_outputs_not_modified_in_place(match: Match) -> Union[bool, Refused]:
+def qkv_outputs_not_modified_in_place(match: Match, placement: Placement) -> Union[bool, Refused]:
     """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view
     of it, in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``). Refuse when, on a path through the
     match, a variable that may alias an output (assigned from it through methods, indexing or a call taking it
@@ -352,7 +354,7 @@ def _normalised(expr: cst.BaseExpression) -> str:
 
 
 @guard
-def attention_fill_values(match: Match) -> Union[bool, Refused]:
+def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP010: a matched ``scores.masked_fill(m, value)`` fills with exactly what the target's keyword says:
     ``masked_inf`` -inf, ``masked_min`` ``torch.finfo(scores.dtype).min`` (``scores`` being the filled tensor)."""
     for fill_var, kind in (("fill_inf", "inf"), ("fill_min", "min")):

@@ -28,7 +28,7 @@ import libcst as cst
 from . import cstwalk, files
 from .dsl import CallNode, Const
 from .guards import Refused, guard
-from .matcher import Match
+from .matcher import Match, Placement
 from .class_bases import BaseResolver, ClassRef, is_module_base_name
 from .qualnames import ImportTable, ast_dotted_name
 from .structure import ClassStructure, Value
@@ -348,7 +348,7 @@ def _transparent_decorator(node: ast.expr, table: ImportTable) -> bool:
 
 
 @guard
-def rms_norm_class_is_exact(match: Match) -> Union[bool, Refused]:
+def rms_norm_class_is_exact(match: Match, placement: Placement) -> Union[bool, Refused]:
     """The instantiated class is defined once at the top of this file, derives from ``nn.Module`` only, and its
     forward (with its helpers) is exactly the RMSNorm template of the variant's casting order, reading the
     variant's weight and eps attributes."""
@@ -463,7 +463,7 @@ def _method_count(parsed: _ParsedModule, name: str) -> int:
 
 
 @guard
-def rotate_half_is_exact(match: Match) -> Union[bool, Refused]:
+def rotate_half_is_exact(match: Match, placement: Placement) -> Union[bool, Refused]:
     """``$r`` is ``F($x)`` for a function ``F`` defined once at the top of this file whose body is exactly
     Hugging Face's ``rotate_half`` (GPT-J's ``rotate_every_two`` for the interleaved variant), called on the very
     value ``$x`` the rotary expression multiplies by ``cos``."""
@@ -540,7 +540,7 @@ ATTENTION_DROP_INS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 @guard
-def attention_class_fits_drop_in(match: Match) -> Union[bool, Refused]:
+def attention_class_fits_drop_in(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP001-003: the attention class must fit the drop-in: ``forward`` takes exactly the parameters the SDPA
     forward takes (no decorator, no ``*args``/``**kwargs``) and the class sets every attribute it reads. Otherwise
     the subclass would warn and run the original forward: a finding that cannot run the fast path. The class and its

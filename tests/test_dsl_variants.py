@@ -73,7 +73,7 @@ def test_each_site_is_matched_once_by_the_first_variant_that_fits() -> None:
     rule = parse_rule(RULE)
     module = cst.parse_module(SOURCE)
     matches = find_all(build_module_structure(module), [rule])
-    assert sorted((m.cls.name, m.rule.variant) for m in matches) == [
+    assert sorted((f.match.cls.name, f.match.rule.variant) for f in matches) == [
         ("WithRelu", "activation module"),
         ("WithTanh", "any layer after a linear"),
     ]

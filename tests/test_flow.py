@@ -50,7 +50,7 @@ class Block(nn.Module):
 
 def _pairs(body: str) -> list[str]:
     (cls,) = build_module_structure(cst.parse_module(HEADER + body)).classes
-    return [m.plan for m in find_matches(PAIR, cls)]
+    return [f.placement.plan for f in find_matches(PAIR, cls)]
 
 
 def test_a_node_reading_a_join_of_another_value_is_refused() -> None:

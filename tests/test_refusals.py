@@ -256,7 +256,7 @@ def test_collecting_refusals_changes_no_match(case: Path) -> None:
     plain = find_all(build_module_structure(module), rules)
     refusals: list[Refusal] = []
     collected = find_all(build_module_structure(module), rules, refusals)
-    assert [sorted(m.key()) for m in plain] == [sorted(m.key()) for m in collected]
+    assert [sorted(f.match.key()) for f in plain] == [sorted(f.match.key()) for f in collected]
     found = {(f.code, f.line) for f in scan_source(module.code, [rule_code(case)])}
     refused = {(r.code, r.line) for r in refused_sites(module.code, [rule_code(case)])}
     assert not found & refused

@@ -85,7 +85,7 @@ def test_core_lists_every_unit_it_gave_up_on(with_source: bool) -> None:
     module = cst.parse_module(SOURCE)
     structure = build_module_structure(module)
     findings = find_all(structure, select_rules())
-    assert [m.cls.name for m in findings] == ["N"]  # only N.forward's softmax: the rest was not analysed
+    assert [f.match.cls.name for f in findings] == ["N"]  # only N.forward's softmax: the rest was not analysed
     assert skips_for(structure, "m.py", SOURCE.encode() if with_source else None) == EXPECTED
     assert [s.unit for s in EXPECTED] == ["class M", "function N.busy", "function top"]
 

@@ -145,13 +145,13 @@ def _positions(graph: FlowGraph, keys: set[Key]) -> frozenset[int]:
     return frozenset(n.index for k in keys for n in graph.by_key.get(k, ()))
 
 
-def _instances(candidate: "m.Match", reach: Reach) -> Union[list[dict[Key, DLNode]], Key]:
-    """Per anchor node on a path of `reach`, the candidate's nodes it follows (the nearest of each key): one check
-    per copy of the match (loop-body copies, helpers inlined twice). A key without such a node, if some has none."""
+def _instances(candidate: "m.Match", at: DLNode, reach: Reach) -> Union[list[dict[Key, DLNode]], Key]:
+    """Per copy of the anchor `at` on a path of `reach`, the candidate's nodes it follows (the nearest of each key):
+    one check per copy of the match (loop-body copies, helpers inlined twice). A key without such a node, if some
+    has none."""
     graph = reach.graph
-    assert candidate.anchor is not None
     out = []
-    for anchor in graph.by_key.get(key(candidate.anchor), ()):
+    for anchor in graph.by_key.get(key(at), ()):
         if not reach.live[anchor.index]:
             continue
         instance: dict[Key, DLNode] = {}
@@ -188,19 +188,19 @@ def _ordered_keys(match: "m.Match") -> list[Key]:
     return list(dict.fromkeys(key(n) for n in match.nodes))
 
 
-def check_paths(match: "m.Match", graph: FlowGraph) -> Optional["m.Reason"]:
-    """The checks on every path running a matched statement: without the anchor (the branch plan's other arm
-    aside), what the matched nodes compute is unused; with the anchor, every matched node runs and
-    `_check_complete` holds. The first failure's reason, if any."""
-    assert match.anchor is not None
+def check_paths(match: "m.Match", placement: "m.Placement", graph: FlowGraph) -> Optional["m.Reason"]:
+    """The checks on every path running a matched statement, for the match placed as `placement`: without the
+    anchor (the branch plan's other arm aside), what the matched nodes compute is unused; with the anchor, every
+    matched node runs and `_check_complete` holds. The first failure's reason, if any."""
+    assert placement.anchor is not None
     keys = {key(n) for n in match.nodes}
-    anchor_key = key(match.anchor)
-    deleted = {id(s) for s in match.deleted}
+    anchor_key = key(placement.anchor)
+    deleted = {id(s) for s in placement.deleted}
     prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
     # Paths running matched statements but not the anchor: what they compute must be unused.
     anchors = _positions(graph, {anchor_key})
     partial = [n for k in keys - {anchor_key} for n in graph.by_key.get(k, ()) if graph.reach.avoiding(n.index, anchors)]
-    if partial and not (match.plan == "branch" and all(id(n.site.small) in prefix for n in partial)):
+    if partial and not (placement.plan == "branch" and all(id(n.site.small) in prefix for n in partial)):
         without_anchor = Reach(graph, anchors)
         for node in partial:
             use = _read_outside(graph, without_anchor, {node.out}, keys, [node.index], frozenset())
@@ -213,11 +213,11 @@ def check_paths(match: "m.Match", graph: FlowGraph) -> Optional["m.Reason"]:
     missing = _missing_key_paths(graph.reach, _ordered_keys(match), {anchor_key})
     if missing is not None:
         return _partial_path(match, missing)
-    instances = _instances(match, graph.reach)
+    instances = _instances(match, placement.anchor, graph.reach)
     if isinstance(instances, tuple):
         return _partial_path(match, instances)
     for instance in instances:
-        reason = _check_complete(match, graph, graph.reach, instance, deleted)
+        reason = _check_complete(match, placement, graph, graph.reach, instance, deleted)
         if reason is not None:
             return reason
     return None
@@ -238,7 +238,8 @@ def _used_reason(
 
 
 def check_fused_paths(
-    match: "m.Match", graph: FlowGraph, original_only: frozenset[int], guarded: frozenset[int], twin: Optional["m.Match"]
+    match: "m.Match", placement: "m.Placement", graph: FlowGraph, original_only: frozenset[int],
+    guarded: frozenset[int], twin: Optional["m.PlacedMatch"],
 ) -> bool:
     """The checks of the fallback plan's fused copy: on the paths where every fallback test is false (the graph
     without the statements only those tests reach), a path with a matched node runs the whole match, or with a
@@ -251,24 +252,26 @@ def check_fused_paths(
     )
     reach = Reach(graph, excluded)
     keys = {key(n) for n in match.nodes}
-    twin_keys = {key(n) for n in twin.nodes} if twin is not None else keys
+    twin_keys = {key(n) for n in twin.match.nodes} if twin is not None else keys
     # A path with some matched node has all of the candidate's (with a twin: all the twin's at least).
     if _missing_key_paths(reach, list(twin_keys), keys) is not None:
         return False
     checked = 0
-    candidates: list[tuple[m.Match, Reach]] = [(match, reach)]
+    candidates: list[tuple[m.Match, m.Placement, Reach]] = [(match, placement, reach)]
     if twin is not None:
         # Paths missing an absorbed node are checked as the twin.
-        candidates += [(twin, Reach(graph, excluded | _positions(graph, {k}))) for k in keys - twin_keys]
-    for candidate, where in candidates:
-        deleted = {id(s) for s in candidate.deleted}
-        instances = _instances(candidate, where)
+        where_skipped = [Reach(graph, excluded | _positions(graph, {k})) for k in keys - twin_keys]
+        candidates += [(twin.match, twin.placement, where) for where in where_skipped]
+    for candidate, candidate_placement, where in candidates:
+        assert candidate_placement.anchor is not None
+        deleted = {id(s) for s in candidate_placement.deleted}
+        instances = _instances(candidate, candidate_placement.anchor, where)
         if isinstance(instances, tuple):
             if candidate is match and twin is not None:
                 continue  # no path runs every node: the twin's checks cover them
             return False
         for instance in instances:
-            if _check_complete(candidate, graph, where, instance, deleted, guarded) is not None:
+            if _check_complete(candidate, candidate_placement, graph, where, instance, deleted, guarded) is not None:
                 return False
             checked += 1
     return checked > 0
@@ -301,13 +304,12 @@ def _read_outside(
     return event
 
 
-def read_after_anchor(match: "m.Match", graph: FlowGraph, vids: set[int]) -> Optional[Event]:
-    """An event outside the matched nodes that reads one of `vids` (or a phi they flow into) after the anchor, on a
-    path through the match, if any (the first in graph order)."""
-    assert match.anchor is not None
+def read_after_anchor(match: "m.Match", anchor: DLNode, graph: FlowGraph, vids: set[int]) -> Optional[Event]:
+    """An event outside the matched nodes that reads one of `vids` (or a phi they flow into) after the `anchor`, on
+    a path through the match, if any (the first in graph order)."""
     chain = sorted(n.index for n in match.nodes)
     keys = {key(n) for n in match.nodes}
-    return _read_outside(graph, graph.reach, vids, keys, chain, frozenset(), (match.anchor.index, graph.exit))
+    return _read_outside(graph, graph.reach, vids, keys, chain, frozenset(), (anchor.index, graph.exit))
 
 
 def hoist_instances(match: "m.Match", graph: FlowGraph) -> Optional[list[dict[Key, DLNode]]]:
@@ -341,16 +343,16 @@ def hoist_instances(match: "m.Match", graph: FlowGraph) -> Optional[list[dict[Ke
 
 
 def _check_complete(
-    match: "m.Match", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode], deleted: set[int],
-    ignore: frozenset[int] = frozenset(),
+    match: "m.Match", placement: "m.Placement", graph: FlowGraph, reach: Reach, instance: dict[Key, DLNode],
+    deleted: set[int], ignore: frozenset[int] = frozenset(),
 ) -> Optional["m.Reason"]:
     """On the paths through one copy of the match: (i) intermediates are read by matched nodes only; (ii) other
     target outputs are not read before the anchor; (iii) every input of the fused call holds the same value at the
     anchor once the deleted statements are gone; (iv) `_moved_reads_touched` finds nothing. The first failure's
     reason, if any."""
-    assert match.anchor is not None
+    assert placement.anchor is not None
     keys = set(instance)
-    anchor = instance[key(match.anchor)]
+    anchor = instance[key(placement.anchor)]
     chain = sorted(n.index for n in instance.values())
     first = chain[0]
     rep_to_path = {n.out: instance[key(n)].out for n in match.nodes}
@@ -366,7 +368,7 @@ def _check_complete(
         )
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier (their deleted copies
     # aside, whose names the call assigns instead)
-    copies = frozenset(id(copy) for copy in match.output_copies.values())
+    copies = frozenset(id(copy) for copy in placement.output_copies.values())
     use = _read_outside(graph, reach, outs, keys, chain, ignore | copies, (first, anchor.index)) if outs else None
     if use is not None:
         return _used_reason(
