@@ -105,19 +105,29 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 def walk(root: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
     """Pre-order walk in source order, `root` included; where `descend(node)` is False its children are skipped."""
     stack = [root]
-    pop, extend, fields_of, known = stack.pop, stack.extend, _fields, _IS_NODE
+    pop, extend, fields_of, field_map, known = stack.pop, stack.extend, _fields, _FIELDS, _IS_NODE
     while stack:
         node = pop()
         yield node
         if descend is not None and not descend(node):
             continue
+        kind = type(node)
+        fields = field_map.get(kind)
+        if fields is None:
+            fields = fields_of(kind)
+        if not fields:
+            continue
         kids = []  # `children(node)` inlined: this loop is the hot path of every scan
-        for name in fields_of(type(node)):
+        for name in fields:
             value = getattr(node, name)
-            kind = type(value)
-            if known.get(kind) or (kind not in known and is_node(kind)):
+            value_kind = type(value)
+            if value_kind is tuple or value_kind is list:
+                for item in value:
+                    item_kind = type(item)
+                    if known.get(item_kind) or (item_kind not in known and is_node(item_kind)):
+                        kids.append(item)
+            elif known.get(value_kind) or (value_kind not in known and is_node(value_kind)):
                 kids.append(value)
-            elif kind is tuple or kind is list:
-                kids.extend(item for item in value if is_node(type(item)))
-        kids.reverse()
+        if len(kids) > 1:
+            kids.reverse()
         extend(kids)

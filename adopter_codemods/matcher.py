@@ -1211,11 +1211,8 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
     assert rule.forward is not None
     if not _guards_may_match(rule, cls):
         return False
-    bindings = [e for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements)]
-    bindings += [e for c in cls.containers for e in c.elements]
-    types = {e.qualname for e in bindings if e.qualname}
-    if rule.uncertain:
-        types |= {q for e in bindings if e.layer_type.certainty == POSSIBLE for q in e.layer_type.candidates}
+    certain, possible = cls.bound_types
+    types = possible if rule.uncertain else certain
     for pattern in rule.forward.source:
         if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
             return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
@@ -1223,11 +1220,10 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
             continue
         if pattern.layer is not None:
             init = _init_pattern_for(rule, pattern.layer.name)
-            wanted, present = (init.types if init is not None else ()), types
-        else:
-            wanted, present = pattern.types, types | cls.callees  # a function pattern also matches a layer's type
-        if wanted and not any(qualname_matches(t, q) for t in wanted for q in present):
-            return False
+            if init is not None and init.types and not _any_matches(init.types, types):
+                return False
+        elif pattern.types and not (_any_matches(pattern.types, types) or _any_matches(pattern.types, cls.callees)):
+            return False  # a function pattern also matches a layer's type
     return True
 
 

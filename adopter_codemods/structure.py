@@ -9,6 +9,7 @@ different ids on the edges into a join, so data flow is exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Optional, Union
 
@@ -205,6 +206,17 @@ class ClassStructure:
     module: Optional[cst.Module] = field(default=None, repr=False)
     # Resolves the module's imported classes in other files (ADP001-003 judge an imported attention class).
     resolver: Optional[BaseResolver] = field(default=None, repr=False)
+
+    @functools.cached_property
+    def bound_types(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The qualified names of the layer types the class binds (``__init__`` bindings, their elements and the
+        containers' elements): the certain ones; and with the candidates of the possible ones too. Computed on
+        first use (`matcher.may_match` asks once per rule variant), after the bindings are read."""
+        bindings = [e for bs in self.init_bindings.values() for b in bs for e in (b, *b.elements)]
+        bindings += [e for c in self.containers for e in c.elements]
+        certain = frozenset(e.qualname for e in bindings if e.qualname)
+        candidates = (q for e in bindings if e.layer_type.certainty == POSSIBLE for q in e.layer_type.candidates)
+        return certain, certain.union(candidates)
 
     def _walked(self) -> None:
         if self._graphs is None:
