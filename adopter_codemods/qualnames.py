@@ -101,17 +101,22 @@ class ImportTable:
 
     def resolve(self, node: cst.BaseExpression) -> Optional[str]:
         """Qualified name of a Name/Attribute chain rooted at an imported or locally defined name."""
-        name = dotted_name(node)
-        if name is None:
+        root = node
+        while type(root) is cst.Attribute:  # the root first: most chains start at a local (`x.shape`), no string
+            root = root.value  # type: ignore[attr-defined]
+        if type(root) is not cst.Name:
             return None
-        head, _, rest = name.partition(".")
-        if head in self.names:
-            base = self.names[head]
-        elif head in self.local_classes:
+        head = root.value  # type: ignore[attr-defined]
+        base = self.names.get(head)
+        if base is None:
+            if head not in self.local_classes:
+                return None
             base = head
-        else:
-            return None
-        return f"{base}.{rest}" if rest else base
+        if root is node:
+            return base
+        name = dotted_name(node)
+        assert name is not None
+        return base + name[len(head) :]
 
 
 def _sub_blocks(stmt: cst.CSTNode) -> list[list[cst.CSTNode]]:
