@@ -70,6 +70,8 @@ class _Scan:
 _STORE_BUILTINS = ("setattr", "delattr")
 _STORE_METHODS = ("add_module", "register_module", "register_buffer", "register_parameter")
 _STORE_KINDS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.Del, cst.For)
+# The node types `_scan` looks at.
+_SCANNED = frozenset({cst.Attribute, *_STORE_KINDS, cst.WithItem, cst.Call, cst.BinaryOperation, cst.UnaryOperation})
 
 
 def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
@@ -78,6 +80,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     scan = _Scan()
     for node in cstwalk.walk(root):
         kind = type(node)
+        if kind not in _SCANNED:
+            continue  # most nodes (names, arguments, literals): one set look-up
         if kind is cst.Attribute:
             attr = _is_self_attr(node)  # type: ignore[arg-type]
             if attr is not None:
