@@ -130,6 +130,7 @@ class _ParsedModule:
         self._bindings: Optional[dict[str, int]] = None
         self._mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
         self._star_import = False  # `from m import *` may rebind any name
+        self._mentions: dict[str, bool] = {}
 
     def definition(self, name: str, kind: type) -> Optional[ast.AST]:
         """The file's one top-level ``class``/``def`` of `name`, parsed alone; None if there is not exactly one."""
@@ -152,6 +153,13 @@ class _ParsedModule:
                     if isinstance(fn, ast.FunctionDef) and canonical(fn, self.table) in templates:
                         self._rotations.add(name)
         return self._rotations
+
+    def mentions(self, word: str) -> bool:
+        """Whether `word` occurs anywhere in the file's text (a name or attribute spelled so must)."""
+        if word not in self._mentions:
+            source = files.source_of(self.module)
+            self._mentions[word] = (word.encode() in source) if isinstance(source, bytes) else (word in source)
+        return self._mentions[word]
 
     def bound_once(self, name: str) -> bool:
         """Whether the file binds `name` only by its definition and nothing patches or may rebind it."""
@@ -450,6 +458,8 @@ def _method_count(parsed: _ParsedModule, name: str) -> int:
         return 0
     if len(methods) > _MOST_METHODS:
         return len(methods)  # too many for any template, whatever its body: spare the walk for `rsqrt`
+    if not parsed.mentions("rsqrt"):
+        return 0  # most files: no attribute of that name anywhere
     computing = [stmt for stmt in body if isinstance(stmt, cst.FunctionDef) and stmt.name.value not in _FREE_METHODS]
     rsqrt = any(
         type(n) is cst.Attribute and n.attr.value == "rsqrt"  # type: ignore[attr-defined]

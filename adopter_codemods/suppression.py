@@ -28,6 +28,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import libcst as cst
 
+from . import cstwalk
+
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<keys>\w+(?:[\s,]+\w+)*))?", re.IGNORECASE)
 # Fixit 2.2's own pattern (fixit.ftypes.LintIgnoreRegex), not imported: the core does not depend on Fixit.
 _LINT_IGNORE = re.compile(r"#\s*lint-(?:ignore|fixme)(?:(?::\s*|\s+)(?P<keys>\w+(?:,\s*\w+)*))?")
@@ -56,18 +58,31 @@ def _comments(node: cst.CSTNode, skip: frozenset[str] = frozenset()) -> Iterator
     first = True
     while stack:
         item = stack.pop()
-        if isinstance(item, cst.Comment):
-            yield item.value
+        kind = type(item)
+        if kind is cst.Comment:
+            yield item.value  # type: ignore[attr-defined]
             continue
-        for field in dataclasses.fields(item):  # type: ignore[arg-type]
-            if first and field.name in skip:
+        for name in _node_fields(kind):
+            if first and name in skip:
                 continue
-            value = getattr(item, field.name)
-            if isinstance(value, cst.CSTNode):
+            value = getattr(item, name)
+            value_kind = type(value)
+            if value_kind is tuple or value_kind is list:
+                stack.extend(v for v in value if cstwalk.is_node(type(v)))
+            elif cstwalk.is_node(value_kind):
                 stack.append(value)
-            elif isinstance(value, (tuple, list)):
-                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
         first = False
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _node_fields(kind: type) -> tuple[str, ...]:
+    """Every field of a node type, whitespace included (comments live there); per type, not per node."""
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return fields
 
 
 def _own_comments(statement: cst.CSTNode) -> list[str]:
