@@ -5,6 +5,7 @@ module's code and a fresh memo. Nothing keeps a module alive after its analysis.
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Optional
 
 import libcst as cst
@@ -73,3 +74,29 @@ def test_no_module_outlives_its_analysis() -> None:
     del analysis
     gc.collect()
     assert sum(isinstance(o, cst.Module) for o in gc.get_objects()) == before
+
+
+def test_graphs_are_freed_without_the_collector() -> None:
+    """No reference cycle runs through a graph (a `Reach` holds its graph by proxy, searches are not recursive
+    closures): once an analysis is dropped, its graphs go at once, not at the next collection."""
+    from adopter_codemods.flow.graph import FlowGraph
+
+    source = (
+        b"import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\nclass Block(nn.Module):\n"
+        b"    def __init__(self):\n        super().__init__()\n        self.dense = nn.Linear(8, 8)\n"
+        b"        self.dropout = nn.Dropout(0.1)\n        self.LayerNorm = nn.LayerNorm(8)\n\n"
+        b"    def forward(self, h, x):\n        h = self.dense(h)\n        h = self.dropout(h)\n"
+        b"        h = self.LayerNorm(h + x)\n        return F.softmax(h, dim=-1)\n"
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        before = {id(o) for o in gc.get_objects() if type(o) is FlowGraph}
+        analysis = engine.analyse_source(source, select_rules(None), "m.py")
+        assert analysis.findings()
+        graphs = [weakref.ref(o) for o in gc.get_objects() if type(o) is FlowGraph and id(o) not in before]
+        assert graphs
+        del analysis
+        assert all(graph() is None for graph in graphs)
+    finally:
+        gc.enable()
