@@ -79,6 +79,18 @@ def _fields(node_type: type) -> tuple[str, ...]:
     return fields
 
 
+_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def all_fields(node_type: type) -> tuple[str, ...]:
+    """Every field of a node type that may hold a node, whitespace and punctuation included (where newlines and
+    comments live), in declaration order; per type, not per node."""
+    fields = _ALL_FIELDS.get(node_type)
+    if fields is None:
+        fields = _ALL_FIELDS[node_type] = tuple(f.name for f in dataclasses.fields(node_type) if f.type not in _NOT_NODES)
+    return fields
+
+
 _IS_NODE: dict[type, bool] = {}
 
 

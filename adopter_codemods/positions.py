@@ -11,7 +11,6 @@ so ``PositionProvider`` runs on the statement alone, nested in one block with th
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import re
 from typing import Iterable, Optional, Sequence
 
@@ -21,8 +20,6 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from . import cstwalk
 
-_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
-_NOT_NODES = (str, bool, Optional[str])  # field annotations that never hold a node (`Name.value`, `Module.encoding`)
 # Leaves whose text may hold newlines: triple-quoted strings, f-string text, backslash continuations.
 _TEXT = (cst.SimpleString, cst.FormattedStringText, cst.SimpleWhitespace)
 # One newline each, never more (a comment or trailing whitespace holds none).
@@ -31,13 +28,6 @@ _ONE_LINE = (cst.EmptyLine, cst.TrailingWhitespace, cst.Newline)
 _NOT_HEADER = frozenset({"leading_lines", "decorators", "lines_after_decorators", "body", "orelse", "handlers", "finalbody"})
 _HEADER_FIELDS: dict[type, tuple[str, ...]] = {}
 _DEFINITIONS = (cst.ClassDef, cst.FunctionDef)
-
-
-def _all_fields(node_type: type) -> tuple[str, ...]:
-    fields = _ALL_FIELDS.get(node_type)
-    if fields is None:
-        fields = _ALL_FIELDS[node_type] = tuple(f.name for f in dataclasses.fields(node_type) if f.type not in _NOT_NODES)
-    return fields
 
 
 def count_newlines(root: cst.CSTNode) -> int:
@@ -53,7 +43,7 @@ def count_newlines(root: cst.CSTNode) -> int:
             continue
         if kind in _TEXT:
             count += node.value.count("\n")  # type: ignore[attr-defined]
-        for name in _all_fields(kind):
+        for name in cstwalk.all_fields(kind):
             value = getattr(node, name)
             if is_node(type(value)):
                 stack.append(value)
@@ -73,7 +63,7 @@ def _header_newlines(clause: cst.CSTNode) -> int:
     """Newlines between a clause's keyword and its colon (a signature or condition over several lines)."""
     fields = _HEADER_FIELDS.get(type(clause))
     if fields is None:
-        fields = _HEADER_FIELDS[type(clause)] = tuple(f for f in _all_fields(type(clause)) if f not in _NOT_HEADER)
+        fields = _HEADER_FIELDS[type(clause)] = tuple(f for f in cstwalk.all_fields(type(clause)) if f not in _NOT_HEADER)
     return sum(_newlines_in(getattr(clause, f)) for f in fields)
 
 

@@ -22,7 +22,6 @@ sites the reports leave out.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -62,7 +61,7 @@ def _comments(node: cst.CSTNode, skip: frozenset[str] = frozenset()) -> Iterator
         if kind is cst.Comment:
             yield item.value  # type: ignore[attr-defined]
             continue
-        for name in _node_fields(kind):
+        for name in cstwalk.all_fields(kind):
             if first and name in skip:
                 continue
             value = getattr(item, name)
@@ -72,17 +71,6 @@ def _comments(node: cst.CSTNode, skip: frozenset[str] = frozenset()) -> Iterator
             elif cstwalk.is_node(value_kind):
                 stack.append(value)
         first = False
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _node_fields(kind: type) -> tuple[str, ...]:
-    """Every field of a node type, whitespace included (comments live there); per type, not per node."""
-    fields = _FIELDS.get(kind)
-    if fields is None:
-        fields = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
-    return fields
 
 
 def _own_comments(statement: cst.CSTNode) -> list[str]:

@@ -16,7 +16,7 @@ from adopter_codemods.matcher import find_matches
 from adopter_codemods.provider import build_module_structure
 from adopter_codemods.rules import select_rules
 from generated_sources import branchy_class
-from test_matcher_forked_paths import RULE
+from test_matcher_forked_paths import CLASS_HEAD, RULE
 
 
 def test_a_class_with_2_to_the_40_paths_is_analysed() -> None:
@@ -33,23 +33,10 @@ def test_a_class_with_2_to_the_40_paths_is_analysed() -> None:
 
 
 PAIR = parse_rule(RULE)  # conv -> bn, as in the forked-path tests
-HEADER = """\
-from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.act = nn.ReLU()
-        self.conv = nn.Conv2d(3, 3, 1)
-        self.bn = nn.BatchNorm2d(3)
-
-    def forward(self, x, flag: bool):
-"""
 
 
 def _pairs(body: str) -> list[str]:
-    (cls,) = build_module_structure(cst.parse_module(HEADER + body)).classes
+    (cls,) = build_module_structure(cst.parse_module(CLASS_HEAD + body)).classes
     return [f.placement.plan for f in find_matches(PAIR, cls)]
 
 
@@ -71,7 +58,7 @@ def test_a_branch_that_may_skip_the_producer_is_refused() -> None:
 
 def test_phi_gets_a_value_per_join() -> None:
     (cls,) = build_module_structure(
-        cst.parse_module(HEADER + "        if flag:\n            x = self.act(x)\n        return self.bn(x)\n")
+        cst.parse_module(CLASS_HEAD + "        if flag:\n            x = self.act(x)\n        return self.bn(x)\n")
     ).classes
     (graph,) = cls.graphs
     bn = next(n for n in graph.nodes if n.layer == "self.bn")

@@ -25,7 +25,8 @@ forward:
     kernels.conv_bn($x, $conv, $bn) -> $z
 """
 
-HEADER = """\
+# A class with conv, bn and another layer, up to its forward's signature (also the head of tests/test_flow.py's).
+CLASS_HEAD = """\
 from torch import nn
 
 
@@ -37,6 +38,8 @@ class Block(nn.Module):
         self.bn = nn.BatchNorm2d(3)
 
     def forward(self, x, flag: bool):
+"""
+HEADER = CLASS_HEAD + """\
         if flag:  # a layer call inside: two paths from here on
             x = self.act(x)
         x = x * 2
