@@ -1002,7 +1002,9 @@ def _find_init_only(rule: Rule, cls: ClassStructure, refused: Optional[Refused] 
     assert rule.init is not None
     pattern = rule.init.source[0]
     assert isinstance(pattern, CallNode)
-    found = []
+    found: list[PlacedMatch] = []
+    if not _any_matches(pattern.types, cls.bound_types[0]):
+        return found  # only a binding of a certain type matches (`_match_init_node`)
     placement = Placement("init")
     for attr, bindings in cls.init_bindings.items():
         for binding in bindings:
@@ -1208,23 +1210,46 @@ def may_match(rule: Rule, cls: ClassStructure) -> bool:
     """Whether every called type of the forward pattern occurs in the class (a layer type among its bindings, a
     function among its callees) and every operator among its operators: a cheap test that spares walking most
     classes. A guard may add its own cheap test (:func:`_guards_may_match`)."""
-    assert rule.forward is not None
-    if not _guards_may_match(rule, cls):
+    needs = _needs_of(rule)
+    if not all(op in cls.operators for op in needs.operators) or not _guards_may_match(rule, cls):
         return False
     certain, possible = cls.bound_types
     types = possible if rule.uncertain else certain
-    for pattern in rule.forward.source:
-        if isinstance(pattern, OpNode) and not pattern.optional and pattern.op not in cls.operators:
-            return False  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
-        if not isinstance(pattern, CallNode) or pattern.optional:
-            continue
-        if pattern.layer is not None:
-            init = _init_pattern_for(rule, pattern.layer.name)
-            if init is not None and init.types and not _any_matches(init.types, types):
-                return False
-        elif pattern.types and not (_any_matches(pattern.types, types) or _any_matches(pattern.types, cls.callees)):
-            return False  # a function pattern also matches a layer's type
-    return True
+    if not all(_any_matches(layer, types) for layer in needs.layer_types):
+        return False
+    # A function pattern also matches a layer's type.
+    return all(_any_matches(called, types) or _any_matches(called, cls.callees) for called in needs.called_types)
+
+
+@dataclass(frozen=True)
+class _Needs:
+    """What a rule variant's forward pattern needs of a class (:func:`may_match`), read once per variant."""
+
+    operators: tuple[str, ...]  # ADP010's `$q @ $kt`: most classes calling a softmax hold no `@`
+    layer_types: tuple[tuple[str, ...], ...]  # per layer call: the class binds a layer of one of these types
+    called_types: tuple[tuple[str, ...], ...]  # per function call: a bound layer or a callee of one of these
+
+
+_NEEDS: dict[int, tuple[Rule, _Needs]] = {}  # by id: rules are mutable; the entry keeps its rule (and id) alive
+
+
+def _needs_of(rule: Rule) -> _Needs:
+    entry = _NEEDS.get(id(rule))
+    if entry is None:
+        assert rule.forward is not None
+        operators, layers, called = [], [], []
+        for pattern in rule.forward.source:
+            if isinstance(pattern, OpNode) and not pattern.optional:
+                operators.append(pattern.op)
+            elif isinstance(pattern, CallNode) and not pattern.optional:
+                if pattern.layer is not None:
+                    init = _init_pattern_for(rule, pattern.layer.name)
+                    if init is not None and init.types:
+                        layers.append(init.types)
+                elif pattern.types:
+                    called.append(pattern.types)
+        entry = _NEEDS[id(rule)] = (rule, _Needs(tuple(operators), tuple(layers), tuple(called)))
+    return entry[1]
 
 
 def _guards_may_match(rule: Rule, cls: ClassStructure) -> bool:
