@@ -31,7 +31,7 @@ from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
-from .provider import _written_names, simple_condition
+from .provider import _const_text, _written_names, simple_condition
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
@@ -761,9 +761,14 @@ def _plan(match: Match) -> Union[Placement, Reason]:
     block = list(outer.block)
     indices = sorted(block.index(line) for line in set(prefix_lines))  # type: ignore[arg-type]
     after = indices[-1] + 1
-    if after >= len(block) or not isinstance(block[after], cst.If):
-        return _not_before_if(anchor)
     if indices != list(range(indices[0], after)):
+        return _not_before_if(anchor)
+    # Lines between the prefix and the `if` that bind constants to names the prefix does not mention (MBart's
+    # `cross_attn_weights = None`) end up before the prefix's copies: the same values, and no call to reorder.
+    mentioned = set().union(*(_names_in_node(block[i]) for i in indices))
+    while after < len(block) and _binds_constants(block[after], mentioned):
+        after += 1
+    if after >= len(block) or not isinstance(block[after], cst.If):
         return _not_before_if(anchor)
     if_stmt = block[after]
     assert isinstance(if_stmt, cst.If)
@@ -816,9 +821,15 @@ def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
         node = next((n for n in match.nodes if n.out == bound.vid), None)
         if node is None or node is anchor or node.site.inline_stack != anchor.site.inline_stack:
             continue
-        if node.site.block is not anchor.site.block or _assigned_name(node.site.small) != anchor_name:
+        if _assigned_name(node.site.small) != anchor_name:
             continue
-        start, stop = block.index(node.site.line), block.index(anchor.site.line)
+        if node.site.block is anchor.site.block:
+            start = block.index(node.site.line)
+        elif _if_arm_follows(node.site, anchor.site.owner):
+            start = -1  # plan "branch": the copy is in the arm holding the anchor, before it
+        else:
+            continue
+        stop = block.index(anchor.site.line)
         found = [
             (i, line.body[0]) for i, line in enumerate(block[start + 1 : stop], start + 1)
             if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
@@ -836,6 +847,16 @@ def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
     return copies
 
 
+def _if_arm_follows(site: Site, arm: cst.CSTNode) -> bool:
+    """Whether `arm` is the body or the ``else`` body of an ``if`` after `site`'s line in its block."""
+    later = site.block[site.block.index(site.line) + 1 :]
+    return any(
+        isinstance(line, cst.If)
+        and (line.body is arm or (isinstance(line.orelse, cst.Else) and line.orelse.body is arm))
+        for line in later
+    )
+
+
 def _assigned_name(small: cst.CSTNode) -> Optional[str]:
     """``name`` of ``name = value``, None for any other statement."""
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
@@ -843,11 +864,32 @@ def _assigned_name(small: cst.CSTNode) -> Optional[str]:
     return None
 
 
+def _binds_constants(line: cst.BaseStatement, avoided: set[str]) -> bool:
+    """Whether a line only assigns literal constants (``None``, numbers, strings; tuples of them) to plain names (or
+    tuples of them) not in `avoided`."""
+    if not isinstance(line, cst.SimpleStatementLine):
+        return False
+    for small in line.body:
+        if not isinstance(small, cst.Assign) or not all(_const_text(v) is not None for v in _tuple_items(small.value)):
+            return False
+        for target in small.targets:
+            if not all(isinstance(n, cst.Name) and n.value not in avoided for n in _tuple_items(target.target)):
+                return False
+    return True
+
+
+def _tuple_items(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """A tuple's items (a starred item as itself, which no caller accepts); any other expression alone."""
+    if isinstance(expr, cst.Tuple):
+        return [e.value if isinstance(e, cst.Element) else e for e in expr.elements]  # type: ignore[misc]
+    return [expr]
+
+
 def _not_before_if(anchor: DLNode) -> Reason:
     return Reason(
         RefusalCategory.NOT_PLACEABLE,
         "the fused call would go in another block than the statements it replaces, which do not directly precede "
-        "the `if` holding it",
+        "the `if` holding it (only lines binding constants may stand between)",
         anchor.site.line,
     )
 

@@ -1,6 +1,7 @@
 """ADP005 on real transformers 4.34.1 sources it was never tuned on: BERT, RoBERTa and ELECTRA (Dropout modules,
 post-LN), OneFormer, CTRL and MPT (pre-LN), BART, OPT, MBart and Whisper (functional dropout; MBart's and Whisper's
-pre-LN encoder layers copy the sum before the LayerNorm).
+pre-LN layers copy the sum before the LayerNorm), and nine more pre-LN decoder layers whose self-attention sum
+reaches its LayerNorm inside the cross-attention `if` (M2M100, Pegasus, Blenderbot, ...).
 
 Each modeling file is rewritten with the FuseDropoutLN rule only, the result must parse and be idempotent, and a tiny
 model built from the rewritten module must load the original's checkpoint strictly and compute the same outputs
@@ -151,8 +152,9 @@ _SEQ2SEQ = dict(
 FUNCTIONAL_MODELS = {
     # post-LN: every dropout -> add -> LayerNorm, the cross-attention one inside `if encoder_hidden_states is not None`
     "bart": ("BartModel", lambda: transformers.BartConfig(**_SEQ2SEQ), {"BartEncoderLayer": 2, "BartDecoderLayer": 3}),
-    # pre-LN with the sum copied to `residual` before the LayerNorm (`h = residual + h; residual = h; h = ln(h)`)
-    "mbart": ("MBartModel", lambda: transformers.MBartConfig(**_SEQ2SEQ), {"MBartEncoderLayer": 1}),
+    # pre-LN with the sum copied to `residual` before the LayerNorm (`h = residual + h; residual = h; h = ln(h)`);
+    # in the decoder layer the self-attention's copy and LayerNorm are in `if encoder_hidden_states is not None:`
+    "mbart": ("MBartModel", lambda: transformers.MBartConfig(**_SEQ2SEQ), {"MBartEncoderLayer": 1, "MBartDecoderLayer": 1}),
     # post-LN or pre-LN by configuration: the dropout and add precede `if not self.do_layer_norm_before:` holding the
     # LayerNorm (copied into an else arm); built post-LN, so the fused arm runs
     "opt": ("OPTModel", lambda: transformers.OPTConfig(
@@ -163,16 +165,19 @@ FUNCTIONAL_MODELS = {
     "whisper": ("WhisperModel", lambda: transformers.WhisperConfig(
         **{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
         num_mel_bins=8, max_source_positions=8, max_target_positions=16,
-    ), {"WhisperEncoderLayer": 1}),
+    ), {"WhisperEncoderLayer": 1, "WhisperDecoderLayer": 1}),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("model", sorted(FUNCTIONAL_MODELS))
 def test_functional_dropout_forms_on_real_models(model: str) -> None:
     """BART's and OPT's layers drop out with `nn.functional.dropout(h, p=self.dropout, training=self.training)`
-    (post-LN: one `dropout_add_layer_norm_module` call per residual block; OPT's in an `if`); MBart's and Whisper's encoder layers are pre-LN and copy
-    the sum to `residual` before the next LayerNorm (one `h, residual = dropout_add_layer_norm_residual(...)`; their
-    decoder layers' sites span the cross-attention `if` and are refused). The whole tiny model, rewritten, loads the
+    (post-LN: one `dropout_add_layer_norm_module` call per residual block; OPT's in an `if`); MBart's and Whisper's
+    layers are pre-LN and copy the sum to `residual` before the next LayerNorm (one `h, residual =
+    dropout_add_layer_norm_residual(...)`). In their decoder layers the self-attention's dropout and add precede the
+    cross-attention's `if` (two `x = None` lines between), which holds the copy and the LayerNorm: the fused call
+    goes in the `if`, the dropout and add are copied into a new `else` (the cross-attention's own sum reaches the
+    final LayerNorm after the `if` and is refused). The whole tiny model, rewritten, loads the
     original's checkpoint strictly and computes the same outputs and gradients in eval and in training with every
     dropout on (same seed, same masks), float64."""
     model_cls, make_config, expected = FUNCTIONAL_MODELS[model]
@@ -211,3 +216,71 @@ def test_functional_dropout_forms_on_real_models(model: str) -> None:
         report = compare_models(vanilla, fused, (), {**inputs, "use_cache": False})
     report.raise_if_failed()
     assert "train" in report.modes
+
+
+def test_mbart_decoder_without_encoder_runs_the_else_copy() -> None:
+    """MBartForCausalLM runs the decoder layers without encoder states: the `else` arm the rewrite adds (the
+    dropout and add as written) runs instead of the fused call, with the same outputs and gradients."""
+    path, source = _source("mbart")
+    result = rewrite_source(source, ["ADP005"], path=path)
+    assert "        else:\n            hidden_states = nn.functional.dropout(" in result.code
+    original = importlib.import_module("transformers.models.mbart.modeling_mbart")
+    rewritten = load_source_as_module(
+        result.code, "transformers.models.mbart.modeling_mbart_adopted", package="transformers.models.mbart"
+    )
+    with default_dtype(torch.float64), seeded(0):
+        config = transformers.MBartConfig(**_SEQ2SEQ)
+        vanilla = original.MBartForCausalLM(config)
+        fused = rewritten.MBartForCausalLM(config)
+        report = compare_models(vanilla, fused, (), {"input_ids": torch.randint(0, 40, (2, 7)), "use_cache": False})
+    report.raise_if_failed()
+    assert "train" in report.modes
+
+
+# Pre-LN decoder layers shaped like MBart's (self-attention dropout and add before the cross-attention `if` holding
+# the copy of the sum and its LayerNorm): model dir -> (layer, its tiny config with dropout on)
+_DECODER = dict(
+    d_model=16, decoder_attention_heads=2, decoder_ffn_dim=32, dropout=0.2, attention_dropout=0.1,
+    activation_dropout=0.1,
+)  # fmt: skip
+CROSS_ATTENTION_DECODERS = {
+    "bigbird_pegasus": ("BigBirdPegasusDecoderLayer", lambda: transformers.BigBirdPegasusConfig(**_DECODER)),
+    "blenderbot": ("BlenderbotDecoderLayer", lambda: transformers.BlenderbotConfig(**_DECODER)),
+    "m2m_100": ("M2M100DecoderLayer", lambda: transformers.M2M100Config(**_DECODER)),
+    "musicgen": ("MusicgenDecoderLayer", lambda: transformers.MusicgenDecoderConfig(
+        hidden_size=16, num_attention_heads=2, ffn_dim=32, dropout=0.2, attention_dropout=0.1, activation_dropout=0.1,
+    )),
+    "nllb_moe": ("NllbMoeDecoderLayer", lambda: transformers.NllbMoeConfig(**_DECODER)),
+    "pegasus": ("PegasusDecoderLayer", lambda: transformers.PegasusConfig(**_DECODER)),
+    "pegasus_x": ("PegasusXDecoderLayer", lambda: transformers.PegasusXConfig(**_DECODER)),
+    "speech_to_text": ("Speech2TextDecoderLayer", lambda: transformers.Speech2TextConfig(**_DECODER)),
+    "xglm": ("XGLMDecoderLayer", lambda: transformers.XGLMConfig(
+        d_model=16, attention_heads=2, ffn_dim=32, dropout=0.2, attention_dropout=0.1, activation_dropout=0.1,
+        add_cross_attention=True,
+    )),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", sorted(CROSS_ATTENTION_DECODERS))
+def test_prenorm_decoder_layers_fuse_into_the_cross_attention_if(model: str) -> None:
+    """The decoder layer's one finding is the self-attention's dropout and add fused with the cross-attention's
+    LayerNorm inside the `if`; the layer, rewritten, computes the same outputs and gradients as the original with
+    encoder states (the fused arm) and without (the copied `else`), in eval and in training with dropout on."""
+    layer, make_config = CROSS_ATTENTION_DECODERS[model]
+    path, source = _source(model)
+    result = rewrite_source(source, ["ADP005"], path=path)
+    messages = [f.message for f in result.findings if f.cls == layer]
+    assert len(messages) == 1 and ("encoder_attn_layer_norm" in messages[0] or "cross_attention_layer_norm" in messages[0])
+    original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    rewritten = load_source_as_module(
+        result.code, f"transformers.models.{model}.modeling_{model}_adopted", package=f"transformers.models.{model}"
+    )
+    for encoder_states in (True, False):
+        with default_dtype(torch.float64), seeded(0):
+            config = make_config()
+            vanilla = getattr(original, layer)(config)
+            fused = getattr(rewritten, layer)(config)
+            kwargs = {"encoder_hidden_states": torch.randn(2, 7, 16)} if encoder_states else {}
+            report = compare_models(vanilla, fused, (torch.randn(2, 5, 16),), {**kwargs, "use_cache": False})
+        report.raise_if_failed()
+        assert "train" in report.modes

@@ -66,6 +66,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
     'ADP005_fuse_dropout_ln/neg_possible_layer_norm.py': [],  # a type only possible: not a structural match here
+    'ADP005_fuse_dropout_ln/neg_prenorm_call_before_if.py': [
+        '20: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (only lines binding constants may stand between) (line 25)',
+    ],
     'ADP005_fuse_dropout_ln/neg_prenorm_same_name.py': [
         '15: layer-used-elsewhere: self.drop, which the rewrite removes from __init__, is also used here (line 17)',
     ],
@@ -104,7 +107,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP007_fuse_conv_bn/neg_bn_on_other_tensor.py': [],
     'ADP007_fuse_conv_bn/neg_conv_in_one_branch.py': [
-        '14: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (line 15)',
+        '14: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (only lines binding constants may stand between) (line 15)',
     ],
     'ADP007_fuse_conv_bn/neg_conv_output_reused.py': [
         '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 14)',

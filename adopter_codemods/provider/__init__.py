@@ -34,13 +34,14 @@ from __future__ import annotations
 
 from .build import build_module_structure
 from .metadata import ModelStructureProvider
-from .syntax import TENSOR_METHODS, _written_names, simple_condition
+from .syntax import TENSOR_METHODS, _const_text, _written_names, simple_condition
 from .walk import _ClassWalker
 
 __all__ = [
     "TENSOR_METHODS",
     "ModelStructureProvider",
     "_ClassWalker",
+    "_const_text",
     "_written_names",
     "build_module_structure",
     "simple_condition",
