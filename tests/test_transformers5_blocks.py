@@ -1,5 +1,5 @@
-"""Acceptance on transformers 5.x (``.cache/transformers-5.23.0``, installed by ``make model-zoo``): GPT-2, BART and
-LLaMA, whose layers derive from ``modeling_layers.GradientCheckpointingLayer`` (a class of another file, which
+"""Acceptance on transformers 5.x (``.cache/transformers-5.23.0``, installed by ``make model-zoo``): GPT-2, BART, MBart
+and LLaMA, whose layers derive from ``modeling_layers.GradientCheckpointingLayer`` (a class of another file, which
 ``class_bases`` resolves from the modeling file's relative import). ``tests/transformers5_blocks.py`` runs in a
 subprocess (5.x cannot share a process with the pinned 4.34.1): module classes, the exact findings per
 ``CODE:Class.function``, AdoptAll's rewrite executed against the original in float64 (outputs, gradients and buffers
@@ -48,6 +48,18 @@ EXPECTED: dict[str, dict[str, object]] = {
             "ADP006:BartEncoderLayer.forward": 1,
         },
         "layers": ["BartEncoderLayer", "BartDecoderLayer"],
+        "kernel_modules": [],
+    },
+    "mbart": {
+        "findings": {
+            "ADP004:.eager_attention_forward": 1,
+            # pre-LN, the sum copied to `residual`; the decoder's fused call goes in the cross-attention `if`
+            "ADP005:MBartDecoderLayer.forward": 1,
+            "ADP005:MBartEncoderLayer.forward": 1,
+            "ADP006:MBartDecoderLayer.forward": 1,
+            "ADP006:MBartEncoderLayer.forward": 1,
+        },
+        "layers": ["MBartEncoderLayer", "MBartDecoderLayer"],
         "kernel_modules": [],
     },
     "llama": {

@@ -35,6 +35,9 @@ MODELS: dict[str, tuple[str, str, str, dict[str, Any], tuple[str, ...]]] = {
     "bart": ("bart", "BartModel", "BartConfig", dict(**SMALL, d_model=32, encoder_layers=2, decoder_layers=2,
              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
              dropout=0.1, attention_dropout=0.1, activation_dropout=0.1), ("BartEncoderLayer", "BartDecoderLayer")),
+    "mbart": ("mbart", "MBartModel", "MBartConfig", dict(**SMALL, d_model=32, encoder_layers=2, decoder_layers=2,
+              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
+              dropout=0.1, attention_dropout=0.1, activation_dropout=0.1), ("MBartEncoderLayer", "MBartDecoderLayer")),
     "llama": ("llama", "LlamaModel", "LlamaConfig", dict(**SMALL, hidden_size=32, intermediate_size=48,
               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
               hidden_act="silu", attention_dropout=0.1), ("LlamaDecoderLayer",)),
@@ -79,7 +82,7 @@ def check_model(name: str) -> dict[str, object]:
         ids = torch.randint(0, 50, (2, 7))
         mask = torch.tensor([[1] * 7, [0] * 2 + [1] * 5])
         kwargs: dict[str, object] = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
-        if name == "bart":
+        if name in ("bart", "mbart"):
             kwargs["decoder_input_ids"] = torch.randint(0, 50, (2, 5))
         compare_models(vanilla, fused, (), kwargs, rtol=1e-9, atol=1e-9).raise_if_failed()
         kinds = sorted({type(m).__module__.split(".")[0] + "." + type(m).__name__ for m in fused.modules()})
