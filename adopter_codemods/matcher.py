@@ -1471,7 +1471,7 @@ def _plan_fallback(
     if not tests and not absorbed:
         return None
     written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
-    if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in(t)):
+    if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in_node(t)):
         return None
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
     for stmt in after:
@@ -1506,10 +1506,6 @@ def _written(node: cst.CSTNode) -> set[str]:
 
 def _statement_ids(node: cst.CSTNode) -> set[int]:
     return {id(n) for n in cstwalk.walk(node) if isinstance(n, (cst.BaseStatement, cst.BaseSmallStatement))}
-
-
-def _names_in(expr: cst.BaseExpression) -> set[str]:
-    return {n.value for n in cstwalk.walk(expr) if isinstance(n, cst.Name)}
 
 
 def _guarded_reads(stmt: cst.CSTNode, names: set[str]) -> Optional[list[cst.BaseExpression]]:
