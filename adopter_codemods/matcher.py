@@ -781,9 +781,7 @@ def _plan(match: Match) -> Union[Placement, Reason]:
             if_stmt,
         )
     owner = anchor.site.owner
-    in_body = owner is if_stmt.body
-    in_else = if_stmt.orelse is not None and owner is if_stmt.orelse.body
-    if not (in_body or in_else):
+    if not _is_arm(if_stmt, owner):
         return Reason(
             RefusalCategory.BRANCH_NOT_DUPLICABLE,
             "the fused call would go deeper than an arm of this `if`, so the statements before it cannot be copied "
@@ -848,13 +846,14 @@ def _output_copies(match: Match, anchor: DLNode) -> dict[int, cst.Assign]:
 
 
 def _if_arm_follows(site: Site, arm: cst.CSTNode) -> bool:
-    """Whether `arm` is the body or the ``else`` body of an ``if`` after `site`'s line in its block."""
+    """Whether `arm` is an arm of an ``if`` after `site`'s line in its block."""
     later = site.block[site.block.index(site.line) + 1 :]
-    return any(
-        isinstance(line, cst.If)
-        and (line.body is arm or (isinstance(line.orelse, cst.Else) and line.orelse.body is arm))
-        for line in later
-    )
+    return any(isinstance(line, cst.If) and _is_arm(line, arm) for line in later)
+
+
+def _is_arm(if_stmt: cst.If, suite: cst.CSTNode) -> bool:
+    """Whether `suite` is the body of `if_stmt` or of its ``else`` (an ``elif``'s bodies are not)."""
+    return suite is if_stmt.body or (isinstance(if_stmt.orelse, cst.Else) and suite is if_stmt.orelse.body)
 
 
 def _assigned_name(small: cst.CSTNode) -> Optional[str]:

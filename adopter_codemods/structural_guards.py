@@ -168,7 +168,7 @@ class _ParsedModule:
             return True  # most files: proven from the text, without parsing and walking the whole file
         if self._bindings is None:
             self._bindings = {}
-            for node in ast.walk(ast.parse(files.source_of(self.module))):
+            for node in ast.walk(ast.parse(source)):
                 for bound in _bound_names(node):
                     self._bindings[bound] = self._bindings.get(bound, 0) + 1
                 if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):

@@ -271,6 +271,8 @@ def test_prenorm_decoder_layers_fuse_into_the_cross_attention_if(model: str) -> 
     result = rewrite_source(source, ["ADP005"], path=path)
     messages = [f.message for f in result.findings if f.cls == layer]
     assert len(messages) == 1 and ("encoder_attn_layer_norm" in messages[0] or "cross_attention_layer_norm" in messages[0])
+    layer_code = result.code.split(f"\nclass {layer}(")[1].split("\nclass ")[0]
+    assert "adopter_kernels.dropout_add_layer_norm_residual(" in layer_code and "        else:\n" in layer_code
     original = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
     rewritten = load_source_as_module(
         result.code, f"transformers.models.{model}.modeling_{model}_adopted", package=f"transformers.models.{model}"
