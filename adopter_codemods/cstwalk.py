@@ -114,8 +114,17 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                     yield item
 
 
-def walk(root: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
-    """Pre-order walk in source order, `root` included; where `descend(node)` is False its children are skipped."""
+# Nodes without syntax children, which most walks look at only through their parents: `walk(..., prune=LEAVES)`.
+LEAVES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedStringText, cst.Ellipsis})
+
+
+def walk(
+    root: cst.CSTNode,
+    descend: Optional[Callable[[cst.CSTNode], bool]] = None,
+    prune: frozenset[type] = frozenset(),
+) -> Iterator[cst.CSTNode]:
+    """Pre-order walk in source order, `root` included; where `descend(node)` is False its children are skipped;
+    nodes of the types in `prune` (below the root) are neither yielded nor descended into."""
     stack = [root]
     pop, extend, fields_of, field_map, known = stack.pop, stack.extend, _fields, _FIELDS, _IS_NODE
     while stack:
@@ -136,9 +145,9 @@ def walk(root: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = N
             if value_kind is tuple or value_kind is list:
                 for item in value:
                     item_kind = type(item)
-                    if known.get(item_kind) or (item_kind not in known and is_node(item_kind)):
+                    if (known.get(item_kind) or (item_kind not in known and is_node(item_kind))) and item_kind not in prune:
                         kids.append(item)
-            elif known.get(value_kind) or (value_kind not in known and is_node(value_kind)):
+            elif (known.get(value_kind) or (value_kind not in known and is_node(value_kind))) and value_kind not in prune:
                 kids.append(value)
         if len(kids) > 1:
             kids.reverse()

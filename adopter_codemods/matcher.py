@@ -442,9 +442,10 @@ def _may_be(layer_type: LayerType, types: tuple[str, ...], rule: Rule) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1 << 16)
 def _any_matches(types: tuple[str, ...], names: frozenset[str]) -> bool:
-    # Graphs of one file share their names, and a rule asks the same types of each: mostly cache hits.
+    # Graphs and classes of one file share their sets of names, and a rule asks the same types of each: asked once
+    # per pair (a frozenset hashes once).
     return any(qualname_matches(t, q) for t in types for q in names)
 
 
@@ -1179,7 +1180,11 @@ def _variant_matches(
         if rule.init is None or len(rule.init.source) != 1 or not _guards_may_match(rule, cls):
             return []
         return _find_init_only(rule, cls, refused)
-    if not may_match(rule, cls) or cls.truncated:
+    if not may_match(rule, cls):
+        return []
+    if refused is None and not _binds_distinct_layers(rule, cls):
+        return []  # its structural matches would all be refused: nothing to find, and no refusal is listed
+    if cls.truncated:  # walks the class
         return []
     found: list[PlacedMatch] = []
     for graph in [*cls.graphs, *cls.container_graphs]:
@@ -1293,13 +1298,34 @@ def _needs_of(rule: Rule) -> _Needs:
     return entry[1]
 
 
+def _binds_distinct_layers(rule: Rule, cls: ClassStructure) -> bool:
+    """For a rule with a guard that refuses one layer standing for two of its pattern's layers (a ``distinct_layers``
+    attribute, ADP009's): whether the class binds at least as many different layers of the pattern's types as the
+    pattern calls. A class with fewer (an MLP with two Linears) would give the rule only refusals."""
+    if not any(getattr(guard_registry.get(name), "distinct_layers", False) for name in rule.guards):
+        return True
+    needs = _needs_of(rule)
+    bindings = [e for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements)]
+    bindings += [e for c in cls.containers for e in c.elements]
+    attrs = {
+        b.attr
+        for b in bindings
+        if any((b.qualname and _any_matches(types, frozenset((b.qualname,)))) or _may_be(b.layer_type, types, rule)
+               for types in needs.layer_types)
+    }
+    return len(attrs) >= len(needs.layer_types)
+
+
 def _guards_may_match(rule: Rule, cls: ClassStructure) -> bool:
     """False when one of the rule's guards has a cheap test (a ``may_match(cls)`` attribute) that rules the class
     out: ADP013's (the file defines a rotation helper at all), ADP011's (the class instantiates an RMSNorm-shaped
-    class)."""
+    class). Each test runs once per class."""
     for name in rule.guards:
-        may_match = getattr(guard_registry.get(name), "may_match", None)
-        if may_match is not None and not may_match(cls):
+        answer = cls.guard_may_match.get(name)
+        if answer is None:
+            may_match = getattr(guard_registry.get(name), "may_match", None)
+            answer = cls.guard_may_match[name] = may_match is None or bool(may_match(cls))
+        if not answer:
             return False
     return True
 

@@ -1,20 +1,25 @@
 """Line/column positions of a few statements, without generating code for the whole module.
 
 LibCST's ``PositionProvider`` renders the entire module (about 1.2x the parse of a transformers modeling file)
-even when a report needs the lines of three statements. A statement's line is the number of newlines before it,
-and those can be counted from the tree: whole siblings that come before it (a field walk, no code generation) and
-the headers of the blocks around it. Its columns depend only on its own code and the indentation of those blocks,
-so ``PositionProvider`` runs on the statement alone, nested in one block with that same indentation.
-``tests/test_positions.py`` checks the result against ``PositionProvider`` on real modules.
+even when a report needs the lines of three statements. With the source bytes, a statement line is looked up by
+its text: rendered with its block's indentation it is the source's text at its place, so a single occurrence at
+the start of a line within its top-level class or function (after the statement placed before it) is it; its
+columns follow from that text (:class:`_TextLines`). Otherwise a statement's line is the number of newlines before
+it, counted from the tree: whole siblings that come before it (a field walk, no code generation) and the headers of
+the blocks around it; its columns depend only on its own code and the indentation of those blocks, so
+``PositionProvider`` runs on the statement alone, nested in one block with that same indentation.
+``tests/test_positions.py`` checks both against ``PositionProvider`` on real modules.
 """
 
 from __future__ import annotations
 
 import bisect
+import codecs
 import re
 from typing import Iterable, Optional, Sequence
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodePosition, CodeRange, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
@@ -42,7 +47,10 @@ def count_newlines(root: cst.CSTNode) -> int:
             count += 1
             continue
         if kind in _TEXT:
-            count += node.value.count("\n")  # type: ignore[attr-defined]
+            text = node.value  # type: ignore[attr-defined]
+            count += text.count("\n")
+            if "\r" in text:  # a lone carriage return ends a line too
+                count += text.count("\r") - text.count("\r\n")
         for name in cstwalk.all_fields(kind):
             value = getattr(node, name)
             if is_node(type(value)):
@@ -226,21 +234,136 @@ def _place(
     holding = {id(t): t for t in tops if id(t) in body_ids}
     holding = {key: top for key, top in holding.items() if _mark(top, wanted_ids, on_path)}
     placer = _Placer(module, wanted_ids, on_path, render_definitions)
-    headers = placer.headers = _HeaderLines(source) if source is not None and holding else None
+    # Lines are counted by newlines in the source: where a lone carriage return ends one, the tree counts them.
+    lines_end_in_newlines = source is not None and source.count(b"\r") == source.count(b"\r\n")
+    headers = placer.headers = _HeaderLines(source) if source is not None and holding and lines_end_in_newlines else None
     if headers is not None:
         # The top-level definitions found by their header, in order: each one's lines end before the next one's.
-        found = [(top, headers.line(top)) for top in module.body]
-        located = [(top, line) for top, line in found if line is not None]
-        for n, (top, keyword_line) in enumerate(located):
+        found = [(top, headers.header(top)) for top in module.body]
+        located = [(top, hit) for top, hit in found if hit is not None]
+        if render_definitions and codecs.lookup(module.encoding).name == "utf-8":  # rendered code encodes as the source
+            lines = _TextLines(module, headers.source, placer.positions)
+            for n, (top, (keyword_line, start)) in enumerate(located):
+                if id(top) in holding:
+                    end = located[n + 1][1][1] if n + 1 < len(located) else len(headers.source)
+                    lines.place(top, keyword_line, start, end, on_path)
+            # What is left (statements whose text occurs twice, compound statements) is placed by counting.
+            left = {key: node for key, node in wanted_ids.items() if node not in placer.positions}
+            if not left:
+                return placer
+            on_path.clear()
+            holding = {key: top for key, top in holding.items() if _mark(top, left, on_path)}
+            placer.wanted = left
+        for n, (top, (keyword_line, _)) in enumerate(located):
             if id(top) not in holding:
                 continue
             on_path.discard(id(top))  # placed here: the module-level count below skips it
-            placer.region = (keyword_line, located[n + 1][1] if n + 1 < len(located) else None)
+            placer.region = (keyword_line, located[n + 1][1][0] if n + 1 < len(located) else None)
             placer.statement(top, _first_line(top, keyword_line), "")
         placer.region = None
     if any(key in on_path for key in holding):
         placer.block(module.body, 1 + _newlines_in(module.header), "")
     return placer
+
+
+class _TextLines:
+    """Places statement lines of one small statement by finding their code in the source (module docstring): no
+    newline of the statements before them is counted and no position is tracked while rendering."""
+
+    def __init__(self, module: cst.Module, source: bytes, positions: dict[cst.CSTNode, CodeRange]) -> None:
+        self.module = module
+        self.source = source
+        self.positions = positions
+        # A known line's number and the offset where it starts (the last one placed): statements come in source
+        # order, so the next one is looked up after it, and its line is counted from it.
+        self.line = self.offset = 0
+        self.start = self.end = 0  # where the top-level definition being placed starts and ends
+
+    def place(self, top: cst.CSTNode, line: int, start: int, end: int, on_path: set[int]) -> None:
+        """Every statement line on the path inside the top-level definition `top`, whose keyword starts line `line`
+        at offset `start` of the source, before offset `end` (the next definition's)."""
+        self.line, self.offset, self.start, self.end = line, start, start, end
+        self._statement(top, "", on_path)
+
+    def _statement(self, stmt: cst.CSTNode, indent: str, on_path: set[int]) -> None:
+        for clause in _clauses(stmt):
+            body = clause.body  # type: ignore[attr-defined]
+            if type(body) is cst.IndentedBlock:
+                inner = indent + (body.indent if body.indent is not None else self.module.default_indent)
+                statements = body.body
+                for i, child in enumerate(statements):
+                    if id(child) not in on_path:
+                        continue
+                    if type(child) is cst.SimpleStatementLine:
+                        self._line(statements, i, inner)
+                    else:
+                        self._statement(child, inner, on_path)
+
+    def _line(self, statements: Sequence[cst.BaseStatement], i: int, indent: str) -> None:
+        """Places ``statements[i]``, a statement line. A line whose text occurs more than once (the same dropout in
+        two attention blocks) is looked up with the statement before it, then also the one after it."""
+        line = statements[i]
+        assert type(line) is cst.SimpleStatementLine
+        if len(line.body) != 1 or isinstance(line.body[0].semicolon, cst.Semicolon):
+            return  # a small statement's range ends before its semicolon: placed by counting
+        small = line.body[0]
+        state = self._state(indent)
+        for empty in line.leading_lines:
+            empty._codegen(state)
+        leading = "".join(state.tokens)
+        state.tokens.clear()
+        state.add_indent_tokens()
+        small._codegen(state)
+        code = "".join(state.tokens)[len(indent) :]
+        line.trailing_whitespace._codegen(state)
+        core = "".join(state.tokens)
+        # The line starts after the last one placed; with the statement before it, the text starts before that.
+        encoding, hi = self.module.encoding, self.end
+        prefix = ""
+        hits, at = _line_starts(self.source, core.encode(encoding), self.offset + 1, hi)
+        if hits > 1 and i > 0:
+            prefix = self._render(statements[i - 1], indent) + leading
+            hits, at = _line_starts(self.source, (prefix + core).encode(encoding), self.start, hi)
+        if hits > 1 and i + 1 < len(statements):
+            suffix = self._render(statements[i + 1], indent)
+            lo = self.start if prefix else self.offset + 1
+            hits, at = _line_starts(self.source, (prefix + core + suffix).encode(encoding), lo, hi)
+        if hits != 1:
+            return
+        at += len(prefix.encode(encoding))
+        first = self.line + self.source.count(b"\n", self.offset, at)
+        self.line, self.offset = first, at  # statements come in source order: the next count starts here
+        breaks = code.count("\n")
+        end_column = len(code) - code.rfind("\n") - 1 if breaks else len(indent) + len(code)
+        self.positions[line] = self.positions[small] = CodeRange(
+            CodePosition(first, len(indent)), CodePosition(first + breaks, end_column)
+        )
+
+    def _state(self, indent: str) -> CodegenState:
+        state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
+        state.indent_tokens.append(indent)  # continuation lines and comment lines repeat the block's indentation
+        return state
+
+    def _render(self, stmt: cst.CSTNode, indent: str) -> str:
+        """A statement's code where it stands in a block indented by `indent`, its leading lines included."""
+        state = self._state(indent)
+        stmt._codegen(state)
+        return "".join(state.tokens)
+
+
+def _line_starts(source: bytes, needle: bytes, lo: int, hi: int) -> tuple[int, int]:
+    """How many occurrences of `needle` in `source[lo:hi]` start a line (0, 1 or 2: several), and the first one's
+    offset."""
+    hits, first = 0, -1
+    at = source.find(needle, lo, hi)
+    while at >= 0:
+        if at == 0 or source[at - 1] == 10:  # b"\n"
+            hits += 1
+            if hits == 2:
+                break
+            first = at
+        at = source.find(needle, at + 1, hi)
+    return hits, first
 
 
 # Every line starting a top-level `class` or `def` header, with the name: one scan of the source serves every top.
@@ -252,12 +375,13 @@ class _HeaderLines:
 
     def __init__(self, source: bytes) -> None:
         self.source = source
-        self.lines: Optional[dict[tuple[bool, bytes], list[int]]] = None
+        self.lines: Optional[dict[tuple[bool, bytes], list[tuple[int, int]]]] = None  # (line, offset) per header
         self.offsets: Optional[list[int]] = None
 
-    def line(self, top: cst.CSTNode) -> Optional[int]:
+    def header(self, top: cst.CSTNode) -> Optional[tuple[int, int]]:
         """The line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
-        the start of a line (a second hit, e.g. in a docstring, means the newline count decides)."""
+        the start of a line (a second hit, e.g. in a docstring, means the newline count decides), and the offset
+        where that line starts."""
         if not isinstance(top, _DEFINITIONS):
             return None
         after_keyword = top.whitespace_after_class if isinstance(top, cst.ClassDef) else top.whitespace_after_def
@@ -269,7 +393,7 @@ class _HeaderLines:
             for hit in _TOP_HEADER.finditer(self.source):
                 line += self.source.count(b"\n", offset, hit.start())
                 offset = hit.start()
-                self.lines.setdefault((hit.group(1) is not None, hit.group(2)), []).append(line)
+                self.lines.setdefault((hit.group(1) is not None, hit.group(2)), []).append((line, offset))
         hits = self.lines.get((isinstance(top, cst.ClassDef), top.name.value.encode()), [])
         return hits[0] if len(hits) == 1 else None
 

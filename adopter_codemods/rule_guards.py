@@ -277,6 +277,10 @@ def qkv_distinct_layers(match: Match, placement: Placement) -> Union[bool, Refus
     return True
 
 
+# Where refusals are not listed, a class binding fewer than three Linears is not walked for ADP009 (`matcher`).
+qkv_distinct_layers.distinct_layers = True  # type: ignore[attr-defined]
+
+
 @guard
 def qkv_outputs_not_modified_in_place(match: Match, placement: Placement) -> Union[bool, Refused]:
     """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view

@@ -106,6 +106,21 @@ def rotate_every_two(x):
 _TEMPLATE_TABLE = ImportTable(names={"torch": "torch"})
 
 
+@functools.lru_cache(maxsize=None)
+def _rotation_attributes() -> tuple[frozenset[str], ...]:
+    """The attribute names of each rotation template: `canonical` renames variables, never attributes."""
+    return tuple(
+        frozenset(n.attr for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Attribute))
+        for t in (*ROTATE_HALF_TEMPLATES, *ROTATE_EVERY_TWO_TEMPLATES)
+    )
+
+
+def _names_template_attributes(fn: cst.FunctionDef) -> bool:
+    """Whether the function reads every attribute some rotation template reads (a necessary condition of a match)."""
+    attributes = {n.attr.value for n in cstwalk.walk(fn) if type(n) is cst.Attribute}  # type: ignore[attr-defined]
+    return any(needed <= attributes for needed in _rotation_attributes())
+
+
 # ------------------------------------------------------------------------------------------ the file's AST
 
 
@@ -147,8 +162,14 @@ class _ParsedModule:
             self._rotations = set()
             templates = {_template_dumps(t)[1] for t in (*ROTATE_HALF_TEMPLATES, *ROTATE_EVERY_TWO_TEMPLATES)}
             for name, found in self.defs.items():
-                # The templates are three or four statements (a docstring may precede them).
-                if isinstance(found[0], cst.FunctionDef) and len(found) == 1 and len(_suite_body(found[0])) <= 5:
+                # The templates are three or four statements (a docstring may precede them), and name the same
+                # attributes as a match (`torch.cat`, `x.shape`): rendering and parsing the other functions is spared.
+                if (
+                    isinstance(found[0], cst.FunctionDef)
+                    and len(found) == 1
+                    and len(_suite_body(found[0])) <= 5
+                    and _names_template_attributes(found[0])
+                ):
                     fn = self.definition(name, cst.FunctionDef)
                     if isinstance(fn, ast.FunctionDef) and canonical(fn, self.table) in templates:
                         self._rotations.add(name)

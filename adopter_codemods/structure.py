@@ -206,6 +206,8 @@ class ClassStructure:
     module: Optional[cst.Module] = field(default=None, repr=False)
     # Resolves the module's imported classes in other files (ADP001-003 judge an imported attention class).
     resolver: Optional[BaseResolver] = field(default=None, repr=False)
+    # The answers of the guards' cheap tests, by guard name (`matcher._guards_may_match`).
+    guard_may_match: dict[str, bool] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
     def bound_types(self) -> tuple[frozenset[str], frozenset[str]]:

@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from adopter_codemods import cstwalk
-from adopter_codemods.positions import count_newlines, definition_lines, statement_positions
+from adopter_codemods.positions import _Placer, count_newlines, definition_lines, statement_positions
 from test_cstwalk import EVERY_SYNTAX
 
 ODD = (
@@ -75,15 +75,49 @@ def _assert_same(module: cst.Module, source: bytes) -> None:
             assert id(stmt) in skipped or one[stmt] == full[stmt], module.code_for_node(stmt)[:60]
 
 
+# Statement lines whose text occurs more than once in their class: the same two lines in two blocks (told apart by
+# the line before them, or only by the line after), a copy in a docstring, a semicolon line, continuation lines.
+REPEATED = (
+    "class Layer:\n"
+    '    """Use as:\n\n        h = self.drop(h)\n    """\n\n'
+    "    def forward(self, x, h):\n"
+    "        h = self.attn(h)\n        h = self.drop(h)\n        h = x + h\n"
+    "        h = self.cross(h)\n        h = self.drop(h)\n        h = x + h\n"
+    "        if x:\n            h = self.drop(h)\n            a = 1\n"
+    "        if x:\n            h = self.drop(h)\n            a = 2\n"
+    "        y = 1; z = (h +\n             y)  # trailing\n"
+    "        return self.out(\n            h,\n        )\n"
+)
+
+
 @pytest.mark.parametrize(
     "text",
-    [EVERY_SYNTAX, ODD, ODD.replace("\n", "\r\n"), "\ufeff" + ODD, METHODS, METHODS.replace("\n", "\r\n")],
-    ids=["syntax", "odd", "crlf", "bom", "methods", "methods-crlf"],
+    [
+        EVERY_SYNTAX, ODD, ODD.replace("\n", "\r\n"), "\ufeff" + ODD, METHODS, METHODS.replace("\n", "\r\n"), REPEATED,
+        "# -*- coding: latin-1 -*-\n" + REPEATED, REPEATED.replace("\n", "\r"),
+    ],
+    ids=["syntax", "odd", "crlf", "bom", "methods", "methods-crlf", "repeated", "latin-1", "cr"],
 )
 def test_same_as_position_provider(text: str) -> None:
     module = cst.parse_module(text)
     _assert_same(module, text.encode("utf-8"))
-    assert count_newlines(module) == module.code.count("\n")
+    if "\r" not in text.replace("\r\n", ""):  # LibCST drops the last lone carriage return from `module.code`
+        assert count_newlines(module) == module.code.count("\n")
+
+
+def test_statement_lines_are_found_by_their_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Statement lines of one small statement are looked up in the source, however often their text repeats in the
+    class: nothing is counted or rendered with positions. Others (the semicolon line) still are."""
+    module = cst.parse_module(REPEATED)
+    lines = [n for n in cstwalk.walk(module) if isinstance(n, cst.SimpleStatementLine)]
+    full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    rendered: list[cst.CSTNode] = []
+    monkeypatch.setattr(_Placer, "render", lambda self, stmt, first, indent: rendered.append(stmt))
+    found = statement_positions(module, module.body, lines, REPEATED.encode())
+    semicolon = [line for line in lines if len(line.body) > 1]
+    assert rendered == semicolon
+    placed = [node for line in lines if line not in semicolon for node in (line, line.body[0])]
+    assert {node: full[node] for node in placed} == {node: found[node] for node in placed}
 
 
 def _corpus_sample() -> list[Path]:

@@ -78,7 +78,7 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     """Self references and rebinding stores of one class; adds to `foreign` every attribute name read on an
     object other than `self` or an imported module (`self.embeddings.dropout`: maybe another class's layer)."""
     scan = _Scan()
-    for node in cstwalk.walk(root):
+    for node in cstwalk.walk(root, prune=cstwalk.LEAVES):
         kind = type(node)
         if kind not in _SCANNED:
             continue  # most nodes (names, arguments, literals): one set look-up
