@@ -23,6 +23,8 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
+from . import unvalidated_parse
+
 # Directory names never walked into: VCS metadata, virtual environments, build output, installed packages.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".git",
@@ -220,9 +222,10 @@ def _line_of_offset(data: bytes, offset: int) -> int:
 def parse(source: Union[str, bytes], path: str) -> cst.Module:
     """The one way the engine's front-ends parse: the crash screen of :func:`ensure_parser_survives` (raises
     :class:`SourceError`), then LibCST (raises ``libcst.ParserSyntaxError``). Bytes are decoded as a file's content
-    (PEP 263 cookie or BOM, kept for ``module.bytes``), str taken as text."""
+    (PEP 263 cookie or BOM, kept for ``module.bytes``), str taken as text. The parser's nodes are not validated
+    again (:mod:`.unvalidated_parse`)."""
     ensure_parser_survives(path, source.encode("utf-8") if isinstance(source, str) else source)
-    return cst.parse_module(source)
+    return unvalidated_parse.parse_module(source)
 
 
 # The modules being analysed (engine.analyse, each round of engine.rewrite_module), innermost last.
