@@ -1305,11 +1305,9 @@ def _binds_distinct_layers(rule: Rule, cls: ClassStructure) -> bool:
     if not any(getattr(guard_registry.get(name), "distinct_layers", False) for name in rule.guards):
         return True
     needs = _needs_of(rule)
-    bindings = [e for bs in cls.init_bindings.values() for b in bs for e in (b, *b.elements)]
-    bindings += [e for c in cls.containers for e in c.elements]
     attrs = {
         b.attr
-        for b in bindings
+        for b in cls.layer_bindings
         if any((b.qualname and _any_matches(types, frozenset((b.qualname,)))) or _may_be(b.layer_type, types, rule)
                for types in needs.layer_types)
     }

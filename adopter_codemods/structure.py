@@ -210,12 +210,17 @@ class ClassStructure:
     guard_may_match: dict[str, bool] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
-    def bound_types(self) -> tuple[frozenset[str], frozenset[str]]:
-        """The qualified names of the layer types the class binds (``__init__`` bindings, their elements and the
-        containers' elements): the certain ones; and with the candidates of the possible ones too. Computed on
-        first use (`matcher.may_match` asks once per rule variant), after the bindings are read."""
+    def layer_bindings(self) -> tuple[LayerBinding, ...]:
+        """Every layer the class binds: ``__init__`` bindings, their elements and the containers' elements. Computed
+        on first use, after the bindings are read."""
         bindings = [e for bs in self.init_bindings.values() for b in bs for e in (b, *b.elements)]
-        bindings += [e for c in self.containers for e in c.elements]
+        return (*bindings, *(e for c in self.containers for e in c.elements))
+
+    @functools.cached_property
+    def bound_types(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The qualified names of the layer types the class binds (`layer_bindings`): the certain ones; and with the
+        candidates of the possible ones too (`matcher.may_match` asks once per rule variant)."""
+        bindings = self.layer_bindings
         certain = frozenset(e.qualname for e in bindings if e.qualname)
         candidates = (q for e in bindings if e.layer_type.certainty == POSSIBLE for q in e.layer_type.candidates)
         return certain, certain.union(candidates)
