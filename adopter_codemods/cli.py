@@ -148,8 +148,7 @@ def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
         diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
         if write:
             atomic_write(path, outcome.module.bytes)  # the file's own encoding and newlines
-        codes = tuple(sorted({f.match.rule.code for f in outcome.applied}))
-        return _Rewritten(path, True, codes, diff, skipped=skipped)
+        return _Rewritten(path, True, outcome.codes, diff, skipped=skipped)
     except SourceError as exc:
         return _Rewritten(path, error=exc.error)
     except OSError as exc:

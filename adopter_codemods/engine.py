@@ -348,6 +348,7 @@ class RewriteOutcome:
     module: cst.Module
     applied: list[PlacedMatch]  # first-round matches (positions refer to the input module)
     rounds: int
+    codes: tuple[str, ...] = ()  # every rule applied, in any round (sorted): a later round's rule has no positions
 
 
 @collector_paused
@@ -362,6 +363,7 @@ def rewrite_module(
     ``find_all(structure, rules)`` when the caller already has it (it is the first round's). `path`: the module's
     file, for the structures of later rounds (see :func:`~adopter_codemods.provider.build_module_structure`)."""
     first: list[PlacedMatch] = []
+    codes: set[str] = set()
     rounds = 0
     while rounds < MAX_ROUNDS:
         if structure is None:
@@ -376,10 +378,11 @@ def rewrite_module(
             break
         if rounds == 0:
             first = chosen
+        codes.update(m.match.rule.code for m in chosen)
         module = apply_plan(module, merge_plans(plans))
         structure = None
         rounds += 1
-    return RewriteOutcome(module, first, rounds)
+    return RewriteOutcome(module, first, rounds, tuple(sorted(codes)))
 
 
 @dataclass

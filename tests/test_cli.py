@@ -352,6 +352,32 @@ def test_rewrite_diff_and_check_write_nothing(project: Path, capsys: pytest.Capt
     assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
 
 
+ATTENTION_SOURCE = """\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, q, k, v):
+        attn = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)
+        attn = self.drop(attn)
+        return attn @ v
+"""
+
+
+def test_rewrite_names_the_rules_of_every_round(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # ADP004 (the softmax) and ADP010 (the whole attention) overlap: ADP004 is applied first, ADP010 in the next
+    # round over its output. The line names both, although only the first round's findings have positions.
+    (project / "src" / "model.py").write_text(ATTENTION_SOURCE, encoding="utf-8")
+    status, _, err = run(capsys, "rewrite", "src/model.py")
+    assert status == 0 and "rewrote src/model.py (ADP004, ADP010)" in err
+    assert "attention_core(" in (project / "src" / "model.py").read_text(encoding="utf-8")
+
+
 def test_rewrite_reports_bad_files_and_rewrites_the_others(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (project / "src" / "broken.py").write_text("x = 1\ndef f(:\n", encoding="utf-8")
     status, _, err = run(capsys, "rewrite", "src", "-j", "2")
