@@ -1180,7 +1180,8 @@ def _variant_matches(
         if rule.init is None or len(rule.init.source) != 1 or not _guards_may_match(rule, cls):
             return []
         return _find_init_only(rule, cls, refused)
-    if not may_match(rule, cls):
+    walker = rule if refused is None else _admitting_possible_types(rule)
+    if not may_match(walker, cls):
         return []
     if refused is None and not _binds_distinct_layers(rule, cls):
         return []  # its structural matches would all be refused: nothing to find, and no refusal is listed
@@ -1188,7 +1189,7 @@ def _variant_matches(
         return []
     found: list[PlacedMatch] = []
     for graph in [*cls.graphs, *cls.container_graphs]:
-        for nodes, env in flow_checks.subsequences(rule.forward.source, graph, rule):
+        for nodes, env in flow_checks.subsequences(rule.forward.source, graph, walker):
             real = tuple(n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard))
             match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
@@ -1222,6 +1223,22 @@ def _variant_matches(
             if reason is not None and refused is not None:
                 refused.append((match, placement, reason))
     return found
+
+
+_WALKERS: dict[int, tuple[Rule, Rule]] = {}  # by id, as `_NEEDS`
+
+
+def _admitting_possible_types(rule: Rule) -> Rule:
+    """The rule the structural walk uses when refusals are listed: one whose walk lets a layer of an only possible
+    type through (``self.norm = norm_layer(d)``, ``norm_layer=nn.LayerNorm``). The walk of `rule` itself passes such
+    a site by in silence; `_match_init`, which judges with `rule`, then refuses it in words. The walk only admits
+    more candidates, so the matches it accepts are the same."""
+    if rule.uncertain:
+        return rule
+    entry = _WALKERS.get(id(rule))
+    if entry is None:
+        entry = _WALKERS[id(rule)] = (rule, dataclasses.replace(rule, uncertain="guarded"))
+    return entry[1]
 
 
 def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Placement, Reason]:
