@@ -11,9 +11,11 @@ class whose forward it proved to be exactly the RMSNorm of ``cast``:
 * ``"gemma"`` (GemmaRMSNorm): ``x.float()`` normalised, times ``(1.0 + weight.float())``, cast back to ``x``'s type.
 
 Reference path: exactly those expressions, in that casting order (the oracle in tests). Triton path (CUDA, or
-forced): one row kernel in float32 when no gradient is needed (inference), the input is float16/bfloat16/float32 and
-the weight has the input's dtype (then the three casting orders reduce to the two the kernel implements). Training
-takes the reference path. Dispatch: kernel ``rms_norm`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU).
+forced): a row kernel computing in float32 and, in training, a backward kernel giving the grads of ``x`` and the
+weight (``triton_kernels.rms_norm``), when the input is float16/bfloat16/float32 and the weight has the input's dtype
+(then the three casting orders reduce to the two the kernels implement) and a row has at most ``MAX_N`` (16384)
+elements. Dispatch: kernel ``rms_norm`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU), for inference
+and training alike.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ RMS_NORM_CASTS = ("llama", "t5", "gemma")
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 Eps = Union[float, torch.Tensor]
 
-register_kernel("rms_norm", TRITON, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton row kernel (inference)")
+register_kernel("rms_norm", TRITON, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton forward + backward")
 
 
 def _llama(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
@@ -71,7 +73,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama
     reference = _REFERENCE[cast]
     if (
         isinstance(eps, (int, float))
-        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
         and x.dtype in _TRITON_DTYPES
         and weight.dtype == x.dtype
         and weight.dim() == 1
@@ -80,9 +81,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama
         and x.numel() > 0
         and select("rms_norm", x, weight) == "triton"
     ):
-        from .triton_kernels.rms_norm import rms_norm_forward
+        from .triton_kernels.rms_norm import MAX_N
+        from .triton_kernels.rms_norm import rms_norm as fused
 
-        return rms_norm_forward(x, weight, float(eps), gemma=cast == "gemma")
+        if x.shape[-1] <= MAX_N:
+            return fused(x, weight, float(eps), gemma=cast == "gemma")
     return reference(x, weight, eps)
 
 

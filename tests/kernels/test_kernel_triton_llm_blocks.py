@@ -1,5 +1,5 @@
-"""ADP011-ADP013 Triton kernels (RMSNorm forward, gated act*mul, rotary) run through Triton's CPU interpreter (or on
-CUDA), plus a compile check of every kernel variant for an H100 target in a fresh process.
+"""ADP011-ADP013 Triton kernels (RMSNorm forward and backward, gated act*mul, rotary) run through Triton's CPU
+interpreter (or on CUDA), plus a compile check of every kernel variant for an H100 target in a fresh process.
 
 As in ``test_kernel_triton.py``: the interpreter must be switched on before the process first imports triton; when
 triton was imported earlier without it, the interpreted tests skip (run this file on its own).
@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -57,37 +57,137 @@ def _randn(*shape: int, dtype: torch.dtype = torch.float32, requires_grad: bool 
 # --- ADP011 RMSNorm -----------------------------------------------------------------------------------------
 
 
+class _Launches:
+    """Stands in for a Triton kernel (``kernel[grid](...)``): records each launch's keyword arguments (the
+    constexpr flags), then launches the real kernel."""
+
+    def __init__(self, kernel: object) -> None:
+        self.kernel = kernel
+        self.flags: List[Dict[str, object]] = []
+
+    def __getitem__(self, grid: object) -> Callable[..., object]:
+        launch = self.kernel[grid]  # type: ignore[index]
+
+        def run(*args: object, **kwargs: object) -> object:
+            self.flags.append(kwargs)
+            return launch(*args, **kwargs)
+
+        return run
+
+
+@pytest.fixture
+def rms_launches(monkeypatch: pytest.MonkeyPatch) -> Dict[str, _Launches]:
+    from adopter_kernels.triton_kernels import rms_norm as kernel
+
+    counters = {name: _Launches(getattr(kernel, name)) for name in ("_rms_norm_fwd", "_rms_norm_bwd")}
+    for name, counter in counters.items():
+        monkeypatch.setattr(kernel, name, counter)
+    return counters
+
+
+def _rms_grads(
+    x: torch.Tensor, w: torch.Tensor, cast: str, dy: torch.Tensor, fused: bool
+) -> Tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(output, grad of ``x``, grad of ``w``) of ``ak.rms_norm`` (or the reference); ``None`` for one that does not
+    require grad."""
+    from adopter_kernels.rms_norm import _REFERENCE
+
+    y = ak.rms_norm(x, w, 1e-6, cast) if fused else _REFERENCE[cast](x, w, 1e-6)
+    wanted = [t for t in (x, w) if t.requires_grad]
+    grads = iter(torch.autograd.grad(y, wanted, dy))
+    return y, next(grads) if x.requires_grad else None, next(grads) if w.requires_grad else None
+
+
+def _assert_rms_grads_match(
+    x: torch.Tensor, w: torch.Tensor, cast: str, dy: torch.Tensor, launches: Dict[str, _Launches]
+) -> None:
+    with ak.use_backend("triton"):
+        y, gx, gw = _rms_grads(x, w, cast, dy, fused=True)
+    assert y.grad_fn is not None and y.grad_fn.name().startswith("_RMSNorm")
+    ref, gx_ref, gw_ref = _rms_grads(x, w, cast, dy, fused=False)
+    # Half precision: the reference rounds after each op (dy * w, each product of the weight's grad before the sum,
+    # the two terms of x's grad), the kernels keep float32 until one final rounding: an ulp or two apart (_tol).
+    tol = _tol(x.dtype)
+    assert y.dtype == ref.dtype and y.shape == ref.shape
+    torch.testing.assert_close(y.float(), ref.float(), **tol)
+    for got, want in ((gx, gx_ref), (gw, gw_ref)):
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got.float(), want.float(), **tol)
+    assert [f["STORE_RSTD"] for f in launches["_rms_norm_fwd"].flags] == [True]
+    assert [(f["HAS_DX"], f["HAS_DW"]) for f in launches["_rms_norm_bwd"].flags] == [
+        (x.requires_grad, w.requires_grad)
+    ]
+
+
 @pytest.mark.parametrize("cast", ["llama", "t5", "gemma"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_rms_norm_kernel_matches_reference(
-    forced: None, monkeypatch: pytest.MonkeyPatch, cast: str, dtype: torch.dtype
+    forced: None, rms_launches: Dict[str, _Launches], cast: str, dtype: torch.dtype
+) -> None:
+    from adopter_kernels.rms_norm import _REFERENCE
+
+    x, w = _randn(3, 5, 24, dtype=dtype) * 2, _randn(24, dtype=dtype, requires_grad=True)
+    with torch.no_grad():  # inference with a trainable weight: nothing recorded, no rstd kept
+        y = ak.rms_norm(x, w, 1e-6, cast)
+        ref = _REFERENCE[cast](x, w, 1e-6)
+    assert [f["STORE_RSTD"] for f in rms_launches["_rms_norm_fwd"].flags] == [False]
+    assert y.grad_fn is None and not rms_launches["_rms_norm_bwd"].flags
+    assert y.dtype == ref.dtype and y.shape == ref.shape
+    torch.testing.assert_close(y.float(), ref.float(), **_tol(dtype))
+
+
+@pytest.mark.parametrize("cast", ["llama", "t5", "gemma"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rms_norm_kernel_training_matches_reference_autograd(
+    forced: None, rms_launches: Dict[str, _Launches], cast: str, dtype: torch.dtype
+) -> None:
+    # 15 rows: on CPU the backward's 4 programs take chunks of 4 rows, the last one short.
+    x, w = _randn(3, 5, 24, dtype=dtype, requires_grad=True) * 2, _randn(24, dtype=dtype, requires_grad=True)
+    _assert_rms_grads_match(x, w, cast, _randn(3, 5, 24, dtype=dtype), rms_launches)
+
+
+@pytest.mark.parametrize("cast", ["llama", "gemma"])
+def test_rms_norm_kernel_row_wider_than_a_warp_and_odd(
+    forced: None, rms_launches: Dict[str, _Launches], cast: str
+) -> None:
+    x, w = _randn(10, 37, requires_grad=True), _randn(37, requires_grad=True)
+    _assert_rms_grads_match(x, w, cast, _randn(10, 37), rms_launches)
+
+
+def test_rms_norm_kernel_non_contiguous_3d_input_and_grad(forced: None, rms_launches: Dict[str, _Launches]) -> None:
+    x = _randn(5, 3, 24, requires_grad=True).transpose(0, 1)  # [3, 5, 24], a view of [5, 3, 24]
+    dy = _randn(24, 5, 3).permute(2, 1, 0)  # a non-contiguous incoming gradient
+    assert not x.is_contiguous() and not dy.is_contiguous()
+    _assert_rms_grads_match(x, _randn(24, requires_grad=True), "llama", dy, rms_launches)
+
+
+def test_rms_norm_row_wider_than_the_kernel_takes_reference(
+    forced: None, rms_launches: Dict[str, _Launches], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from adopter_kernels.rms_norm import _REFERENCE
     from adopter_kernels.triton_kernels import rms_norm as kernel
 
-    launched = []
-    original = kernel.rms_norm_forward
-    monkeypatch.setattr(kernel, "rms_norm_forward", lambda *a, **k: launched.append(1) or original(*a, **k))
-    x, w = _randn(3, 5, 24, dtype=dtype) * 2, _randn(24, dtype=dtype)
-    with torch.no_grad():
-        y = ak.rms_norm(x, w, 1e-6, cast)
-    assert launched == [1]
-    ref = _REFERENCE[cast](x, w, 1e-6)
-    assert y.dtype == ref.dtype and y.shape == ref.shape
-    torch.testing.assert_close(y.float(), ref.float(), **_tol(dtype))
-    if dtype == torch.float32:
-        # The reference path takes over when a gradient is needed: same function, so a wrong dispatch shows here.
-        wg = w.clone().requires_grad_(True)
-        torch.testing.assert_close(ak.rms_norm(x, wg, 1e-6, cast), ref)
-        assert ak.rms_norm(x, wg, 1e-6, cast).grad_fn is not None
+    monkeypatch.setattr(kernel, "MAX_N", 16)  # a row of 24 is then too wide for registers
+    x, w = _randn(4, 24, requires_grad=True), _randn(24, requires_grad=True)
+    y = ak.rms_norm(x, w, 1e-6, "llama")
+    assert not rms_launches["_rms_norm_fwd"].flags
+    torch.testing.assert_close(y, _REFERENCE["llama"](x, w, 1e-6), rtol=0, atol=0)
 
 
-def test_rms_norm_kernel_row_wider_than_a_warp_and_odd(forced: None) -> None:
-    from adopter_kernels.rms_norm import _REFERENCE
+@pytest.mark.parametrize("cast", ["llama", "gemma"])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_rms_norm_kernel_only_x_or_only_weight_requires_grad(
+    forced: None, rms_launches: Dict[str, _Launches], cast: str, x_grad: bool
+) -> None:
+    x, w = _randn(6, 24, requires_grad=x_grad), _randn(24, requires_grad=not x_grad)
+    _assert_rms_grads_match(x, w, cast, _randn(6, 24), rms_launches)
 
-    x, w = _randn(4, 37), _randn(37)
-    with torch.no_grad():
-        torch.testing.assert_close(ak.rms_norm(x, w, 1e-5, "llama"), _REFERENCE["llama"](x, w, 1e-5), **_tol(x.dtype))
+
+def test_rms_norm_training_on_cuda_selects_triton() -> None:
+    selects = ak.backends()["rms_norm"]["auto_selects"]
+    assert selects["cuda float32 train"] == selects["cuda bfloat16 train"] == "triton"  # type: ignore[index]
 
 
 # --- ADP012 gated act * mul -----------------------------------------------------------------------------------
@@ -196,7 +296,13 @@ def build(fn, sig, consts):
 
 for dt in ("*fp16", "*bf16", "*fp32"):
     for gemma in (True, False):
-        build(R._rms_norm_fwd, {"X": dt, "W": dt, "Y": dt, "n_cols": "i32", "eps": "fp32"}, {"BLOCK": 4096, "GEMMA": gemma})
+        for store_rstd in (True, False):
+            sig = {"X": dt, "W": dt, "Y": dt, "Rstd": "*fp32", "n_cols": "i32", "eps": "fp32"}
+            build(R._rms_norm_fwd, sig, {"BLOCK": 4096, "GEMMA": gemma, "STORE_RSTD": store_rstd})
+        for has_dx, has_dw in ((True, True), (True, False), (False, True)):
+            sig = {"X": dt, "W": dt, "DY": dt, "Rstd": "*fp32", "DX": dt, "DW": "*fp32", "n_rows": "i32",
+                   "n_cols": "i32", "rows_per_program": "i32"}
+            build(R._rms_norm_bwd, sig, {"BLOCK": 4096, "GEMMA": gemma, "HAS_DX": has_dx, "HAS_DW": has_dw})
     for backward in (True, False):
         for interleaved in (True, False):
             sig = {"X": dt, "C": dt, "S": dt, "Y": dt, "numel": "i64", "d1": "i32", "d2": "i32", "D": "i32"}
@@ -219,4 +325,4 @@ def test_llm_block_kernels_compile_for_sm90() -> None:
     if proc.returncode != 0 and "ImportError" in proc.stderr and "triton.compiler" in proc.stderr:
         pytest.skip("this triton version has another compiler API")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "compiled 26" in proc.stdout
+    assert "compiled 50" in proc.stdout
