@@ -8,8 +8,6 @@ in eval and training, strict checkpoint load, 1e-9).
 What does not fire in 5.x, and why (extend EXPECTED when it does):
 - ADP009 on ``BartAttention``: its key/value projections read ``key_value_states if is_cross_attention else
   hidden_states`` under a cache branch, not the query's input on every path;
-- ADP013 on LLaMA: 5.x decorates ``apply_rotary_pos_emb`` with ``@use_kernel_forward_from_hub``, a decorator that
-  may replace the function, so the engine leaves its body alone;
 - ADP006 on ``GPT2MLP``: its projections are ``Conv1D``, not ``nn.Linear``;
 - ADP003 on ``GPT2Block``: 5.x's ``GPT2Attention.forward`` does not take the drop-in's parameters, so the drop-in
   could not run its fast path (the ``attention_class_fits_drop_in`` guard refuses it).
@@ -69,6 +67,9 @@ EXPECTED: dict[str, dict[str, object]] = {
             "ADP011:LlamaModel.__init__": 1,
             "ADP009:LlamaAttention.forward": 1,  # q/k/v projections inside .view(...).transpose(1, 2) chains
             "ADP012:LlamaMLP.forward": 1,
+            # q and k; the function is marked `@use_kernel_forward_from_hub("rotary_pos_emb")`, which runs its body
+            # unless the user opts in to `kernelize()` (then the whole function is replaced, rewritten or not)
+            "ADP013:.apply_rotary_pos_emb": 2,
         },
         "layers": ["LlamaDecoderLayer"],
         "kernel_modules": ["adopter_kernels.FusedLlamaRMSNorm"],

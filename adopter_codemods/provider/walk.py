@@ -30,6 +30,15 @@ _TRANSPARENT_DECORATORS = (
     "torch.jit.ignore",  # TorchScript leaves these bodies to Python
     "torch.jit.unused",
 )
+# transformers' hub-kernel markers (`@use_kernel_forward_from_hub("rotary_pos_emb")` on `apply_rotary_pos_emb` in
+# most transformers 5.x models): the function runs its body unless the user opts in to `kernelize()`, which then
+# replaces the whole function, rewritten or not. Named by their last two components: transformers imports them
+# relatively (`from ...integrations import use_kernel_forward_from_hub`).
+_HUB_KERNEL_MARKERS = tuple(
+    f".{module}.{name}"
+    for module in ("integrations", "hub_kernels")
+    for name in ("use_kernel_forward_from_hub", "use_kernel_func_from_hub")
+)
 
 
 class _ClassWalker(_Unchainer):
@@ -108,7 +117,12 @@ class _ClassWalker(_Unchainer):
         for dec in fn.decorators:
             expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
             name = dotted_name(expr)
-            if name not in _TRANSPARENT_DECORATORS and self.table.resolve(expr) not in _TRANSPARENT_DECORATORS:
+            resolved = self.table.resolve(expr) or ""
+            if (
+                name not in _TRANSPARENT_DECORATORS
+                and resolved not in _TRANSPARENT_DECORATORS
+                and not f".{resolved}".endswith(_HUB_KERNEL_MARKERS)
+            ):
                 return False
         return not fn.asynchronous
 
