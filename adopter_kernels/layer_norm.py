@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import TRITON, register_kernel, select
+from ._dispatch import TRITON, is_plain, register_kernel, select
 
 __all__ = [
     "FusedDropoutAddLayerNorm", "dropout_add_layer_norm", "dropout_add_layer_norm_module",
@@ -160,11 +160,12 @@ def _module_kernel_arguments(
 ) -> Optional[_KernelArguments]:
     """The Triton kernel's arguments (rows of ``input`` and ``residual``, flat weight and bias, eps, the dropout
     probability in effect) when dispatch picks it and the call fits it, else None: plain ``nn.LayerNorm``/
-    ``nn.Dropout`` modules without hooks (the kernel does not call them), fitting tensors."""
-    if type(norm) is not nn.LayerNorm or norm._forward_hooks or norm._forward_pre_hooks:
+    ``nn.Dropout`` modules (nothing they compute with overridden, no hooks: the kernel does not call them; ADP005
+    passes modules of any type where the model's code only makes them possible), fitting tensors."""
+    if not is_plain(norm, nn.LayerNorm):
         return None
     if dropout is not None:
-        if type(dropout) is not nn.Dropout or dropout.inplace or dropout._forward_hooks or dropout._forward_pre_hooks:
+        if not is_plain(dropout, nn.Dropout) or dropout.inplace:
             return None
         p, training = dropout.p, dropout.training
     weight, bias = norm.weight, norm.bias

@@ -65,10 +65,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '13: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 15)',
     ],
     'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
-    'ADP005_fuse_dropout_ln/neg_possible_layer_norm.py': [
-        "16: init-mismatch: the __init__ binding of self.LayerNorm does not fit the rule: its type is only possibly "
-        "torch.nn.LayerNorm, and this rule's kernel cannot check it at run time (line 11)",
-    ],
     'ADP005_fuse_dropout_ln/neg_prenorm_call_before_if.py': [
         '20: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (only lines binding constants may stand between) (line 25)',
     ],

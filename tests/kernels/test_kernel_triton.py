@@ -281,6 +281,84 @@ def test_dropout_add_layer_norm_module_fallbacks(kernels: Dict[str, ModuleType])
     torch.testing.assert_close(y, 3 * F.layer_norm(x + r, (8,)))
 
 
+class _RMSLike(nn.Module):
+    """A norm a caller may pass as `norm_layer` where the code only makes nn.LayerNorm possible."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, n, device=DEVICE))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class _ScaledDropout(nn.Dropout):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 0.5 * super().forward(input)
+
+
+class _LoRALinear(nn.Linear):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input) + 0.25 * input.sum(-1, keepdim=True)
+
+
+def _global_forward_hook() -> object:
+    return nn.modules.module.register_module_forward_hook(lambda module, args, out: out)
+
+
+@pytest.mark.parametrize(
+    "norm, dropout, hook",
+    [
+        (lambda: _RMSLike(8), lambda: nn.Dropout(0.0), False),
+        (lambda: nn.GroupNorm(2, 8, device=DEVICE), lambda: nn.Dropout(0.0), False),
+        (lambda: nn.LayerNorm(8, device=DEVICE), lambda: _ScaledDropout(0.0), False),
+        (lambda: nn.LayerNorm(8, device=DEVICE), lambda: nn.Identity(), False),
+        (lambda: nn.LayerNorm(8, device=DEVICE), lambda: nn.Dropout(0.0), True),
+    ],
+    ids=["rms-like norm", "group norm", "dropout subclass", "identity for dropout", "global hook"],
+)
+def test_guarded_dropout_add_layer_norm_forms_compute_the_modules_given(
+    kernels: Dict[str, ModuleType], norm: object, dropout: object, hook: bool
+) -> None:
+    """ADP005 passes the model's modules to the forms that leave __init__ alone also where their types are only
+    possible (`uncertain guarded`): any module the kernel would not compute exactly is called as written."""
+    x, r = _randn(3, 8, requires_grad=True), _randn(3, 8)
+    ln, drop = norm(), dropout()  # type: ignore[operator]
+    handle = _global_forward_hook() if hook else None
+    try:
+        y = ak.dropout_add_layer_norm_module(x, r, ln, drop)
+        y2, summed = ak.dropout_add_layer_norm_residual(x, r, ln, drop)
+    finally:
+        if handle is not None:
+            handle.remove()  # type: ignore[attr-defined]
+    expected = ln(drop(x) + r)
+    for out in (y, y2):
+        assert not _ran(out, "_DropoutAddLayerNormBackward")
+        assert torch.equal(out, expected)
+    assert torch.equal(summed, drop(x) + r)
+
+
+@pytest.mark.parametrize(
+    "linear, activation",
+    [
+        (lambda: _LoRALinear(4, 4, device=DEVICE), nn.GELU()),
+        (lambda: nn.Linear(4, 4, device=DEVICE), _ScaledDropout(0.0)),
+        (lambda: nn.Conv2d(4, 4, 1, device=DEVICE), nn.GELU()),  # timm's `linear_layer` with use_conv=True
+    ],
+    ids=["linear subclass", "activation of another kind", "conv for linear"],
+)
+def test_guarded_linear_bias_activation_computes_the_modules_given(
+    kernels: Dict[str, ModuleType], linear: object, activation: nn.Module
+) -> None:
+    """ADP006 passes layers whose types are only possible (`act_layer=nn.GELU`): those the kernel would not compute
+    exactly run as written."""
+    layer = linear()  # type: ignore[operator]
+    x = _randn(2, 4, 3, 3, requires_grad=True) if isinstance(layer, nn.Conv2d) else _randn(2, 4, requires_grad=True)
+    y = ak.linear_bias_activation(x, layer, activation)
+    assert not _ran(y, "_BiasActivationBackward")
+    assert torch.equal(y, activation(layer(x)))
+
+
 def test_softmax_forms_take_the_kernel(kernels: Dict[str, ModuleType]) -> None:
     """torch.softmax and Tensor.softmax drop-ins reach the same row kernel as F.softmax's."""
     x = _randn(4, 33, requires_grad=True)
