@@ -16,6 +16,7 @@ routed to it. ``backends()`` shows, per kernel, the backends available, why not,
 |        | ``dropout_add_layer_norm_module`` (post-LN, F.dropout),    |
 |        | ``dropout_add_layer_norm_residual`` (pre-LN: also the sum) |
 | ADP006 | ``linear_bias_activation(input, linear, activation, **kw)``|
+|        | ``FusedSequential`` (Linear -> activation children)        |
 | ADP007 | ``conv_bn2d(input, conv, bn)``, ``FusedSequential``        |
 | ADP008 | ``linear_bn1d(input, linear, bn)``, ``FusedSequential``    |
 | ADP009 | ``packed_qkv_linear(input, q, k, v)``                      |

@@ -33,7 +33,9 @@ does not apply and ``linear_bn1d`` stays unfused.
 
 ``FusedSequential`` is an ``nn.Sequential`` (same constructors, children, indexing and state-dict keys)
 whose forward routes adjacent Conv2d→BatchNorm2d and Linear→BatchNorm1d children through these ops (which
-check the modules again) and calls every other child as ``nn.Sequential.forward`` does.
+check the modules again), a Linear followed by an activation the bias+activation kernel recognises through
+``linear_bias_activation`` (ADP006: ``nn.Sequential(nn.Linear(d, h), nn.GELU(), ...)`` MLPs; it checks the Linear
+again and computes ``act(linear(x))`` otherwise), and calls every other child as ``nn.Sequential.forward`` does.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
+from .activation import classify_activation, linear_bias_activation
 from ._dispatch import Backend, is_plain, register_kernel, select, unobserved
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
@@ -226,7 +229,8 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.
 
 
 class FusedSequential(nn.Sequential):
-    """``nn.Sequential`` that runs Conv2d→BatchNorm2d and Linear→BatchNorm1d pairs fused (see module doc)."""
+    """``nn.Sequential`` that runs Conv2d→BatchNorm2d and Linear→BatchNorm1d pairs fused (see module doc), and
+    Linear→activation pairs through ``linear_bias_activation`` (ADP006)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         modules = list(self._modules.values())
@@ -238,6 +242,14 @@ class FusedSequential(nn.Sequential):
                 i += 2
             elif isinstance(module, nn.Linear) and isinstance(following, nn.BatchNorm1d):
                 input = linear_bn1d(input, module, following)
+                i += 2
+            elif (
+                isinstance(module, nn.Linear)
+                and isinstance(following, nn.Module)
+                and isinstance(input, torch.Tensor)  # symbolic tracing records the two children's calls
+                and classify_activation(following) is not None
+            ):
+                input = linear_bias_activation(input, module, following)
                 i += 2
             else:
                 input = module(input)

@@ -359,6 +359,23 @@ def test_guarded_linear_bias_activation_computes_the_modules_given(
     assert torch.equal(y, activation(layer(x)))
 
 
+def test_fused_sequential_routes_linear_activation_pairs(kernels: Dict[str, ModuleType]) -> None:
+    """ADP006 in nn.Sequential: a Linear followed by a recognised activation goes through the bias+activation
+    kernel; symbolic tracing still records the two children as modules (create_feature_extractor's node names)."""
+    torch.manual_seed(0)
+    children = [nn.LayerNorm(8), nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.0), nn.Linear(16, 8), nn.ReLU()]
+    fused, plain = ak.FusedSequential(*children).to(DEVICE), nn.Sequential(*children).to(DEVICE)
+    x = _randn(3, 8, requires_grad=True)
+    y, y_ref = fused(x), plain(x)
+    assert _ran(y, "_BiasActivationBackward")
+    torch.testing.assert_close(y, y_ref, **_tol(torch.float32))
+    for a, b in zip(torch.autograd.grad(y.sum(), [x, *fused.parameters()]),
+                    torch.autograd.grad(y_ref.sum(), [x, *plain.parameters()])):
+        torch.testing.assert_close(a, b, **_tol(torch.float32))
+    traced = torch.fx.symbolic_trace(fused)
+    assert [n.target for n in traced.graph.nodes if n.op == "call_module"] == ["0", "1", "2", "3", "4", "5"]
+
+
 def test_softmax_forms_take_the_kernel(kernels: Dict[str, ModuleType]) -> None:
     """torch.softmax and Tensor.softmax drop-ins reach the same row kernel as F.softmax's."""
     x = _randn(4, 33, requires_grad=True)
