@@ -30,7 +30,8 @@ pattern does not name). An ``init:`` section without ``=>`` only constrains the 
 unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``. The header
 ``fallback original`` lets a match whose intermediates are read under simple conditions keep the code as written
 there (matcher's plan "fallback", docs/ENGINE.md). The header ``uncertain guarded`` lets layers whose type is only
-possible or unknown (``norm_layer(planes)``) match, for a target that checks its modules at run time.
+possible or unknown (``norm_layer(planes)``) match, for a target that checks its modules at run time (its
+``__init__`` constants are then taken on trust where the code does not settle them: ``bias=bias[0]``, ``**dd``).
 
 One rule may hold several variants of its pattern (the same fusion written in different source forms), each
 introduced by a ``variant "label"`` line and holding its own ``init:``/``forward:`` sections; the header is

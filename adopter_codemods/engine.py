@@ -280,7 +280,10 @@ def select_compatible(matches: Sequence[PlacedMatch]) -> tuple[list[EditPlan], l
 
     Matches that edit the same ``__init__`` statement (two arms of an ``if`` sharing a Dropout and a LayerNorm)
     form a group applied all at once or not at all: applying half of it would delete a layer the other half still
-    calls. A group is deferred to a later round when its forward edits overlap edits already chosen.
+    calls. A group is deferred to a later round when its forward edits overlap edits already chosen. A match whose
+    calls are a strict part of another match's (ADP004's softmax inside ADP010's attention, ADP006's gate and
+    activation inside ADP012's gated MLP) comes after it: the larger fusion is applied, and the smaller one, its
+    calls gone, no longer matches in the next round.
     """
     planned: list[tuple[PlacedMatch, EditPlan]] = []
     for m in matches:
@@ -296,7 +299,10 @@ def select_compatible(matches: Sequence[PlacedMatch]) -> tuple[list[EditPlan], l
             merged = g + merged
             groups.remove(g)
         groups.append(merged)
-    groups.sort(key=lambda g: min(planned.index(i) for i in g))
+    keys = [m.match.key() for m, _ in planned]
+    inside = [bool(k) and any(k < other for other in keys) for k in keys]  # strictly part of another match
+    position = {id(item): n for n, item in enumerate(planned)}
+    groups.sort(key=lambda g: (all(inside[position[id(i)]] for i in g), min(position[id(i)] for i in g)))
     plans: list[EditPlan] = []
     chosen: list[PlacedMatch] = []
     touched: set[int] = set()

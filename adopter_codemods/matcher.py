@@ -245,6 +245,30 @@ def _literal(text: str) -> object:
         return text
 
 
+def _is_literal(text: str) -> bool:
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return True
+
+
+def _literal_mismatch(pattern: CallNode, binding: LayerBinding) -> Optional[str]:
+    """Where a direct call's arguments are not all known (``nn.Linear(a, b, bias=False, **dd)``): a keyword it does
+    write as a literal that differs from the pattern's constant, in words; None if there is none."""
+    if not binding.direct:
+        return None  # a factory's own parameters may mean something else
+    written = {a.keyword.value: a for a in binding.args if a.keyword is not None and not a.star}
+    for name, atom in pattern.args.keywords:
+        arg = written.get(name)
+        if arg is None or not isinstance(atom, Const):
+            continue
+        text = cst.Module([]).code_for_node(arg.value)
+        if _is_literal(text) and _literal(text) != atom.value:
+            return f"{name}={text}, where the rule needs {name}={atom.value!r}"
+    return None
+
+
 def value_text(value: Value) -> str:
     if value.kind == "expr":
         return cst.Module([]).code_for_node(value.expr)
@@ -483,6 +507,7 @@ def _match_init_node(
     why: Optional[list[str]] = None,
     uncertain: bool = False,
     rest_free: bool = False,
+    unknown: Optional[list[str]] = None,
 ) -> Optional[dict[str, Binding]]:
     """The bindings of an ``init`` pattern node matched against a layer binding; None if it does not fit, and then,
     given a `why` list, what does not fit in words appended to it (only then: most bindings do not fit).
@@ -490,7 +515,9 @@ def _match_init_node(
     unknown type never does (nothing in the code names the pattern's type: every Linear followed by some
     caller-supplied activation would match). `rest_free`: no target reads the pattern's ``**$rest``, so arguments
     that are not all known (``**dd``, a factory computing with its parameters) are no obstacle when the pattern
-    names none."""
+    names none. `unknown` (given with `uncertain`, for a guarded rule, whose kernel computes the original for any
+    module, so its constants only say where fusing pays): a constant the code does not settle (``bias=bias[0]``,
+    one that ``**dd`` may pass) is no obstacle either; what was taken on trust is appended to it."""
     layer_type = binding.layer_type
     if binding.subscript != pattern.subscript:
         if why is not None:
@@ -513,11 +540,21 @@ def _match_init_node(
             why.append(f"it builds {' or '.join(layer_type.candidates)}, not {' or '.join(pattern.types)}")
         return None
     qualname = types[0]
+    trusting = uncertain and unknown is not None
     if not binding.args_known or any(a.star for a in binding.args):
+        constants_only = all(isinstance(a, Const) for a in (*pattern.args.positional, *(a for _, a in pattern.args.keywords)))
         if pattern.args.positional or pattern.args.keywords or pattern.type_var is not None or not rest_free:
-            if why is not None:
-                why.append("its arguments are not all known (*args, **kwargs, or a factory computing them)")
-            return None
+            if not (trusting and constants_only and pattern.type_var is None and rest_free):
+                if why is not None:
+                    why.append("its arguments are not all known (*args, **kwargs, or a factory computing them)")
+                return None
+            mismatch = _literal_mismatch(pattern, binding)
+            if mismatch is not None:
+                if why is not None:
+                    why.append(mismatch)
+                return None
+            assert unknown is not None
+            unknown.append("its arguments are not all known")
         env = dict(env)
         if pattern.args.rest is not None:
             env[pattern.args.rest.name] = RestArgs((), binding.args)
@@ -552,6 +589,10 @@ def _match_init_node(
             bound = InitArg(None, text)
         if isinstance(atom, Const):
             if _literal(text) != atom.value:
+                if trusting and not _is_literal(text):
+                    assert unknown is not None
+                    unknown.append(f"{name}={text}")
+                    continue
                 if why is not None:
                     why.append(f"{name}={text}, where the rule needs {name}={atom.value!r}")
                 return None
@@ -636,7 +677,8 @@ def _match_init(match: Match) -> Union[Match, Reason]:
         uncertain = bool(rule.uncertain) and not edits
         rest_free = pattern.args.rest is None or pattern.args.rest.name not in _target_vars(rule)
         why: list[str] = []
-        matched = [(b, _match_init_node(pattern, b, env, why, uncertain, rest_free)) for b in ref.bindings]
+        trusted: list[str] = []  # constants and arguments a guarded match takes on trust
+        matched = [(b, _match_init_node(pattern, b, env, why, uncertain, rest_free, trusted)) for b in ref.bindings]
         good = [(b, e) for b, e in matched if e is not None]
         if edits and len(ref.bindings) != 1:
             # rewriting __init__ needs exactly one binding of the layer
@@ -660,7 +702,7 @@ def _match_init(match: Match) -> Union[Match, Reason]:
             )
         # Another binding of the layer (other than `None`, which is never called), or its type, may be something else.
         others = [b for b, e in matched if e is None and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
-        if uncertain and (others or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
+        if uncertain and (others or trusted or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
             certainty = "guarded"
         binding, env = good[0]
         init_matches[var] = binding

@@ -352,30 +352,32 @@ def test_rewrite_diff_and_check_write_nothing(project: Path, capsys: pytest.Capt
     assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
 
 
-ATTENTION_SOURCE = """\
+TWO_ROUNDS_SOURCE = """\
 import torch
 from torch import nn
 
 
-class Attention(nn.Module):
+class Layer(nn.Module):
     def __init__(self):
         super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.GELU()
         self.drop = nn.Dropout(0.1)
+        self.norm = nn.LayerNorm(8)
 
-    def forward(self, q, k, v):
-        attn = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)
-        attn = self.drop(attn)
-        return attn @ v
+    def forward(self, h, x):
+        return self.norm(self.drop(self.act(self.fc(h))) + x)
 """
 
 
 def test_rewrite_names_the_rules_of_every_round(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # ADP004 (the softmax) and ADP010 (the whole attention) overlap: ADP004 is applied first, ADP010 in the next
-    # round over its output. The line names both, although only the first round's findings have positions.
-    (project / "src" / "model.py").write_text(ATTENTION_SOURCE, encoding="utf-8")
+    # ADP006 (fc, act) and ADP005 (drop, add, norm) edit the same statement: ADP006 is applied first, ADP005 in the
+    # next round over its output. The line names both, although only the first round's findings have positions.
+    (project / "src" / "model.py").write_text(TWO_ROUNDS_SOURCE, encoding="utf-8")
     status, _, err = run(capsys, "rewrite", "src/model.py")
-    assert status == 0 and "rewrote src/model.py (ADP004, ADP010)" in err
-    assert "attention_core(" in (project / "src" / "model.py").read_text(encoding="utf-8")
+    assert status == 0 and "rewrote src/model.py (ADP005, ADP006)" in err
+    code = (project / "src" / "model.py").read_text(encoding="utf-8")
+    assert "self.norm(adopter_kernels.linear_bias_activation(h, self.fc, self.act), x)" in code
 
 
 def test_rewrite_reports_bad_files_and_rewrites_the_others(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

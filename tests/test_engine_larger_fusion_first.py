@@ -1,0 +1,54 @@
+"""When one match's calls are a strict part of another's, the engine applies the larger fusion and drops the smaller
+(`engine.select_compatible`): ADP012's gated MLP over ADP006's gate and activation (which a guarded ADP006 matches
+where the gate's bias is not a literal), ADP010's attention core over ADP004's softmax."""
+
+from __future__ import annotations
+
+from adopter_codemods.api import rewrite_source, scan_source
+
+GATED_MLP = """\
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gate_proj = nn.Linear(8, 32, bias=config.mlp_bias)
+        self.up_proj = nn.Linear(8, 32, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(32, 8, bias=config.mlp_bias)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+"""
+
+ATTENTION = """\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, q, k, v):
+        attn = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)
+        attn = self.drop(attn)
+        return attn @ v
+"""
+
+
+def test_gated_mlp_wins_over_the_bias_activation_inside_it() -> None:
+    assert {f.code for f in scan_source(GATED_MLP)} == {"ADP006", "ADP012"}  # both match, each on its own
+    result = rewrite_source(GATED_MLP)
+    assert "adopter_kernels.gated_linear_unit(x, self.gate_proj, self.up_proj, self.act_fn)" in result.code
+    assert "linear_bias_activation" not in result.code
+    assert [f.code for f in result.findings] == ["ADP012"]
+
+
+def test_attention_core_wins_over_the_softmax_inside_it() -> None:
+    result = rewrite_source(ATTENTION)
+    assert "adopter_kernels.attention_core(" in result.code and "adopter_kernels.softmax" not in result.code
+    assert [f.code for f in result.findings] == ["ADP010"]
