@@ -32,6 +32,9 @@ EXPECTED: Dict[str, Tuple[int, int, int, int]] = {
     # guarded rewrites; the kernel folds BatchNormAct2d. Not matched: conv_head -> bn2, refused because
     # prune_intermediate_layers rebinds self.conv_head.
     "timm efficientnet_b0": (49, 9, 48, 48),
+    # LayerNorm models, for ADP006's guarded sites (timm's Mlp, torchvision's block Sequential): no Conv->BN pair.
+    "torchvision convnext_tiny": (0, 0, 0, 0),
+    "timm convnext_atto": (0, 0, 0, 0),
 }
 
 

@@ -55,6 +55,10 @@ MODELS: tuple[tuple[str, str, str], ...] = (
     ("torchvision efficientnet_b0", "torchvision", "efficientnet_b0"),
     ("timm resnet50d", "timm", "resnet50d"),
     ("timm efficientnet_b0", "timm", "efficientnet_b0"),
+    # No Conv->BN pair: here for the other rules' guarded rewrites, executed the same way (ADP006 on timm's Mlp,
+    # `act_layer` and `bias=bias[0]` taken on trust; ADP006 in torchvision's block `nn.Sequential`: FusedSequential).
+    ("torchvision convnext_tiny", "torchvision", "convnext_tiny"),
+    ("timm convnext_atto", "timm", "convnext_atto"),
 )
 INPUT_SHAPE = (2, 3, 64, 64)
 NUM_CLASSES = 10
