@@ -202,7 +202,7 @@ MODELS: Dict[str, Tuple[Any, ...]] = {
     "resnet": (_resnet_source, lambda m: m.build_model("tiny"), lambda: (torch.randn(2, 3, 16, 16),),
                {"ADP007"}, {"conv_bn2d"}, ["stem.3", "pool"]),
     "vit": (lambda: VIT_SOURCE, lambda m: m.Encoder(), lambda: (torch.randn(2, 5, 8),),
-            {"ADP004", "ADP005", "ADP006", "ADP009"}, {"attention_core", "packed_qkv_linear"}, ["pool", "head"]),
+            {"ADP005", "ADP006", "ADP009", "ADP010"}, {"attention_core", "packed_qkv_linear"}, ["pool", "head"]),
     "nanogpt": (_nanogpt_source, _nanogpt, lambda: (torch.randn(2, 6, 16),), set(), {"attention_core"}, []),
     "llama": (lambda: LLAMA_SOURCE, lambda m: m.Block(), lambda: (torch.randn(2, 5, 16),),
               {"ADP011", "ADP012", "ADP013"}, {"rms_norm_module", "gated_linear_unit", "rotary_embedding"},
