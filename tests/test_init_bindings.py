@@ -7,7 +7,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from adopter_codemods.api import scan_source
+from adopter_codemods.api import rewrite_source, scan_source
 from adopter_codemods.provider import build_module_structure
 from adopter_codemods.structure import CERTAIN, OPAQUE, POSSIBLE, UNKNOWN, ClassStructure, LayerBinding, LayerType
 
@@ -213,7 +213,9 @@ def test_certainty_of_findings() -> None:
     ]
 
 
-def test_rules_without_a_run_time_check_refuse_possible_types() -> None:
+def test_possible_types_get_the_guarded_form_that_keeps_init() -> None:
+    # ADP005's __init__ edit (the fused LayerNorm class) needs a certain, direct binding; where the type is only
+    # possible or built by a factory, the form that calls the model's own modules applies (`uncertain guarded`)
     source = """
     from torch import nn
 
@@ -227,14 +229,18 @@ def test_rules_without_a_run_time_check_refuse_possible_types() -> None:
             return self.LayerNorm(self.dropout(h) + x)
     """
     source = textwrap.dedent(source)
-    assert scan_source(source.replace("NORM", "norm_layer(hidden)"), ["ADP005"]) == []
+    possible = source.replace("NORM", "norm_layer(hidden)")
+    assert [f.certainty for f in scan_source(possible, ["ADP005"])] == ["guarded"]
+    assert "dropout_add_layer_norm_module(h, x, self.LayerNorm, self.dropout)" in rewrite_source(possible, ["ADP005"]).code
     assert [f.certainty for f in scan_source(source.replace("NORM", "nn.LayerNorm(hidden)"), ["ADP005"])] == ["exact"]
     # an alias of the type is the type: the __init__ edit may replace its call
     local = source.replace("NORM", "norm(hidden)").replace("super().__init__()", "super().__init__()\n        norm = nn.LayerNorm")
     assert [f.certainty for f in scan_source(local, ["ADP005"])] == ["exact"]
-    # a factory is not: replacing `make_norm(hidden)` by the fused class would skip what the factory does
+    # a factory is not: replacing `make_norm(hidden)` by the fused class would skip what the factory does, so the
+    # module form applies
     factory = source.replace("NORM", "make_norm(hidden)") + "\n\ndef make_norm(h):\n    return nn.LayerNorm(h)\n"
-    assert scan_source(factory, ["ADP005"]) == []
+    result = rewrite_source(factory, ["ADP005"])
+    assert "make_norm(hidden)" in result.code and "dropout_add_layer_norm_module(" in result.code
 
 
 def test_an_element_and_a_layer_outside_its_container_are_no_pair() -> None:
