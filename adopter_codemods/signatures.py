@@ -61,6 +61,7 @@ SIGNATURES: dict[str, tuple[tuple[str, Optional[str]], ...]] = {
     "torch.nn.GELU": (("approximate", "'none'"),),
     "torch.nn.ReLU": (("inplace", "False"),),
     "torch.nn.SiLU": (("inplace", "False"),),
+    "torch.nn.Softmax": (("dim", "None"),),
     "torch.nn.functional.softmax": (("input", None), ("dim", "None"), ("_stacklevel", "3"), ("dtype", "None")),
     "torch.nn.functional.gelu": (("input", None), ("approximate", "'none'")),
     "torch.softmax": (("input", None), ("dim", None), ("dtype", "None")),

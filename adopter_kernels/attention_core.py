@@ -8,7 +8,7 @@ What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exac
     scores = scores + mask                                            # if given (additive mask, relative bias, ...)
     scores = scores.masked_fill(masked_inf, float("-inf"))            # if given
     scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)  # if given
-    probs = softmax(scores, dim=-1)
+    probs = softmax(scores, dim=-1) # or the code's nn.Softmax(dim=-1) module, called: softmax(scores)
     probs = dropout(probs)          # an nn.Dropout module, or F.dropout(probs, dropout_p, training)
     return probs @ value            # torch.bmm if batched
 
@@ -33,6 +33,10 @@ computes the same function up to rounding:
 - boolean ``masked_inf``/``masked_min`` (not both) broadcasting to the scores' shape, where every row keeps at
   least one key (checked on the data): masked keys get probability 0 in both; a fully masked row (NaN or uniform
   in eager) runs the reference path;
+- a softmax module (``softmax=self.attend``, the code's ``nn.Softmax(dim=-1)`` layer): a plain ``nn.Softmax``
+  (no hooks, forward not overridden) whose ``dim`` is still the last dim; anything else (a hook recording the
+  attention maps, as vit-pytorch's ``Recorder`` registers on ``attend``, another module bound to the attribute,
+  ``dim`` changed) runs the reference path, which calls the module;
 - dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) or the functional form; SDPA gets
   ``dropout_p = p if training else 0.0``. In training with ``p > 0`` SDPA draws its own random numbers: the same
   distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
@@ -90,13 +94,17 @@ def attention_core(
     mask: Optional[Tensor] = None,
     masked_inf: Optional[Tensor] = None,
     masked_min: Optional[Tensor] = None,
+    softmax: Optional[nn.Module] = None,
     dropout: Optional[nn.Module] = None,
     dropout_p: float = 0.0,
     training: bool = False,
     batched: bool = False,
 ) -> Tensor:
-    """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``."""
-    args = (query, key_t, value, scale, divisor, mask, masked_inf, masked_min, dropout, dropout_p, training, batched)
+    """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``; with
+    ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module), the probabilities are ``softmax(scores)``."""
+    args = (
+        query, key_t, value, scale, divisor, mask, masked_inf, masked_min, softmax, dropout, dropout_p, training, batched
+    )
     # While compiling, the data checks of _sdpa would break the graph: the compiler gets the original ops.
     if (
         not torch.compiler.is_compiling()
@@ -118,6 +126,7 @@ def _reference(
     mask: Optional[Tensor],
     masked_inf: Optional[Tensor],
     masked_min: Optional[Tensor],
+    softmax: Optional[nn.Module],
     dropout: Optional[nn.Module],
     dropout_p: float,
     training: bool,
@@ -135,7 +144,7 @@ def _reference(
         scores = scores.masked_fill(masked_inf, float("-inf"))
     if masked_min is not None:
         scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)
-    probs = F.softmax(scores, dim=-1)
+    probs = softmax(scores) if softmax is not None else F.softmax(scores, dim=-1)
     if dropout is not None:
         probs = dropout(probs)
     else:
@@ -167,6 +176,7 @@ def _sdpa(
     mask: Optional[Tensor],
     masked_inf: Optional[Tensor],
     masked_min: Optional[Tensor],
+    softmax: Optional[nn.Module],
     dropout: Optional[nn.Module],
     dropout_p: float,
     training: bool,
@@ -189,6 +199,11 @@ def _sdpa(
     if sdpa_scale is None:
         return None
     scores_shape = (*lead, query.shape[-2], key_t.shape[-1])
+    if softmax is not None:
+        # the module as the code calls it: nn.Softmax's own forward over the last dim, and nothing observing it
+        dim = getattr(softmax, "dim", None)
+        if not _dispatch.is_plain(softmax, nn.Softmax) or type(dim) is not int or dim not in (-1, len(scores_shape) - 1):
+            return None
     attn_mask: Optional[Tensor] = None
     if sum(m is not None for m in (mask, masked_inf, masked_min)) > 1:
         return None

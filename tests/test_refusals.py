@@ -92,7 +92,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP006_fuse_bias_gelu/neg_linear_without_bias.py': [
         '17: init-mismatch: the __init__ binding of self.wi does not fit the rule: bias=False, where the rule needs bias=True (line 11)',
-        '31: init-mismatch: the __init__ binding of self.fc1 does not fit the rule: bias=config.enable_bias, where the rule needs bias=True (line 27)',
     ],
     'ADP006_fuse_bias_gelu/neg_other_activations.py': [],
     'ADP006_fuse_bias_gelu/neg_unplaceable_arguments.py': [
@@ -196,6 +195,16 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '19: intermediate-used-elsewhere: `scores`, an intermediate result the fused call hides, is used here (line 21)',
     ],
     'ADP010_fuse_attention_core/neg_softmax_other_dim.py': [],
+    'ADP010_fuse_attention_core/neg_softmax_module_from_parameter.py': [
+        "18: init-mismatch: the __init__ binding of self.attend does not fit the rule: its type is only possibly "
+        "torch.nn.Softmax, and this rule's kernel cannot check it at run time (line 13)",
+    ],
+    'ADP010_fuse_attention_core/neg_softmax_module_other_dim.py': [
+        '17: init-mismatch: the __init__ binding of self.attend does not fit the rule: dim=1, where the rule needs dim=-1 (line 12)',
+    ],
+    'ADP010_fuse_attention_core/neg_softmax_module_without_dim.py': [
+        '17: init-mismatch: the __init__ binding of self.attend does not fit the rule: dim=None, where the rule needs dim=-1 (line 12)',
+    ],
     'ADP010_fuse_attention_core/neg_softmax_upcast.py': [],
     'ADP011_fuse_rms_norm/neg_other_computations.py': [
         "70: guard: guard rms_norm_class_is_exact: class NoCastBack looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 9)",
