@@ -491,24 +491,26 @@ class InitReader:
                 target = targets[0]
                 attr = _self_attr(target)
                 if attr is not None and self._bind_self and line is not None:
-                    made = self.constructor(value, env)
-                    # Bound twice (or in an arm): what the attribute holds later is not one constructor.
-                    seen = attr in self._attr_constructors or conditional
-                    self._attr_constructors[attr] = None if seen else made
-                    binding = self.layer(attr, value, line, conditional, env)
-                    self.bindings.setdefault(attr, []).append(binding)
+                    self._bind(attr, value, line, conditional, env)
                     self._expr(value, env)
                     return
                 if isinstance(target, cst.Name):
                     env[target.value] = self._value(target.value, value, conditional, env)
                     self._expr(value, env)
                     return
+            elif isinstance(value, cst.Name) and value.value == "None":
+                # `self.q_proj = self.k_proj = self.v_proj = None` (timm): each attribute bound as by its own line.
+                # A chain of any other value binds one object to several attributes, which no binding describes.
+                for target in targets:
+                    attr = _self_attr(target)
+                    if attr is not None and self._bind_self and line is not None:
+                        self._bind(attr, value, line, conditional, env)
+                    else:
+                        self._unknown_target(target, env)
+                return
             self._expr(value, env)
             for target in targets:
-                for sub in cstwalk.walk(target):
-                    if isinstance(sub, cst.Name):
-                        self._taint(sub.value, env)
-                        env[sub.value] = None
+                self._unknown_target(target, env)
             return
         if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
             held = env.get(small.target.value)
@@ -544,6 +546,22 @@ class InitReader:
         for sub in cstwalk.children(small):
             if isinstance(sub, cst.BaseExpression):
                 self._expr(sub, env)
+
+    def _bind(self, attr: str, value: cst.BaseExpression, line: cst.SimpleStatementLine, conditional: bool,
+              env: dict[str, Held]) -> None:
+        """``self.<attr> = <value>`` in __init__."""
+        made = self.constructor(value, env)
+        # Bound twice (or in an arm): what the attribute holds later is not one constructor.
+        seen = attr in self._attr_constructors or conditional
+        self._attr_constructors[attr] = None if seen else made
+        self.bindings.setdefault(attr, []).append(self.layer(attr, value, line, conditional, env))
+
+    def _unknown_target(self, target: cst.BaseExpression, env: dict[str, Held]) -> None:
+        """Names an assignment binds to something not modelled: unknown from here on."""
+        for sub in cstwalk.walk(target):
+            if isinstance(sub, cst.Name):
+                self._taint(sub.value, env)
+                env[sub.value] = None
 
     def _value(self, name: str, value: cst.BaseExpression, conditional: bool, env: dict[str, Held]) -> Held:
         if isinstance(value, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in value.elements):

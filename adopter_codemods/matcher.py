@@ -669,10 +669,13 @@ def _match_init(match: Match) -> Union[Match, Reason]:
             )
         elif edits and (ref.attr in match.cls.foreign_stores or "*" in match.cls.foreign_stores):
             # the edited layer may be replaced from outside the class (`model.ln = nn.LayerNorm(8)`)
+            stores = match.cls.foreign_stores
+            store = stores[ref.attr] if ref.attr in stores else stores["*"]
             return Reason(
                 RefusalCategory.LAYER_REBOUND,
                 f"this module assigns an attribute {ref.attr!r} on another object, so self.{ref.attr} may be replaced "
                 "from outside the class",
+                store,
             )
         uncertain = bool(rule.uncertain) and not edits
         rest_free = pattern.args.rest is None or pattern.args.rest.name not in _target_vars(rule)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Optional, Union
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Optional, Union
 
 import libcst as cst
 
@@ -187,8 +187,9 @@ class ClassStructure:
     # be used from outside the class, so it is not removed.
     foreign_attributes: frozenset[str] = frozenset()
     # Attribute names the module binds on objects other than `self` (`m.ln = nn.LayerNorm(8)`, "*": a computed
-    # setattr): a layer whose class an __init__ edit changes must not be replaced from outside.
-    foreign_stores: frozenset[str] = frozenset()
+    # setattr), each with the first store binding it: a layer whose class an __init__ edit changes must not be
+    # replaced from outside. Not counted: stores on a local holding a container its function builds.
+    foreign_stores: Mapping[str, cst.CSTNode] = field(default_factory=dict)
     # Qualified names of the functions called in the class and its local bases (module functions for the unit).
     callees: frozenset[str] = frozenset()
     # Symbols of the operators (`@`, `*`, "neg", ...) used in the class and its local bases (module functions for

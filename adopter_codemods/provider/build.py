@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Iterable, Optional
 
 import libcst as cst
 
@@ -41,7 +41,10 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
     memo: dict[str, bool] = {}
     foreign: set[str] = set()
     scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items() if info.node is not None}
-    foreign_stores = set().union(*(scan.foreign_stores for scan in scans.values()))
+    # attribute ("*": any) -> a store on another object binding it, the first met
+    foreign_stores: dict[str, cst.CSTNode] = {}
+    for scan in scans.values():
+        _add_stores(foreign_stores, scan.foreign_stores.items())
     function_callees: set[str] = set()
     function_operators: set[str] = set()
     for stmt in module.body:
@@ -49,7 +52,10 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
             scan = _scan(stmt, table, foreign)
             # Outside a class body `self` is any object (`def _fwd(self, x)` assigned as `forward = _fwd`).
             foreign.update(scan.refs)
-            foreign_stores.update(scan.foreign_stores, scan.stores, ["*"] if scan.dynamic else [])
+            _add_stores(foreign_stores, scan.foreign_stores.items())
+            _add_stores(foreign_stores, ((attr, nodes[0]) for attr, nodes in scan.stores.items()))
+            if scan.dynamic is not None:
+                _add_stores(foreign_stores, [("*", scan.dynamic)])
             if isinstance(stmt, cst.FunctionDef):
                 function_callees |= scan.callees
                 function_operators |= scan.operators
@@ -73,7 +79,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
                 self_refs.setdefault(attr, []).extend(nodes)
         structure = ClassStructure(name, info.node, walker.bindings, None, self_refs, walker.entry_names)
         structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
-        structure.foreign_stores = frozenset(foreign_stores)
+        structure.foreign_stores = foreign_stores
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.
         bases = _family(name, classes, {})
@@ -108,6 +114,12 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         structure.module = module
         structure.resolver = resolver
     return ModuleStructure(result, module, resolver)
+
+
+def _add_stores(stores: dict[str, cst.CSTNode], found: Iterable[tuple[str, cst.CSTNode]]) -> None:
+    """The first store met per attribute stays: the one a refusal names."""
+    for attr, node in found:
+        stores.setdefault(attr, node)
 
 
 def _walk_class(walker: _ClassWalker, structure: ClassStructure) -> None:

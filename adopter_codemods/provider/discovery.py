@@ -12,7 +12,7 @@ from .. import cstwalk
 from ..class_bases import BaseResolver, ClassRef
 from ..qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from ..structure import LayerBinding
-from .syntax import _BINARY_OPS, _is_self_attr, _tensor_method
+from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method
 
 
 @dataclass
@@ -60,10 +60,12 @@ class _Scan:
 
     refs: dict[str, list[cst.Attribute]] = field(default_factory=dict)  # every `self.<attr>`
     stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
-    dynamic: bool = False  # `setattr(self, name, ...)` with a computed name: any attribute may be rebound
+    # `setattr(self, name, ...)` with a computed name (the first): any attribute may be rebound
+    dynamic: Optional[cst.CSTNode] = None
     callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
     operators: set[str] = field(default_factory=set)  # symbols of the op nodes the walk can make of it
-    foreign_stores: set[str] = field(default_factory=set)  # attributes bound on other objects ("*": computed)
+    # attributes bound on other objects ("*": a computed name) -> the first store (target or call)
+    foreign_stores: dict[str, cst.CSTNode] = field(default_factory=dict)
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -72,52 +74,73 @@ _STORE_METHODS = ("add_module", "register_module", "register_buffer", "register_
 _STORE_KINDS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.Del, cst.For)
 # The node types `_scan` looks at.
 _SCANNED = frozenset({cst.Attribute, *_STORE_KINDS, cst.WithItem, cst.Call, cst.BinaryOperation, cst.UnaryOperation})
+# What `seq = nn.Sequential()` and the like build: a torch container, never an instance of a class of the file.
+_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Module"})
 
 
 def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
-    """Self references and rebinding stores of one class; adds to `foreign` every attribute name read on an
-    object other than `self` or an imported module (`self.embeddings.dropout`: maybe another class's layer)."""
+    """Self references and rebinding stores of one class (`root`: its body) or top-level statement; adds to
+    `foreign` every attribute name read on an object other than `self` or an imported module
+    (`self.embeddings.dropout`: maybe another class's layer)."""
     scan = _Scan()
-    for node in cstwalk.walk(root, prune=cstwalk.LEAVES):
-        kind = type(node)
-        if kind not in _SCANNED:
-            continue  # most nodes (names, arguments, literals): one set look-up
-        if kind is cst.Attribute:
-            attr = _is_self_attr(node)  # type: ignore[arg-type]
-            if attr is not None:
-                scan.refs.setdefault(attr, []).append(node)  # type: ignore[arg-type]
-            elif table.resolve(node) is None:  # type: ignore[arg-type]
-                foreign.add(node.attr.value)  # type: ignore[attr-defined]
-        elif kind in _STORE_KINDS or (kind is cst.WithItem and node.asname is not None):  # type: ignore[attr-defined]
-            target = node.asname.name if kind is cst.WithItem else node.target  # type: ignore[attr-defined]
-            for attr, sub in _attribute_targets(target):
-                if _is_self_attr(sub) is not None:
-                    scan.stores.setdefault(attr, []).append(sub)
+    # Stores on other objects (`other.ln = ...`, `m.add_module(f"x{i}", ...)`: maybe some class's layer), with the
+    # receiver and the method or function (the statement of the class body or module) holding them.
+    stored: list[tuple[str, cst.BaseExpression, cst.CSTNode, cst.CSTNode]] = []
+    builds: set[int] = set()  # ids of the units calling a container constructor (`nn.Sequential()`)
+    for unit in _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,):
+        for node in cstwalk.walk(unit, prune=cstwalk.LEAVES):
+            kind = type(node)
+            if kind not in _SCANNED:
+                continue  # most nodes (names, arguments, literals): one set look-up
+            if kind is cst.Attribute:
+                attr = _is_self_attr(node)  # type: ignore[arg-type]
+                if attr is not None:
+                    scan.refs.setdefault(attr, []).append(node)  # type: ignore[arg-type]
+                elif table.resolve(node) is None:  # type: ignore[arg-type]
+                    foreign.add(node.attr.value)  # type: ignore[attr-defined]
+            elif kind in _STORE_KINDS or (
+                kind is cst.WithItem and node.asname is not None  # type: ignore[attr-defined]
+            ):
+                target = node.asname.name if kind is cst.WithItem else node.target  # type: ignore[attr-defined]
+                for attr, sub in _attribute_targets(target):
+                    if _is_self_attr(sub) is not None:
+                        scan.stores.setdefault(attr, []).append(sub)
+                    else:
+                        stored.append((attr, sub.value, sub, unit))
+            elif kind is cst.Call:
+                callee = table.resolve(node.func)  # type: ignore[attr-defined]
+                if callee is not None:
+                    callee = canonical_torch_name(callee)
+                    scan.callees.add(callee)
+                    if callee in _CONTAINERS:
+                        builds.add(id(unit))
                 else:
-                    scan.foreign_stores.add(attr)  # `other.ln = ...`: maybe some class's layer
-        elif kind is cst.Call:
-            callee = table.resolve(node.func)  # type: ignore[attr-defined]
-            if callee is not None:
-                scan.callees.add(canonical_torch_name(callee))
-            else:
-                method = _tensor_method(node)  # type: ignore[arg-type]
-                if method is not None:
-                    scan.callees.add("torch.Tensor." + method)
-            stored = _stored_by_call(node)  # type: ignore[arg-type]
-            if stored is not None:
-                on_self, name = stored
-                if on_self and name:
-                    scan.stores.setdefault(name, []).append(node)
-                elif on_self:
-                    scan.dynamic = True
-                else:
-                    scan.foreign_stores.add(name or "*")
-        elif kind is cst.BinaryOperation:
-            op = _BINARY_OPS.get(type(node.operator))  # type: ignore[attr-defined]
-            if op is not None:
-                scan.operators.add(op)
-        elif kind is cst.UnaryOperation and type(node.operator) is cst.Minus:  # type: ignore[attr-defined]
-            scan.operators.add("neg")
+                    method = _tensor_method(node)  # type: ignore[arg-type]
+                    if method is not None:
+                        scan.callees.add("torch.Tensor." + method)
+                by_call = _stored_by_call(node)  # type: ignore[arg-type]
+                if by_call is not None:
+                    receiver, name = by_call
+                    if not (isinstance(receiver, cst.Name) and receiver.value == "self"):
+                        stored.append((name or "*", receiver, node, unit))
+                    elif name:
+                        scan.stores.setdefault(name, []).append(node)
+                    else:
+                        scan.dynamic = node
+            elif kind is cst.BinaryOperation:
+                op = _BINARY_OPS.get(type(node.operator))  # type: ignore[attr-defined]
+                if op is not None:
+                    scan.operators.add(op)
+            elif kind is cst.UnaryOperation and type(node.operator) is cst.Minus:  # type: ignore[attr-defined]
+                scan.operators.add("neg")
+    fresh: dict[int, frozenset[str]] = {}  # by id(function)
+    for attr, receiver, node, unit in stored:
+        if isinstance(receiver, cst.Name) and isinstance(unit, cst.FunctionDef) and id(unit) in builds:
+            if id(unit) not in fresh:
+                fresh[id(unit)] = _fresh_containers(unit, table)
+            if receiver.value in fresh[id(unit)]:
+                continue  # a container the function builds (`seq.add_module(f"conv_{i}", ...)`): no class's instance
+        scan.foreign_stores.setdefault(attr, node)
     return scan
 
 
@@ -132,8 +155,8 @@ def _attribute_targets(target: cst.BaseExpression) -> Iterator[tuple[str, cst.At
         yield target.attr.value, target
 
 
-def _stored_by_call(call: cst.Call) -> Optional[tuple[bool, str]]:
-    """For a setattr-like call: (whether it binds on `self`, the attribute's name or "" when computed)."""
+def _stored_by_call(call: cst.Call) -> Optional[tuple[cst.BaseExpression, str]]:
+    """For a setattr-like call: (the object it binds on, the attribute's name or "" when computed)."""
     func = call.func
     if isinstance(func, cst.Name) and func.value in _STORE_BUILTINS:
         if not call.args:
@@ -145,10 +168,93 @@ def _stored_by_call(call: cst.Call) -> Optional[tuple[bool, str]]:
         name_arg = call.args[0].value if call.args else None
     else:
         return None
-    on_self = isinstance(receiver, cst.Name) and receiver.value == "self"
     if isinstance(name_arg, cst.SimpleString) and name_arg.prefix.lower() in ("", "u"):
-        return on_self, name_arg.raw_value
-    return on_self, ""
+        return receiver, name_arg.raw_value
+    return receiver, ""
+
+
+def _fresh_containers(fn: cst.FunctionDef, table: ImportTable) -> frozenset[str]:
+    """Names that, wherever `fn` reads them, hold a torch container `fn` built: assigned only
+    ``name = nn.Sequential(...)`` (or ModuleList, ModuleDict, Module, resolved through the imports) in its own
+    scope, and bound no other way anywhere in it, nested scopes included (a parameter, `global`, a loop target, any
+    other value; in a nested scope, any binding at all)."""
+    built: dict[str, set[str]] = {}  # name -> the root names of the constructors assigned to it
+    other: set[str] = set()
+    nested: list[cst.CSTNode] = []
+    for node in cstwalk.walk(fn, lambda n: n is fn or type(n) not in _SCOPES, cstwalk.LEAVES):
+        if type(node) not in _BINDERS:
+            continue
+        if node is not fn and type(node) in _SCOPES:
+            nested.append(node)
+            continue
+        for name, value in _bindings(node):
+            qual = table.resolve(value.func) if isinstance(value, cst.Call) else None
+            if qual is not None and canonical_torch_name(qual) in _CONTAINERS:
+                assert isinstance(value, cst.Call)
+                built.setdefault(name, set()).add(_root(value.func).value)
+            else:
+                other.add(name)
+    for scope in nested:
+        other.update(name for node in cstwalk.walk(scope, prune=cstwalk.LEAVES) if type(node) in _BINDERS
+                     for name, _ in _bindings(node))
+    bound = other.union(built)
+    # `def f(nn): seq = nn.Sequential()`: a constructor named through a local is no torch container.
+    return frozenset(name for name, heads in built.items() if name not in other and not heads & bound)
+
+
+_SCOPES = (cst.FunctionDef, cst.ClassDef)  # the nested scopes an assignment statement can be in
+# The node types `_bindings` finds names in.
+_BINDERS = frozenset({
+    cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del, cst.AsName,
+    cst.ImportAlias, cst.Global, cst.Nonlocal, cst.FunctionDef, cst.ClassDef, cst.Param, cst.TypeAlias, cst.TypeVar,
+    cst.TypeVarTuple, cst.ParamSpec, cst.MatchAs, cst.MatchStar, cst.MatchMapping,
+})
+
+
+def _bindings(node: cst.CSTNode) -> Iterator[tuple[str, Optional[cst.BaseExpression]]]:
+    """The names a node binds in its scope, each with the value assigned to it alone (`name = value`) or None."""
+    if isinstance(node, cst.Assign):
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                yield target.target.value, node.value
+            else:
+                yield from ((name, None) for name in _target_names(target.target))
+    elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name):
+        yield node.target.value, node.value
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del)):
+        yield from ((name, None) for name in _target_names(node.target))
+    elif isinstance(node, cst.AsName):  # `with ... as x`, `except E as x`, `import a as x`
+        yield from ((name, None) for name in _target_names(node.name))
+    elif isinstance(node, cst.ImportAlias) and node.asname is None:  # `import a.b` binds `a`
+        yield _root(node.name).value, None
+    elif isinstance(node, (cst.Global, cst.Nonlocal)):
+        yield from ((item.name.value, None) for item in node.names)
+    elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.TypeAlias, cst.TypeVar, cst.TypeVarTuple,
+                           cst.ParamSpec)):
+        yield node.name.value, None
+    elif isinstance(node, (cst.MatchAs, cst.MatchStar)) and node.name is not None:
+        yield node.name.value, None
+    elif isinstance(node, cst.MatchMapping) and node.rest is not None:
+        yield node.rest.value, None
+
+
+def _root(expr: cst.BaseExpression) -> cst.Name:
+    """The name an attribute chain starts at (`nn` of `nn.Sequential`), for chains known to start at one."""
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    assert isinstance(expr, cst.Name)
+    return expr
+
+
+def _target_names(target: cst.BaseExpression) -> Iterator[str]:
+    """Names an assignment target binds (`a`, `a, *b`; not the roots of `a.x`, `a[i]`)."""
+    if type(target) is cst.Name:
+        yield target.value  # type: ignore[attr-defined]
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for el in target.elements:
+            yield from _target_names(el.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_names(target.value)
 
 
 def _is_module_class(
@@ -208,7 +314,7 @@ def _rebound(bindings: dict[str, list[LayerBinding]], scans: list[_Scan]) -> fro
                     elif isinstance(small, cst.AnnAssign):
                         own.add(id(small.target))
     rebound = {attr for scan in scans for attr, nodes in scan.stores.items() if any(id(n) not in own for n in nodes)}
-    if any(scan.dynamic for scan in scans):
+    if any(scan.dynamic is not None for scan in scans):
         rebound.add("*")
     return frozenset(rebound)
 
