@@ -137,7 +137,6 @@ REFUSALS = {
     "neg_region_if_with_else.py": ("        else:\n            probs = probs * 2.0\n", ""),
     "neg_scores_reused.py": (", scores\n", "\n"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
-    "neg_softmax_module_from_parameter.py": ("softmax_layer(dim=-1)", "nn.Softmax(dim=-1)"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
     "neg_softmax_module_without_dim.py": ("nn.Softmax()", "nn.Softmax(dim=-1)"),
     "neg_softmax_upcast.py": (", dtype=torch.float32).to(q.dtype)", ")"),
@@ -165,6 +164,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "nanogpt_block.py": 1,
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path
     "relative_position_bias.py": 1,
+    "softmax_module_from_parameter.py": 1,  # the second block's softmax is another module: called
     "softmax_module_used_elsewhere.py": 1,
     "timm_attention.py": 1,
     "vit_self_attention.py": 1,  # the second call passes a head mask and asks for the probabilities

@@ -195,10 +195,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '19: intermediate-used-elsewhere: `scores`, an intermediate result the fused call hides, is used here (line 21)',
     ],
     'ADP010_fuse_attention_core/neg_softmax_other_dim.py': [],
-    'ADP010_fuse_attention_core/neg_softmax_module_from_parameter.py': [
-        "18: init-mismatch: the __init__ binding of self.attend does not fit the rule: its type is only possibly "
-        "torch.nn.Softmax, and this rule's kernel cannot check it at run time (line 13)",
-    ],
     'ADP010_fuse_attention_core/neg_softmax_module_other_dim.py': [
         '17: init-mismatch: the __init__ binding of self.attend does not fit the rule: dim=1, where the rule needs dim=-1 (line 12)',
     ],
