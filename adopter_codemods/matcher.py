@@ -542,8 +542,9 @@ def _match_init_node(
     qualname = types[0]
     trusting = uncertain and unknown is not None
     if not binding.args_known or any(a.star for a in binding.args):
-        constants_only = all(isinstance(a, Const) for a in (*pattern.args.positional, *(a for _, a in pattern.args.keywords)))
         if pattern.args.positional or pattern.args.keywords or pattern.type_var is not None or not rest_free:
+            atoms = (*pattern.args.positional, *(a for _, a in pattern.args.keywords))
+            constants_only = all(isinstance(a, Const) for a in atoms)
             if not (trusting and constants_only and pattern.type_var is None and rest_free):
                 if why is not None:
                     why.append("its arguments are not all known (*args, **kwargs, or a factory computing them)")

@@ -191,7 +191,7 @@ def _fresh_containers(fn: cst.FunctionDef, table: ImportTable) -> frozenset[str]
             qual = table.resolve(value.func) if isinstance(value, cst.Call) else None
             if qual is not None and canonical_torch_name(qual) in _CONTAINERS:
                 assert isinstance(value, cst.Call)
-                built.setdefault(name, set()).add(_root(value.func).value)
+                built.setdefault(name, set()).add(_head(value.func))
             else:
                 other.add(name)
     for scope in nested:
@@ -226,7 +226,7 @@ def _bindings(node: cst.CSTNode) -> Iterator[tuple[str, Optional[cst.BaseExpress
     elif isinstance(node, cst.AsName):  # `with ... as x`, `except E as x`, `import a as x`
         yield from ((name, None) for name in _target_names(node.name))
     elif isinstance(node, cst.ImportAlias) and node.asname is None:  # `import a.b` binds `a`
-        yield _root(node.name).value, None
+        yield _head(node.name), None
     elif isinstance(node, (cst.Global, cst.Nonlocal)):
         yield from ((item.name.value, None) for item in node.names)
     elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.TypeAlias, cst.TypeVar, cst.TypeVarTuple,
@@ -238,16 +238,9 @@ def _bindings(node: cst.CSTNode) -> Iterator[tuple[str, Optional[cst.BaseExpress
         yield node.rest.value, None
 
 
-def _root(expr: cst.BaseExpression) -> cst.Name:
-    """The name an attribute chain starts at (`nn` of `nn.Sequential`), for chains known to start at one."""
-    while isinstance(expr, cst.Attribute):
-        expr = expr.value
-    assert isinstance(expr, cst.Name)
-    return expr
-
-
 def _target_names(target: cst.BaseExpression) -> Iterator[str]:
-    """Names an assignment target binds (`a`, `a, *b`; not the roots of `a.x`, `a[i]`)."""
+    """Names an assignment target binds (`a`, `a, *b`; not the roots of `a.x`, `a[i]`, which syntax's target
+    collector counts as mutated)."""
     if type(target) is cst.Name:
         yield target.value  # type: ignore[attr-defined]
     elif isinstance(target, (cst.Tuple, cst.List)):
@@ -255,6 +248,13 @@ def _target_names(target: cst.BaseExpression) -> Iterator[str]:
             yield from _target_names(el.value)
     elif isinstance(target, cst.StarredElement):
         yield from _target_names(target.value)
+
+
+def _head(chain: cst.BaseExpression) -> str:
+    """The name a dotted chain starts at (`nn` of `nn.Sequential`), for chains known to be one."""
+    name = dotted_name(chain)
+    assert name is not None
+    return name.split(".")[0]
 
 
 def _is_module_class(
