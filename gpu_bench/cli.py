@@ -158,26 +158,37 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
     _log(f"gpu_bench: {len(config.models)} model(s), size {config.size}, {config.dtype} on {config.device}, "
          f"compile {'on' if config.compile else 'off'}, output {out}")
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    models = run_suite(config, rewrite, _log)
     rtol, atol = config.tolerances
-    payload = {
-        "schema": SCHEMA_VERSION,
-        "command": shlex.join(["python", "-m", "gpu_bench", *argv]),
-        "environment": {
-            **environment(config.device),
-            "load_average": [load_start, os.getloadavg()[0]] if load_start is not None else None,
-        },
-        "settings": {
-            "size": config.size, "device": str(config.device), "dtype": config.dtype,
-            "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,
-            "compile": config.compile, "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
-            "equivalence": config.equivalence, "rtol": rtol, "atol": atol, "interleave": config.interleave,
-            "memory_method": _memory_method(models),
-            "loss": "sum over outputs requiring grad of mean(output.float()**2)", "optimizer": "AdamW(lr=1e-5)",
-        },
-        "models": models,
-    }
-    for path in write_outputs(out, payload):
+
+    def payload(models: list[dict[str, Any]]) -> dict[str, Any]:
+        done = {model["name"] for model in models}
+        return {
+            "schema": SCHEMA_VERSION,
+            "command": shlex.join(["python", "-m", "gpu_bench", *argv]),
+            "environment": {
+                **environment(config.device),
+                "load_average": [load_start, os.getloadavg()[0]] if load_start is not None else None,
+            },
+            "settings": {
+                "size": config.size, "device": str(config.device), "dtype": config.dtype,
+                "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,
+                "compile": config.compile, "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
+                "equivalence": config.equivalence, "rtol": rtol, "atol": atol, "interleave": config.interleave,
+                "memory_method": _memory_method(models),
+                "loss": "sum over outputs requiring grad of mean(output.float()**2)", "optimizer": "AdamW(lr=1e-5)",
+            },
+            # Models not run yet: non-empty only in the files written after each model, which an interrupted
+            # run (a time limit, Ctrl-C) leaves behind.
+            "pending": [name for name in config.models if name not in done],
+            "models": models,
+        }
+
+    def save_progress(models: list[dict[str, Any]]) -> None:
+        if len(models) < len(config.models):
+            write_outputs(out, payload(models))
+
+    models = run_suite(config, rewrite, _log, on_model=save_progress)
+    for path in write_outputs(out, payload(models)):
         _log(f"wrote {path}")
 
     failed = [

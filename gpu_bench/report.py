@@ -185,6 +185,8 @@ def markdown(payload: dict[str, Any]) -> str:
             eq = variant.get("equivalence")
             if eq and not eq["ok"]:
                 notes += [f"- {label}/{variant['name']} not equivalent: {m}" for m in eq["mismatches"][:5]]
+    if payload.get("pending"):
+        notes.append(f"- **incomplete run**: stopped before {', '.join(payload['pending'])}")
     if notes:
         lines += ["", "## Notes and problems", "", *notes]
     return "\n".join(lines) + "\n"

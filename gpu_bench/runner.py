@@ -301,8 +301,14 @@ def _timed(
     return summary
 
 
-def run_suite(config: BenchConfig, rewrite: Rewriter, log: Log) -> list[dict[str, Any]]:
-    """Run every selected model; one whose source is unavailable is skipped, one that fails is recorded."""
+def run_suite(
+    config: BenchConfig,
+    rewrite: Rewriter,
+    log: Log,
+    on_model: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every selected model; one whose source is unavailable is skipped, one that fails is recorded.
+    ``on_model`` gets the results so far after each model (the CLI writes them, so an interrupted run keeps them)."""
     results: list[dict[str, Any]] = []
     for name in config.models:
         spec = SUITE[name]
@@ -315,4 +321,6 @@ def run_suite(config: BenchConfig, rewrite: Rewriter, log: Log) -> list[dict[str
             log(f"[{name}] FAILED: {_error(exc)}\n{traceback.format_exc()}")
             results.append({"name": name, "title": spec.title, "error": _error(exc), "variants": []})
         _free(config.device)
+        if on_model is not None:
+            on_model(results)
     return results

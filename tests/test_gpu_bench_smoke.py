@@ -181,6 +181,29 @@ def test_interleaved_run_reports_paired_speedups(tmp_path: Path) -> None:
     assert "Interleaved timing" in table and re.search(r"\dx \[\d\.\d\d-\d\.\d\d\]", table)
 
 
+def test_results_are_written_after_each_model_so_an_interrupted_run_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    seen: list[dict] = []
+    run_model = cli.run_suite.__globals__["run_model"]
+
+    def interrupt_on_second(spec, *args, **kwargs):  # what a time limit or Ctrl-C does to a long run
+        if spec.name == "groupvit":
+            seen.append(json.loads((out / "results.json").read_text()))
+            raise KeyboardInterrupt
+        return run_model(spec, *args, **kwargs)
+
+    monkeypatch.setitem(cli.run_suite.__globals__, "run_model", interrupt_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["--size", "tiny", "--device", "cpu", "--no-compile", "--out", str(out),
+                  "--models", "resnet,groupvit,dpt"], rewrite=fake_rewrite)
+    (partial,) = seen
+    assert [model["name"] for model in partial["models"]] == ["resnet"]
+    assert partial["pending"] == ["groupvit", "dpt"]
+    assert "**incomplete run**: stopped before groupvit, dpt" in (out / "results.md").read_text()
+
+
 def test_markdown_lists_skipped_models() -> None:
     payload = {
         "command": "python -m gpu_bench",

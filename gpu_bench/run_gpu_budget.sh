@@ -1,0 +1,56 @@
+#!/bin/sh
+# run_gpu.sh's work inside a fixed time budget (a short GPU lease, a spot instance), from the repository root:
+#
+#     BUDGET=540 sh gpu_bench/run_gpu_budget.sh
+#
+# Each step runs under `timeout` with at most its own cap and never past the budget; what a step finished is kept
+# (gpu_bench rewrites its results after every model, marking the run incomplete). In order of value:
+#   kernel-tests.txt        the kernel tests, Triton kernels on the GPU
+#   bench_kernels.txt       every kernel against the original computation
+#   base-fp32/, base-bf16/  the base-size suite, eager (no compile anchors), all models but llama
+#   compile-bf16/           bf16 again with the torch.compile anchors, for the models in COMPILE_MODELS
+#   commands.txt            the exact commands, each step's exit status and the seconds spent so far
+# llama (TinyLlama-1.1B shapes) is left out: its ~14 builds at 1.1B parameters do not fit a short budget; run
+# `python -m gpu_bench --size base --models llama` for it. DEVICE=cpu SIZE=tiny is a dry run without a GPU.
+set -u
+PYTHON=${PYTHON:-python}
+BUDGET=${BUDGET:-540}
+DEVICE=${DEVICE:-cuda}
+SIZE=${SIZE:-base}
+MODELS=${MODELS:-bert,gpt2,t5,gpt_neo,resnet,dpt,groupvit,nanogpt}
+COMPILE_MODELS=${COMPILE_MODELS:-bert,resnet,nanogpt,gpt2}
+start=$(date +%s)
+name=$($PYTHON -c "import torch, sys; cuda = torch.cuda.is_available(); \
+sys.exit('no CUDA device') if sys.argv[1] == 'cuda' and not cuda else None; \
+print(torch.cuda.get_device_name(0).replace('NVIDIA ', '').replace(' ', '-').lower() if cuda else 'cpu')" "$DEVICE") \
+    || exit 1
+out=${RESULTS:-gpu_bench/results/${name}-$(date -u +%Y-%m-%d)}
+mkdir -p "$out"
+{ echo "# $(date -u) $(uname -a)"; $PYTHON -c "import torch; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')"; \
+  echo "# budget ${BUDGET} s; load: $(cat /proc/loadavg 2>/dev/null || true)"; } > "$out/commands.txt"
+
+# step CAP FILE COMMAND...: run COMMAND with its output in FILE, for at most CAP seconds and what is left.
+step() {
+    cap=$1 file=$2
+    shift 2
+    limit=$((BUDGET - ($(date +%s) - start)))
+    [ "$limit" -gt "$cap" ] && limit=$cap
+    if [ "$limit" -lt 20 ]; then
+        echo "# skipped, budget spent: $*" >> "$out/commands.txt"
+        return
+    fi
+    echo "\$ timeout $limit $* > $file" >> "$out/commands.txt"
+    timeout "$limit" "$@" > "$out/$file" 2>&1
+    echo "# exit $? at $(($(date +%s) - start)) s" >> "$out/commands.txt"
+}
+
+step 150 kernel-tests.txt $PYTHON -m pytest tests/kernels -q -rs -p no:cacheprovider
+step 90 bench_kernels.txt $PYTHON benchmarks/bench_kernels.py --device "$DEVICE" --repeats 11 --min-time 0.01
+for dtype in fp32 bf16; do
+    step 120 "base-$dtype.log" $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype "$dtype" --no-compile \
+        --models "$MODELS" --out "$out/base-$dtype"
+done
+step 600 compile-bf16.log $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype bf16 --compile \
+    --models "$COMPILE_MODELS" --out "$out/compile-bf16"
+echo "results in $out"
