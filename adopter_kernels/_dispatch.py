@@ -7,11 +7,10 @@ Each kernel module registers its backends here with ``register_kernel``, in orde
 * ``available()``: whether it can run at all in this process (``None``, or why not: "triton is not installed");
 * ``supports(call)``: whether it computes the same result for this call (dtype, device, autocast, mode). A forced
   backend that does not support a call still falls back to the reference path, so forcing never changes results;
-* ``faster(call)``: where ``auto`` picks it. On CPU that is where it was *measured* faster than the original
-  (benchmarks/bench_kernels.py; figures in docs/KERNEL_PERFORMANCE.md); where it measured slower or no faster,
-  ``auto`` runs the original computation: a rewrite must not make a model slower. On CUDA the fast backends are
-  picked as designed until GPU figures exist (``sh gpu_bench/run_gpu.sh``), except xformers, which is timed
-  against SDPA on the first call of each kind (``attention_backends``).
+* ``faster(call)``: where ``auto`` picks it: where it was *measured* faster than the original, on CPU and on CUDA
+  (an H200; benchmarks/bench_kernels.py and gpu_bench, figures in docs/KERNEL_PERFORMANCE.md). Where it measured
+  slower or no faster, ``auto`` runs the original computation: a rewrite must not make a model slower. xformers is
+  timed against SDPA on the first call of each kind instead (``attention_backends``).
 
 ``ADOPTER_KERNELS_BACKEND`` (read on every call, so changing it at run time takes effect) is a comma-separated
 list: a bare name sets every kernel that has a backend of that name (``auto``, ``reference``, ``triton``, ...),
@@ -312,12 +311,15 @@ def _triton_supports(call: Call) -> bool:
     return not call.autocast
 
 
+#: Where auto picks none of the Triton kernels: a kernel whose Triton path measured faster somewhere registers a
+#: copy with its own ``faster`` and ``where`` (``dataclasses.replace``, as ``rms_norm`` does).
 TRITON = Backend(
     "triton",
-    "CUDA tensors (the kernels' figures on a GPU are still to be measured; on CPU Triton can only interpret)",
+    "nowhere: on an H200 it measured slower than the original (docs/KERNEL_PERFORMANCE.md), and on CPU Triton can "
+    "only interpret; ADOPTER_KERNELS_BACKEND=triton (or <kernel>=triton) forces it",
     available=_triton_reason,
     supports=_triton_supports,
-    faster=lambda call: call.device == "cuda",
+    faster=_never,
 )
 
 

@@ -49,9 +49,9 @@ def _xformers_reason() -> Optional[str]:
 
 
 def _sdpa_faster(call: Call) -> bool:
-    # CPU figures from benchmarks/bench_kernels.py (docs/KERNEL_PERFORMANCE.md): SDPA beat the eager attention in
-    # float32 (inference and training) and in bfloat16 inference; bfloat16 training was not faster. CUDA: SDPA's
-    # flash / memory-efficient kernels (the design's choice; to be measured on a GPU).
+    # benchmarks/bench_kernels.py and gpu_bench (docs/KERNEL_PERFORMANCE.md): on CPU SDPA beat the eager attention in
+    # float32 (inference and training) and in bfloat16 inference; bfloat16 training was not faster. On an H200 it
+    # beat BERT's and GPT-2's eager attention in every dtype and mode (1.2-1.8x).
     if call.device == "cuda":
         return True
     if call.device == "cpu":
@@ -69,22 +69,21 @@ XFORMERS = Backend(
 )
 SDPA = Backend(
     "sdpa",
-    "CUDA; CPU float32 (inference and training) and bfloat16 inference, where it measured faster than the eager "
-    "attention; elsewhere (CPU bfloat16 training, other dtypes/devices) the original forward runs",
+    "CUDA (1.2-1.8x on an H200); CPU float32 (inference and training) and bfloat16 inference, where it measured "
+    "faster than the eager attention; elsewhere (CPU bfloat16 training, other devices) the original forward runs",
     faster=_sdpa_faster,
 )
 def _sdpa_t5_faster(call: Call) -> bool:
     # T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU in float32 and in
-    # bfloat16 training; faster in bfloat16 inference (docs/KERNEL_PERFORMANCE.md).
-    if call.device == "cuda":
-        return True
+    # bfloat16 training, faster in bfloat16 inference; on an H200 slower in every dtype and mode (0.78-0.94x: the
+    # float mask rules out the flash kernel). docs/KERNEL_PERFORMANCE.md.
     return call.device == "cpu" and call.dtype == torch.bfloat16 and not call.grad
 
 
 SDPA_T5 = Backend(
     "sdpa",
-    "CUDA; CPU bfloat16 inference, where it measured faster than T5's eager attention. CPU float32 and bfloat16 "
-    "training: measured no faster, so the original forward runs",
+    "CPU bfloat16 inference, where it measured faster than T5's eager attention. CPU float32 and bfloat16 training "
+    "measured no faster, CUDA (an H200) slower: the original forward runs there",
     faster=_sdpa_t5_faster,
 )
 register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")

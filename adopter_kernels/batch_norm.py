@@ -58,13 +58,13 @@ from ._dispatch import Backend, is_plain, register_kernel, select, unobserved
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
 
-# Folding is only attempted for eval-mode BN with running statistics (checked in the ops). On CPU it measured no
-# faster than conv/linear + BN (benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md): the original runs there.
+# Folding is only attempted for eval-mode BN with running statistics (checked in the ops). It measured no faster
+# than conv/linear + BN on CPU, and no faster or slower (0.90-1.00x in inference) on an H200
+# (benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md): auto runs the original everywhere.
 FOLDED = Backend(
     "folded",
-    "CUDA, eval-mode BN with running stats (one conv/linear instead of two ops; not yet measured on a GPU). "
-    "CPU: measured no faster (float32 and bfloat16), so the original runs",
-    faster=lambda call: call.device == "cuda",
+    "nowhere: measured no faster than conv/linear + BN on CPU and on an H200 (0.90-1.00x in inference); "
+    "ADOPTER_KERNELS_BACKEND=conv_bn2d=folded,linear_bn1d=folded forces it (eval-mode BN with running stats)",
 )
 register_kernel("conv_bn2d", FOLDED, doc="ADP007 bn(conv(x)); BN folded into the conv weights in eval")
 register_kernel("linear_bn1d", FOLDED, doc="ADP008 bn(linear(x)); BN folded into the linear weights in eval")

@@ -207,6 +207,21 @@ def test_auto_on_cpu_runs_the_original_computation(sdpa_calls: list[int]) -> Non
     assert adopter_kernels.backends()["attention_core"]["auto_selects"]["cpu float32 infer"] == "reference"
 
 
+@pytest.mark.parametrize(("keys", "forced", "sdpa"), [(128, False, False), (1023, False, False), (1024, False, True),
+                                                     (128, True, True)])
+def test_on_cuda_auto_takes_sdpa_from_1024_keys(keys: int, forced: bool, sdpa: bool) -> None:
+    """Measured on an H200: slower at 16 and 128 keys, faster at 1024 (docs/KERNEL_PERFORMANCE.md). A stand-in
+    key with the CUDA flag checks the rule without a GPU; a forced sdpa takes any length."""
+    from types import SimpleNamespace
+
+    from adopter_kernels.attention_core import _sdpa_pays
+
+    key_t = SimpleNamespace(is_cuda=True, shape=(2, 12, 64, keys))
+    with use_backend("attention_core=sdpa" if forced else "auto"):
+        assert _sdpa_pays(key_t) is sdpa  # type: ignore[arg-type]
+        assert _sdpa_pays(torch.zeros(1, 8, 16))  # not CUDA: the decision alone rules (CPU: never auto)
+
+
 def test_exported() -> None:
     assert adopter_kernels.attention_core is attention_core
 

@@ -55,6 +55,30 @@ def test_auto_runs_the_original_on_cpu_where_not_measured_faster() -> None:
         assert cpu["cpu bfloat16 infer"] == "sdpa" and cpu["cpu bfloat16 train"] == "reference"  # type: ignore
 
 
+def _xformers_usable() -> bool:
+    rows = {row["name"]: row for row in ak.backends()["bert_self_attention"]["backends"]}  # type: ignore[union-attr]
+    return bool(rows["xformers"]["available"])
+
+
+def test_auto_on_cuda_runs_what_measured_faster_on_a_gpu() -> None:
+    """The CUDA policy of docs/KERNEL_PERFORMANCE.md (an H200, gpu_bench/results/h200-2026-11-27/)."""
+    selects = {name: entry["auto_selects"] for name, entry in ak.backends().items()}
+
+    def cuda(name: str) -> set:
+        return {v for k, v in selects[name].items() if k.startswith("cuda")}  # type: ignore[union-attr]
+
+    # Measured slower or no faster than the original on the GPU: the original runs.
+    for name in ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
+                 "t5_attention", "gated_linear_unit", "rotary_embedding"):
+        assert cuda(name) == {"reference"}, name
+    # Measured faster: SDPA for BERT/GPT-2 attention and the attention core (from 1024 keys: test_attention_core),
+    # one packed QKV GEMM, and the Triton RMSNorm in inference (test_kernel_triton_llm_blocks).
+    for name in ("bert_self_attention", "gpt2_attention"):
+        assert cuda(name) == ({"xformers"} if _xformers_usable() else {"sdpa"}), name
+    assert cuda("attention_core") == {"sdpa"}
+    assert cuda("packed_qkv_linear") == {"packed"}
+
+
 def test_per_kernel_override_wins_over_bare_name(monkeypatch: pytest.MonkeyPatch) -> None:
     x = torch.zeros(2)
     monkeypatch.setenv(ak.BACKEND_ENV, "reference,packed_qkv_linear=packed")

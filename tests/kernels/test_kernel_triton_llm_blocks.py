@@ -185,9 +185,11 @@ def test_rms_norm_kernel_only_x_or_only_weight_requires_grad(
     _assert_rms_grads_match(x, w, cast, _randn(6, 24), rms_launches)
 
 
-def test_rms_norm_training_on_cuda_selects_triton() -> None:
+def test_rms_norm_on_cuda_selects_triton_for_inference_only() -> None:
+    """Measured on an H200: inference 1.5-2.1x faster, a training step no faster (docs/KERNEL_PERFORMANCE.md)."""
     selects = ak.backends()["rms_norm"]["auto_selects"]
-    assert selects["cuda float32 train"] == selects["cuda bfloat16 train"] == "triton"  # type: ignore[index]
+    assert selects["cuda float32 infer"] == selects["cuda bfloat16 infer"] == "triton"  # type: ignore[index]
+    assert selects["cuda float32 train"] == selects["cuda bfloat16 train"] == "reference"  # type: ignore[index]
 
 
 # --- ADP012 gated act * mul -----------------------------------------------------------------------------------
