@@ -215,6 +215,14 @@ def test_xformers_is_a_cuda_only_candidate(fake_xformers: types.ModuleType) -> N
     assert report["auto_selects"]["cpu float32 train"] == "sdpa"  # type: ignore[index]
 
 
+def test_t5_never_picks_xformers_unforced(fake_xformers: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its per-shape timing races xformers against SDPA, which lost to T5's original attention on an H200."""
+    report = ak.backends()["t5_attention"]
+    assert {v for k, v in report["auto_selects"].items() if k.startswith("cuda")} == {"reference"}  # type: ignore
+    monkeypatch.setenv(ak.BACKEND_ENV, "t5_attention=xformers")
+    assert ak.backends()["t5_attention"]["forced"] == "xformers"
+
+
 @pytest.mark.parametrize("xformers_faster", [True, False])
 def test_tuner_keeps_xformers_only_where_measured_faster(fake_xformers: types.ModuleType,
                                                          xformers_faster: bool) -> None:
