@@ -2,13 +2,13 @@
 
     python benchmarks/bench_kernels.py                         # CPU, float32 + bfloat16, small + base shapes
     python benchmarks/bench_kernels.py --dtypes float32 --shapes base --repeats 30 --kernels conv_bn2d
-    python benchmarks/bench_kernels.py --device cuda           # on a GPU
+    python benchmarks/bench_kernels.py --device cuda           # on a GPU: small, base and large shapes
 
 For every kernel, dtype, shape class and mode (``infer``: eval + ``inference_mode``; ``train``: training mode,
 forward + backward) it prints the median time of the original and of the kernel, their spread (IQR / median),
 and ``speedup = original median / kernel median``. Both sides are timed in alternating rounds (original, kernel,
 original, ...) so load changes on a shared machine hit both alike. "Kernel" is what rewritten code calls, run with
-its fast backend forced (``--force``, default: every kernel's non-reference backend that runs on CPU), so the
+its fast backend forced (``--force``, default: every kernel's non-reference backend, Triton's only off CPU), so the
 figures say where that backend is faster; the ``auto`` column says what dispatch picks for such a call today.
 
 The verdict column reads ``faster``/``slower`` only when the two interquartile ranges do not overlap, otherwise
@@ -72,6 +72,9 @@ SHAPES: Dict[str, Dict[str, Tuple[int, ...]]] = {
     # (batch, seq, hidden, heads) for sequence ops; (batch, channels, side) for conv; (rows, in, out) for linear_bn.
     "small": {"seq": (2, 16, 64, 4), "conv": (2, 16, 16), "rows": (8, 32, 64)},
     "base": {"seq": (4, 128, 768, 12), "conv": (8, 64, 56), "rows": (512, 768, 4096)},
+    # Memory-bound sizes for a GPU (an attention softmax of 8 x 16 x 1024 x 1024, 1024 keys for the attention core):
+    # where the fused kernels save whole passes over memory rather than launches. Heavy on CPU.
+    "large": {"seq": (8, 1024, 1024, 16), "conv": (64, 64, 56), "rows": (4096, 1024, 4096)},
 }
 
 
@@ -220,6 +223,8 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
 
 CPU_FAST = ("conv_bn2d=folded,linear_bn1d=folded,packed_qkv_linear=packed,bert_self_attention=sdpa,"
             "t5_attention=sdpa,gpt2_attention=sdpa,attention_core=sdpa")
+#: Elsewhere the Triton kernels run too (a bare name sets every kernel that has such a backend).
+GPU_FAST = "triton," + CPU_FAST
 KERNELS = ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
            "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention", "attention_core", "rms_norm",
            "gated_linear_unit", "rotary_embedding")
@@ -281,13 +286,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated subset of {','.join(KERNELS)}")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated torch dtypes")
-    parser.add_argument("--shapes", default="small,base", help=f"comma-separated subset of {','.join(SHAPES)}")
+    parser.add_argument("--shapes", default=None,
+                        help=f"comma-separated subset of {','.join(SHAPES)} (default: small,base on CPU, all elsewhere)")
     parser.add_argument("--modes", default="infer,train")
     parser.add_argument("--repeats", type=int, default=15, help="timed samples per side (default 15)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--force", default=None,
                         help=f"ADOPTER_KERNELS_BACKEND spec the kernel side runs with (default on CPU: {CPU_FAST}; "
-                        "elsewhere: auto)")
+                        f"elsewhere: {GPU_FAST}); 'auto' times what the dispatch picks today")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: on a shared machine a descheduled second thread "
                         "stalls every parallel op for a scheduler slice)")
@@ -296,7 +302,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     if args.force is None:
-        args.force = CPU_FAST if device.type == "cpu" else "auto"
+        args.force = CPU_FAST if device.type == "cpu" else GPU_FAST
+    if args.shapes is None:
+        args.shapes = "small,base" if device.type == "cpu" else ",".join(SHAPES)
     modes = args.modes.split(",")
     load = os.getloadavg()
     print(f"# bench_kernels: torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "

@@ -6,7 +6,8 @@
 # Needs a CUDA build of torch plus `pip install -e '.[bench,triton]'` (keep your CUDA torch: do not install with
 # constraints.txt, which pins the CPU wheel). Writes everything under gpu_bench/results/<gpu>-<date>/:
 #   kernel-tests.txt     the kernel tests, Triton kernels on the GPU (tests/kernels, incl. test_kernel_triton.py)
-#   bench_kernels.txt    every kernel against the original computation (auto backends, then xformers forced)
+#   bench_kernels.txt    every kernel's fast backend against the original computation, small to large shapes
+#   bench_kernels_xformers.txt   the attention kernels with xformers forced (when installed)
 #   base-fp32/, base-bf16/   python -m gpu_bench base-size suite with the torch.compile anchors
 #   commands.txt         the exact commands, environment and load
 # Then copy the tables of base-*/results.md into README.md and commit the folder.

@@ -6,7 +6,7 @@
 # Each step runs under `timeout` with at most its own cap and never past the budget; what a step finished is kept
 # (gpu_bench rewrites its results after every model, marking the run incomplete). In order of value:
 #   kernel-tests.txt        the kernel tests, Triton kernels on the GPU
-#   bench_kernels.txt       every kernel against the original computation
+#   bench_kernels.txt       every kernel's fast backend against the original computation (small, base, large)
 #   base-fp32/, base-bf16/  the base-size suite, eager (no compile anchors), all models but llama
 #   compile-bf16/           bf16 again with the torch.compile anchors, for the models in COMPILE_MODELS
 #   commands.txt            the exact commands, each step's exit status and the seconds spent so far
@@ -46,7 +46,7 @@ step() {
 }
 
 step 150 kernel-tests.txt $PYTHON -m pytest tests/kernels -q -rs -p no:cacheprovider
-step 90 bench_kernels.txt $PYTHON benchmarks/bench_kernels.py --device "$DEVICE" --repeats 11 --min-time 0.01
+step 180 bench_kernels.txt $PYTHON benchmarks/bench_kernels.py --device "$DEVICE" --repeats 11 --min-time 0.01
 for dtype in fp32 bf16; do
     step 120 "base-$dtype.log" $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype "$dtype" --no-compile \
         --models "$MODELS" --out "$out/base-$dtype"
