@@ -1292,6 +1292,9 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
     refused."""
     rule = match.rule
     planned = _plan(match)
+    if isinstance(planned, Reason):
+        # Where the fused call cannot go matters less than a hidden result read later, which every plan refuses.
+        planned = flow_checks.intermediate_read_later(match) or planned
     placement: Optional[Placement]
     if isinstance(planned, Reason) and rule.fallback:
         placement = _plan_absorbing(match, aligned)

@@ -331,6 +331,33 @@ def test_one_refusal_per_site_over_several_paths() -> None:
     ]
 
 
+def test_a_hidden_result_read_later_is_named_before_where_the_call_would_go() -> None:
+    """transformers 5.x's eager attention: the mask is added under an `if` (no plan puts the fused call in both
+    arms), and the probabilities are returned, which no plan cures: that is the reason given."""
+    source = """import torch
+from torch import nn
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0):
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+"""
+    assert _refused(source, "ADP010") == [
+        (6, "intermediate-used-elsewhere", "`attn_weights`, an intermediate result the fused call hides, is used here",
+         12)
+    ]
+    returned_once = source.replace("contiguous(), attn_weights", "contiguous()")
+    assert _refused(returned_once, "ADP010") == [
+        (6, "not-placeable", "the fused call would go in another block than the statements it replaces, which do "
+         "not directly precede the `if` holding it (only lines binding constants may stand between)", 11)
+    ]
+
+
 def test_site_accepted_by_a_later_variant_is_not_listed() -> None:
     """ADP011's first variant (eps in `variance_epsilon`) refuses a LLaMA RMSNorm keeping eps in `eps`, which the
     second variant rewrites: the site is a finding, not a refusal."""

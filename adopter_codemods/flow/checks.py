@@ -312,6 +312,22 @@ def read_after_anchor(match: "m.Match", anchor: DLNode, graph: FlowGraph, vids: 
     return _read_outside(graph, graph.reach, vids, keys, chain, frozenset(), (anchor.index, graph.exit))
 
 
+def intermediate_read_later(match: "m.Match") -> Optional["m.Reason"]:
+    """The refusal no placement cures: an intermediate result the fused call hides is read after the match's last
+    node (returned with the output, stored). Worded like check (i) of `_check_complete`."""
+    graph = match.graph
+    assert graph is not None, "a forward match has its graph"
+    anchor = max(match.nodes, key=lambda n: n.index)
+    inter, _ = m._output_vids(match)
+    use = read_after_anchor(match, anchor, graph, inter) if inter else None
+    if use is None:
+        return None
+    return _used_reason(
+        m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter,
+        "{name}, an intermediate result the fused call hides, is used here",
+    )
+
+
 def hoist_instances(match: "m.Match", graph: FlowGraph) -> Optional[list[dict[Key, DLNode]]]:
     """The copies of a match whose nodes all move to one statement before the first of them (plan "hoist"): per
     copy of the first matched node, the nodes of the other keys on its paths. None unless every path running a
