@@ -44,7 +44,9 @@ TRITON_INFERENCE = dataclasses.replace(
     "original runs there",
     faster=lambda call: call.device == "cuda" and not call.grad,
 )
-register_kernel("rms_norm", TRITON_INFERENCE, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton forward + backward")
+register_kernel(
+    "rms_norm", TRITON_INFERENCE, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton forward + backward"
+)
 
 
 def _llama(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
