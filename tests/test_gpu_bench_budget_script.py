@@ -43,8 +43,8 @@ def test_steps_run_in_order_of_value(tmp_path: Path) -> None:
         ["-m", "gpu_bench", "--size"],
         ["-m", "gpu_bench", "--size"],
     ]
-    assert "--dtype fp32 --no-compile" in calls[2] and "--dtype bf16 --no-compile" in calls[3]
-    assert "--dtype bf16 --compile --models bert,resnet,nanogpt,gpt2" in calls[4]
+    assert "--dtype fp32 --no-compile" in calls[2] and "--dtype bf16 --no-compile --interleave" in calls[3]
+    assert "--dtype bf16 --compile --models bert,gpt2,nanogpt,resnet" in calls[4]
     log = (tmp_path / "results" / "commands.txt").read_text()
     assert log.count("# exit 0 at") == 5
 
