@@ -270,11 +270,11 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = [("CODE", "NAME", "TARGET", "SUMMARY")]
-    rows += [(r.code, r.name, ", ".join(rule_targets(r)) or "-", r.summary) for r in builtin_rules()]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    rows = [("CODE", "NAME", "FAST BY DEFAULT", "TARGET", "SUMMARY")]
+    rows += [(r.code, r.name, r.fast or "-", ", ".join(rule_targets(r)) or "-", r.summary) for r in builtin_rules()]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
     return EXIT_OK
 
 
@@ -334,7 +334,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     generic = _plain((matcher.__doc__ or "").split("\n\n", 1)[-1].strip())  # the matcher's own account of its checks
     out.append("  - how every rule is matched and the safety checks it must pass (adopter_codemods.matcher):")
     out += [textwrap.indent(generic, "      "), ""]
-    out += [f"Target: {', '.join(rule_targets(rule)) or 'rewrites the matched calls in place'}", ""]
+    out += [f"Target: {', '.join(rule_targets(rule)) or 'rewrites the matched calls in place'}"]
+    if rule.fast == "none":
+        out.append("Fast by default: nowhere (its kernels measured slower or no faster than the original computation, "
+                   "which runs; ADOPTER_KERNELS_BACKEND forces them)")
+    elif rule.fast:
+        out.append(f"Fast by default: {rule.fast} (where measured faster; elsewhere the original computation runs)")
+    out.append("")
     doc = rule_doc(rule)
     sections = doc_sections(doc) if doc else []
     example = _fixture_example(rule)
@@ -486,7 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     rewrite.add_argument("--diff", action="store_true", help="print a unified diff instead of writing")
     rewrite.add_argument("--check", action="store_true", help="write nothing; exit 1 if some file would change")
 
-    add("list", "list the rules", "List every rule: code, name, kernel target and summary.", cmd_list)
+    add("list", "list the rules", "List every rule: code, name, where its kernel's fast path runs by default, kernel "
+        "target and summary.", cmd_list)
 
     explain = add(
         "explain",

@@ -150,6 +150,9 @@ class Rule:
     # `uncertain guarded`: the target's kernel checks the modules it receives at run time and computes the source
     # expression for any others, so layers whose type is only possible or unknown (init_bindings.py) may match too.
     uncertain: Optional[str] = None
+    # `fast "..."`: where the target's fast path runs by default (the kernels' measured dispatch), shown by `list`
+    # and `explain`; "none" where it runs the original computation everywhere unless forced.
+    fast: Optional[str] = None
     variant: str = ""  # label of this variant (`variant "..."`); "" for a rule written without variants
     alternatives: tuple["Rule", ...] = ()  # the file's further variants, tried after this one (same header)
     header_locations: dict[str, tuple[int, int]] = field(default_factory=dict)  # "code"/"rule" -> (line, col)
@@ -208,7 +211,7 @@ def _tokenize(text: str, path: str) -> list[Token]:
 # ---------------------------------------------------------------------------------------------- parser
 
 CODE_PATTERN = re.compile(r"[A-Z]+[0-9]+")  # ADP005; user rules may use a prefix of their own
-_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback", "uncertain")
+_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback", "uncertain", "fast")
 _VARIANT = "variant"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
@@ -338,6 +341,7 @@ class _Parser:
                 sequential=header.get("sequential"),
                 fallback=header.get("fallback"),
                 uncertain=header.get("uncertain"),
+                fast=header.get("fast"),
                 variant=label,
                 header_locations=where,
             )

@@ -441,10 +441,11 @@ def test_list_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "list")
     assert status == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["CODE", "NAME", "TARGET", "SUMMARY"]
+    assert lines[0].split() == ["CODE", "NAME", "FAST", "BY", "DEFAULT", "TARGET", "SUMMARY"]
     assert len(lines) == len(builtin_rules()) + 1
     for rule, line in zip(builtin_rules(), lines[1:]):
         assert line.startswith(rule.code) and rule.name in line and line.endswith(rule.summary)
+        assert f"  {rule.fast}  " in line
         assert "adopter_kernels." in line  # every built-in rule targets the runtime kernels
 
 
