@@ -72,19 +72,21 @@ __all__ = ["attention_core"]
 _KEPT = -1e4
 
 
-# CPU (benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md): SDPA plus the mask checks measured 1.4x faster at
-# base size in inference but 0.35x (float32) at small size and 0.46x in bfloat16 training; the decision cannot see
-# the size, so on CPU the original computation runs. On an H200 it measured 0.36-0.42x in inference at 16 and 128
-# keys (the checks and launches dominate) and 1.12x (training) / 1.19x (inference) with half the memory at 1024 keys
-# (nanoGPT, GPT-2 small shapes): on CUDA SDPA runs from _CUDA_MIN_KEYS keys on (_sdpa_pays).
+# benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md. CPU: SDPA plus the mask checks measured faster in float32
+# inference at 128 keys (1.45x and 1.30x in two runs) and slower at 16 (0.35x, 0.34x); bfloat16 inference disagreed
+# between runs (1.42x, 0.61x) and training was no faster (0.46-1.10x). An H200: 0.36-0.42x in inference at 16 and 128
+# keys (the checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory at 1024 keys
+# (nanoGPT, GPT-2 small shapes). The decision sees no shapes, so _sdpa_pays adds the length per device.
 SDPA_CORE = Backend(
     "sdpa",
-    "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer). CPU: "
-    "measured slower at small sizes (0.35x float32 inference) and in bfloat16 training (0.46x), faster only at "
-    "base-size inference (1.4x), so the original computation runs",
-    faster=lambda call: call.device == "cuda",
+    "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer); CPU float32 "
+    "inference from 128 keys on (1.30-1.45x; 0.35x at 16 keys). Elsewhere (CPU training and bfloat16, shorter "
+    "sequences) the original computation runs",
+    faster=lambda call: call.device == "cuda" or (call.device == "cpu" and call.dtype == torch.float32 and not call.grad),
 )
-_CUDA_MIN_KEYS = 1024
+#: Fewest keys (the last dim of ``key_t``) from which auto takes SDPA, per device: measured faster there, slower at the
+#: next shorter length measured.
+_MIN_KEYS = {"cuda": 1024, "cpu": 128}
 register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
 
@@ -123,10 +125,11 @@ def attention_core(
 
 
 def _sdpa_pays(key_t: Tensor) -> bool:
-    """The length check of SDPA_CORE on CUDA (the decision itself sees no shapes); a forced ``sdpa`` skips it."""
+    """The length check of SDPA_CORE (the decision itself sees no shapes); a forced ``sdpa`` skips it."""
+    device = "cuda" if key_t.is_cuda else "cpu" if key_t.is_cpu else None
     return (
-        not key_t.is_cuda
-        or key_t.shape[-1] >= _CUDA_MIN_KEYS
+        device is None
+        or key_t.shape[-1] >= _MIN_KEYS[device]
         or _dispatch.forced("attention_core") == "sdpa"
     )
 
