@@ -72,15 +72,15 @@ __all__ = ["attention_core"]
 _KEPT = -1e4
 
 
-# benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md. CPU: SDPA plus the mask checks measured faster in float32
-# inference at 128 keys (1.45x and 1.30x in two runs) and slower at 16 (0.35x, 0.34x); bfloat16 inference disagreed
-# between runs (1.42x, 0.61x) and training was no faster (0.46-1.10x). An H200: 0.36-0.42x in inference at 16 and 128
+# benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md. CPU: SDPA plus the mask checks measured 1.06-1.45x in
+# float32 inference at 128 keys (faster in three of four runs) and 0.26-0.35x at 16; bfloat16 inference disagreed
+# between runs (1.42x, then 0.55-0.61x) and training was no faster (0.34-1.19x). An H200: 0.36-0.42x in inference at 16 and 128
 # keys (the checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory at 1024 keys
 # (nanoGPT, GPT-2 small shapes). The decision sees no shapes, so _sdpa_pays adds the length per device.
 SDPA_CORE = Backend(
     "sdpa",
     "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer); CPU float32 "
-    "inference from 128 keys on (1.30-1.45x; 0.35x at 16 keys). Elsewhere (CPU training and bfloat16, shorter "
+    "inference from 128 keys on (1.06-1.45x; 0.26-0.35x at 16 keys). Elsewhere (CPU training and bfloat16, shorter "
     "sequences) the original computation runs",
     faster=lambda call: call.device == "cuda" or (call.device == "cpu" and call.dtype == torch.float32 and not call.grad),
 )
