@@ -1,9 +1,10 @@
 """Runtime kernels imported by model code rewritten with adopter_codemods.
 
 Each op keeps the exact semantics of the code it replaces on its pure-PyTorch reference path (CPU,
-and the oracle in tests) and has a fast path on CUDA (own Triton kernels, or PyTorch's SDPA for
-attention). The package depends only on torch: triton is imported lazily, the first time a call is
-routed to it. ``backends()`` shows, per kernel, the backends available, why not, and what ``auto`` selects;
+and the oracle in tests) and has a fast path (own Triton kernels, PyTorch's SDPA, folded or packed weights)
+that ``auto`` takes only where it measured faster than the original. The package depends only on torch:
+triton is imported lazily, the first time a call is routed to it. ``backends()`` shows, per kernel, the backends
+available, why not, and what ``auto`` selects;
 ``ADOPTER_KERNELS_BACKEND`` overrides it, globally or per kernel (see ``_dispatch``).
 
 | rule   | what rewritten code calls                                  |

@@ -5,7 +5,7 @@ The Linear module is passed in (its parameters and state-dict keys stay where th
 
 Reference path: exactly ``activation(linear(input), **kw)``.
 
-Triton path (CUDA, or forced): ``F.linear(input, W)`` without bias, then one fused kernel for
+Triton path (when forced): ``F.linear(input, W)`` without bias, then one fused kernel for
 ``act(. + bias)`` with its backward. It runs only for activations recognised *exactly*: erf GELU,
 tanh GELU, ReLU and SiLU. Recognition never substitutes one GELU for the other (epoi's FusedBiasGELU
 silently used the tanh form, 4.7e-4 off). Recognised forms:
@@ -18,7 +18,8 @@ silently used the tanh form, 4.7e-4 off). Recognised forms:
   ``PytorchGELUTanh``/``GELUTanh`` (tanh GELU), ``SiLUActivation``.
 
 Everything else (Tanh, Sigmoid, QuickGELU, clipped GELU, user classes, extra kwargs) is computed by the
-reference path.
+reference path. ``auto`` takes the reference path everywhere: the Triton path measured slower than torch's ops on an
+H200 (docs/KERNEL_PERFORMANCE.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ The key is passed as the code transposed it, so any transpose the original wrote
 Reference path (``ADOPTER_KERNELS_BACKEND=reference``, and every input the fast path does not take): the code
 above, op for op, so it is the original computation (same rounding, same random numbers for dropout).
 
-Fast path (CUDA under ``auto``; any device when forced):
+Fast path (under ``auto`` where it measured faster, see Dispatch below; any device when forced):
 ``F.scaled_dot_product_attention(query, key_t.transpose(-2, -1), value, attn_mask, ...)``, only where it
 computes the same function up to rounding:
 
@@ -47,9 +47,9 @@ The mask and row checks read the data (a device synchronisation on CUDA). They n
 op for op the original's graph. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
 graph runs).
 
-Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA only; on CPU it measured
-slower at small sizes (``SDPA_CORE``), so the reference path runs unless ``ADOPTER_KERNELS_BACKEND`` names
-``attention_core=sdpa``.
+Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA from 1024 keys on and for
+CPU float32 inference from 128 keys on, where it measured faster (``SDPA_CORE``, ``_sdpa_pays``); elsewhere the
+reference path runs unless ``ADOPTER_KERNELS_BACKEND`` names ``attention_core=sdpa``.
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ _KEPT = -1e4
 
 # benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md. CPU: SDPA plus the mask checks measured 1.06-1.45x in
 # float32 inference at 128 keys (faster in three of four runs) and 0.26-0.35x at 16; bfloat16 inference disagreed
-# between runs (1.42x, then 0.55-0.61x) and training was no faster (0.34-1.19x). An H200: 0.36-0.42x in inference at 16 and 128
-# keys (the checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory at 1024 keys
-# (nanoGPT, GPT-2 small shapes). The decision sees no shapes, so _sdpa_pays adds the length per device.
+# between runs (1.42x, then 0.55-0.61x) and training was no faster (0.34-1.19x). An H200: 0.36-0.42x in inference
+# at 16 and 128 keys (the checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory
+# at 1024 keys (nanoGPT, GPT-2 small shapes). The decision sees no shapes, so _sdpa_pays adds the length per device.
 SDPA_CORE = Backend(
     "sdpa",
     "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer); CPU float32 "

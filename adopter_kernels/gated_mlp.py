@@ -5,12 +5,13 @@ Linear modules are passed in, so their parameters and state-dict keys stay where
 
 Reference path: exactly ``act(gate(x), **kw) * up(x)``.
 
-Triton path (CUDA, or forced): one ``F.linear`` over ``cat([W_gate, W_up])`` (biases concatenated, a missing one
+Triton path (when forced): one ``F.linear`` over ``cat([W_gate, W_up])`` (biases concatenated, a missing one
 counts as zeros, as in ADP009's ``packed_qkv_linear``), then one kernel computing ``act(g) * u`` on the packed
 output (forward and backward). It runs only when both layers are plain ``nn.Linear`` of one dtype and device with
 equal ``out_features`` and the activation is recognised exactly by ``classify_activation`` (erf GELU, tanh GELU,
 ReLU, SiLU; never one GELU for the other). The packed weight is cached under ``no_grad`` (see ``_cache``).
-Dispatch: kernel ``gated_linear_unit`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU).
+Dispatch: kernel ``gated_linear_unit`` of ``_dispatch``: ``reference`` under ``auto`` (the Triton path measured
+slower on an H200, docs/KERNEL_PERFORMANCE.md); ``triton`` when forced.
 """
 
 from __future__ import annotations

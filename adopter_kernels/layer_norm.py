@@ -17,11 +17,12 @@ that drop out with ``F.dropout`` (the BART family: the probability is a forward-
 Dropout a fused module could take over) call ``dropout_add_layer_norm_module(a, r, ln, p=..., training=...)``,
 ``ln(F.dropout(a, p, training) + r)`` with the model's LayerNorm module.
 
-Triton path (CUDA, or forced): one fused kernel for the forward and one for the backward (see
+Triton path (when forced): one fused kernel for the forward and one for the backward (see
 ``triton_kernels.layer_norm``). Its dropout mask comes from Triton's Philox stream, so with ``p > 0`` in
 training it is statistically, not bitwise, equal to torch's. It needs ``input`` and ``residual`` of the
 same shape and dtype (no broadcasting), contiguous, float16/bfloat16/float32, weight/bias in that dtype,
-and a normalised size up to ``MAX_N``; anything else takes the reference path.
+and a normalised size up to ``MAX_N``; anything else takes the reference path. ``auto`` takes the reference path
+everywhere: the Triton path measured slower than torch's ops on an H200 (docs/KERNEL_PERFORMANCE.md).
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ class whose forward it proved to be exactly the RMSNorm of ``cast``:
   dtype, cast to the weight's dtype only when that is float16/bfloat16, then ``weight * x``;
 * ``"gemma"`` (GemmaRMSNorm): ``x.float()`` normalised, times ``(1.0 + weight.float())``, cast back to ``x``'s type.
 
-Reference path: exactly those expressions, in that casting order (the oracle in tests). Triton path (CUDA, or
-forced): a row kernel computing in float32 and, in training, a backward kernel giving the grads of ``x`` and the
+Reference path: exactly those expressions, in that casting order (the oracle in tests). Triton path (see
+Dispatch): a row kernel computing in float32 and, in training, a backward kernel giving the grads of ``x`` and the
 weight (``triton_kernels.rms_norm``), when the input is float16/bfloat16/float32 and the weight has the input's dtype
 (then the three casting orders reduce to the two the kernels implement) and a row has at most ``MAX_N`` (16384)
-elements. Dispatch: kernel ``rms_norm`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU), for inference
-and training alike.
+elements. Dispatch: kernel ``rms_norm`` of ``_dispatch``: ``triton`` for CUDA inference, where it measured faster;
+``reference`` in training (no faster on an H200) and on CPU; forcing ``triton`` takes the kernels in training too.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ codemod checks the helper's body before it rewrites.
 Reference path: exactly that expression (for an odd last dim too, as ``rotate_half`` computes it; GPT-J's indexing
 accepts 4-D input only, and so does the reference).
 
-Triton path (CUDA, or forced): one elementwise kernel reading each element, its rotation partner and the
+Triton path (when forced): one elementwise kernel reading each element, its rotation partner and the
 broadcast ``cos``/``sin`` (strides of the broadcast, nothing materialised), computing in float32 and rounding once
 (the original rounds after each product and the sum in half precision). It runs for 4-D ``x`` with an even last
 dim, ``cos``/``sin`` broadcasting to ``x``'s shape, all three of one float16/bfloat16/float32 dtype, and ``cos`` and
 ``sin`` not requiring grad (the backward kernel gives ``x``'s gradient only, as HF's cos/sin buffers need).
-Dispatch: kernel ``rotary_embedding`` of ``_dispatch`` (``triton`` on CUDA, ``reference`` on CPU).
+Dispatch: kernel ``rotary_embedding`` of ``_dispatch``: ``reference`` under ``auto`` (the Triton path measured
+slower on an H200, docs/KERNEL_PERFORMANCE.md); ``triton`` when forced.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ The codemod rewrites, keeping the argument list as written,
 
 so every semantic detail (implicit-dim rule and its warning when ``dim=None``, ``dtype`` casting before the op,
 errors) is the original API's: each falls back to calling exactly that API. The Triton row kernel (forward +
-backward) runs only when the backend allows it, the input is a plain ``torch.Tensor`` (no ``__torch_function__``
-override, and for the method form no subclass ``softmax``), ``dim`` is an integer naming the last dim, and the (cast)
-input is contiguous, non-empty and float16/bfloat16/float32; everything else calls torch.
+backward; when forced: it measured slower than torch's softmax on an H200, so ``auto`` never takes it) runs only
+when the backend allows it, the input is a plain ``torch.Tensor`` (no ``__torch_function__`` override, and for the
+method form no subclass ``softmax``), ``dim`` is an integer naming the last dim, and the (cast) input is contiguous,
+non-empty and float16/bfloat16/float32; everything else calls torch.
 
 The method form cannot be told from another library's ``softmax`` method statically (``arr.softmax(-1)`` on an
 object that is not a tensor), so ``tensor_softmax`` computes ``x.softmax(dim)`` (``x.softmax(dim, dtype=dtype)``

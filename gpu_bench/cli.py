@@ -159,6 +159,7 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
          f"compile {'on' if config.compile else 'off'}, output {out}")
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     rtol, atol = config.tolerances
+    env = environment(config.device)  # once: it asks git and the devices
 
     def payload(models: list[dict[str, Any]]) -> dict[str, Any]:
         done = {model["name"] for model in models}
@@ -166,7 +167,7 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
             "schema": SCHEMA_VERSION,
             "command": shlex.join(["python", "-m", "gpu_bench", *argv]),
             "environment": {
-                **environment(config.device),
+                **env,
                 "load_average": [load_start, os.getloadavg()[0]] if load_start is not None else None,
             },
             "settings": {
