@@ -14,11 +14,16 @@ __version__ = "0.1.0"
 
 # The codemods not made from a rule file, and their modules under adopter_codemods.commands; every built-in rule's
 # codemod comes from adopter_codemods.commands.builtin, made from its rule files (CONTRIBUTING.md, "Adding a rule").
-_FRONT_END_CODEMODS: dict[str, str] = {"AdoptAll": "adopt_all", "ApplyRuleFiles": "apply_rule_files"}
+_FRONT_END_CODEMODS: dict[str, str] = {
+    "AdoptFast": "adopt_fast",
+    "AdoptAll": "adopt_all",
+    "ApplyRuleFiles": "apply_rule_files",
+}
 
 
 def codemod_names() -> list[str]:
-    """Every codemod class importable from the package root: one per built-in rule, then AdoptAll, ApplyRuleFiles."""
+    """Every codemod class importable from the package root: one per built-in rule, then AdoptFast, AdoptAll and
+    ApplyRuleFiles."""
     from .rules import builtin_rules
 
     return [r.name for r in builtin_rules()] + list(_FRONT_END_CODEMODS)

@@ -32,7 +32,8 @@ def rewrite_source(
     path: str = "<string>",
     rule_files: Sequence[Path] = (),
 ) -> RewriteResult:
-    """Apply rules (codes like ``ADP005`` or codemod names; None = all built-in rules) to source text.
+    """Apply rules (codes like ``ADP005`` or codemod names, ``"fast"`` or ``"all"``; None = ``"fast"``, the built-in
+    rules whose kernels are faster by default, as ``rewrite`` without ``--rules``) to source text.
 
     Raises ``libcst.ParserSyntaxError`` for source that does not parse, and
     :class:`adopter_codemods.files.SourceError` for nesting too deep for LibCST's parser (checked without crashing).

@@ -39,7 +39,7 @@ from .report import (
     text_replacements,
     unified_diff,
 )
-from .rules import builtin_rules, doc_sections, rule_doc, rule_targets, select_rules
+from .rules import builtin_rules, doc_sections, fast_by_default, rule_doc, rule_targets, select_rules
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXAMPLE = ("examples", "bert_like.py")  # inside the package, so `demo` works from an installed wheel
@@ -275,6 +275,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    opt_in = [r.code for r in builtin_rules() if not fast_by_default(r)]
+    if opt_in:
+        note = (f"{', '.join(opt_in)} (FAST BY DEFAULT none) rewrite to kernels that run the original computation "
+                "unless ADOPTER_KERNELS_BACKEND forces a backend: scan, rewrite, demo and AdoptFast run them only "
+                f"when named (--rules {opt_in[0]}, or --rules all); AdoptAll runs every rule.")
+        print("\n" + textwrap.fill(note, 100))
     return EXIT_OK
 
 
@@ -335,9 +341,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     out.append("  - how every rule is matched and the safety checks it must pass (adopter_codemods.matcher):")
     out += [textwrap.indent(generic, "      "), ""]
     out += [f"Target: {', '.join(rule_targets(rule)) or 'rewrites the matched calls in place'}"]
-    if rule.fast == "none":
+    if not fast_by_default(rule):
         out.append("Fast by default: nowhere (its kernels measured slower or no faster than the original computation, "
                    "which runs; ADOPTER_KERNELS_BACKEND forces them)")
+        out.append(f"Runs only when named: --rules {rule.code} (or all), the {rule.name} codemod, AdoptAll; "
+                   "scan, rewrite and AdoptFast leave it out by default")
     elif rule.fast:
         out.append(f"Fast by default: {rule.fast} (where measured faster; elsewhere the original computation runs)")
     out.append("")
@@ -372,12 +380,20 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     data = resources.files("adopter_codemods").joinpath(*EXAMPLE).read_bytes()
     label = "/".join(("adopter_codemods", *EXAMPLE))
-    analysis = analyse_source(data, select_rules(), label)
+    keys = _rule_keys(args.rules)
+    rules = _select(keys, [])
+    analysis = analyse_source(data, rules, label)
     module = analysis.module
     if args.source:
         sys.stdout.write(module.code)
         return EXIT_OK
-    print(f"# AdoptAll (every rule) on the bundled example {label}; nothing is written.", file=sys.stderr)
+    chosen = " ".join(keys) if keys else "the default rules"
+    print(f"# rewrite with {chosen} ({', '.join(r.code for r in rules)}) on the bundled example {label}; "
+          "nothing is written.", file=sys.stderr)
+    if not keys:
+        left_out = [r.code for r in builtin_rules() if r not in rules]
+        print(f"# `demo --rules all` also shows {', '.join(left_out)}, whose kernels run the original computation "
+              "by default.", file=sys.stderr)
     rewritten = analysis.rewrite().module
     sys.stdout.write(unified_diff(module.code, rewritten.code, label))
     return EXIT_OK
@@ -398,7 +414,8 @@ def _add_rule_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="CODES",
         help="comma-separated codes or names of rules to run (e.g. ADP005,FastSoftmax; a --rule-file's own code; "
-        "'all': every built-in rule); default: every built-in rule, or only the --rule-file rules when given",
+        "'fast': the built-in rules whose kernels take a fast path somewhere by default; 'all': every built-in "
+        "rule); default: 'fast' (see `list`), or only the --rule-file rules when given",
     )
     parser.add_argument(
         "--rule-file",
@@ -506,18 +523,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = add(
         "demo",
-        "show the diff of every rule on a bundled example model",
-        "Print the unified diff AdoptAll (every rule) makes on the bundled example model "
-        "(adopter_codemods/examples/bert_like.py). Nothing is written.",
+        "show the diff the rules make on a bundled example model",
+        "Print the unified diff `rewrite` makes on the bundled example model "
+        "(adopter_codemods/examples/bert_like.py), which holds a site of every rule: by default with the rules "
+        "whose kernels take a fast path somewhere by default, with --rules all with every rule (what the AdoptAll "
+        "codemod does). Nothing is written.",
         cmd_demo,
     )
     demo.add_argument("--source", action="store_true", help="print the example's source instead of the diff")
+    demo.add_argument(
+        "--rules",
+        action="append",
+        metavar="CODES",
+        help="comma-separated codes or names of the rules to show ('all': every rule); default: 'fast'",
+    )
 
     init = add(
         "init",
         f"write the LibCST codemod configuration {CONFIG_NAME} here",
         f"Write {CONFIG_NAME} into the current directory, so that `python -m libcst.tool codemod "
-        "adopter_codemods.AdoptAll .` resolves the codemod names, keeps your formatting and skips virtual "
+        "adopter_codemods.AdoptFast .` resolves the codemod names, keeps your formatting and skips virtual "
         "environments, build output, site-packages and VCS metadata. An existing file is left alone unless --force.",
         cmd_init,
     )

@@ -1,7 +1,7 @@
 """``adopter-codemods init``: write the LibCST codemod configuration into a project.
 
 The configuration ships inside the package (``adopter_codemods/data/libcst.codemod.yaml``) so an installed wheel
-can write it: it makes ``python -m libcst.tool codemod adopter_codemods.AdoptAll .`` resolve the short codemod
+can write it: it makes ``python -m libcst.tool codemod adopter_codemods.AdoptFast .`` resolve the short codemod
 names, pass code through unformatted, and skip the directories ``scan`` never walks into (virtual environments,
 build output, installed packages, VCS metadata), which LibCST would otherwise rewrite in place.
 """

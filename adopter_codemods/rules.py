@@ -55,6 +55,19 @@ def builtin_rules() -> tuple[Rule, ...]:
 
 
 ALL = "all"  # `--rules all`: every built-in rule
+FAST = "fast"  # `--rules fast`, the default: the built-in rules whose kernels take a fast path somewhere by default
+
+
+def fast_by_default(rule: Rule) -> bool:
+    """Whether the rule's kernels take a fast path on some device by default (its ``fast "..."`` header is not
+    ``"none"``). The others rewrite to kernels that compute the original expression unless a backend is forced
+    (``ADOPTER_KERNELS_BACKEND``): a diff with no speed-up, so they run only when selected by code, name or ``all``."""
+    return rule.fast != "none"
+
+
+def default_rules() -> list[Rule]:
+    """The built-in rules run when none are named: those :func:`fast_by_default`."""
+    return [r for r in builtin_rules() if fast_by_default(r)]
 
 
 def load_user_rules(paths: Sequence[Path]) -> list[Rule]:
@@ -62,6 +75,7 @@ def load_user_rules(paths: Sequence[Path]) -> list[Rule]:
     built-in rule or an earlier file) is reported at its header line, so that `--rules` selects one rule."""
     taken = {key.lower(): f"the built-in rule {r.code} {r.name}" for r in builtin_rules() for key in (r.code, r.name)}
     taken[ALL] = "`--rules all` (every built-in rule)"
+    taken[FAST] = "`--rules fast` (the built-in rules with a fast path by default)"
     rules = load_rules(paths)
     for rule in rules:
         for header, what, key in (("code", "rule code", rule.code), ("rule", "rule name", rule.name)):
@@ -75,21 +89,23 @@ def load_user_rules(paths: Sequence[Path]) -> list[Rule]:
 
 def select_rules(keys: Optional[Sequence[str]] = None, extra_files: Sequence[Path] = ()) -> list[Rule]:
     """The rules to run: user rule files always run; `keys` (codes like ``ADP005`` or names like ``FuseDropoutLN``
-    of built-in or user rules, or ``all`` for every built-in) add more. Without keys: the user rules if files are
-    given, else every built-in rule. Every front-end (``scan``/``rewrite``, the codemods, the API) selects here.
+    of built-in or user rules, ``fast`` for the built-ins :func:`fast_by_default`, ``all`` for every built-in) add
+    more. Without keys: the user rules if files are given, else the ``fast`` ones. Every front-end
+    (``scan``/``rewrite``, the codemods, the API) selects here.
 
     Raises KeyError naming the unknown keys and the known ones, RuleSyntaxError for a bad rule file.
     """
     builtin = list(builtin_rules())
     user = load_user_rules(extra_files)
     if not keys:
-        return user or builtin
+        return user or default_rules()
     rules = builtin + user
-    index = {r.code.lower(): [r] for r in rules} | {r.name.lower(): [r] for r in rules} | {ALL: builtin}
+    index = {r.code.lower(): [r] for r in rules} | {r.name.lower(): [r] for r in rules}
+    index |= {ALL: builtin, FAST: default_rules()}
     unknown = [k for k in keys if k.strip().lower() not in index]
     if unknown:
         known = ", ".join(f"{r.code} ({r.name})" for r in rules)
-        raise KeyError(f"unknown rule(s) {', '.join(unknown)}; known rules: {known}, or {ALL}")
+        raise KeyError(f"unknown rule(s) {', '.join(unknown)}; known rules: {known}, {FAST} or {ALL}")
     chosen: list[Rule] = []
     for key in keys:
         chosen += [r for r in index[key.strip().lower()] if r not in chosen]

@@ -271,7 +271,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="files or directories (default: the transformers corpus)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="worker processes for the parallel run (1: skip)")
-    parser.add_argument("--rules", help="comma-separated codes (default: all rules)")
+    parser.add_argument("--rules", help="comma-separated codes (default: all, every built-in rule)")
     parser.add_argument("--repeat", type=int, default=1, help="time each file this many times, keep the best")
     parser.add_argument("--limit", type=int, help="only the first N files (quick runs)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of the analysis")
@@ -280,7 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     files = expand(args.paths) if args.paths else default_corpus()
     if args.limit:
         files = files[: args.limit]
-    rule_keys = args.rules.split(",") if args.rules else None
+    rule_keys = args.rules.split(",") if args.rules else ["all"]
     print(f"{len(files)} files, rules: {', '.join(r.code for r in select_rules(rule_keys))}, repeat {args.repeat}")
 
     serial, serial_wall = run_serial(files, args.repeat, rule_keys)

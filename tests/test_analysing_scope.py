@@ -69,7 +69,7 @@ def test_no_module_outlives_its_analysis() -> None:
     )
     gc.collect()
     before = sum(isinstance(o, cst.Module) for o in gc.get_objects())
-    analysis = engine.analyse_source(source, select_rules(None), "m.py")
+    analysis = engine.analyse_source(source, select_rules(["all"]), "m.py")
     analysis.findings()
     del analysis
     gc.collect()
@@ -92,7 +92,7 @@ def test_graphs_are_freed_without_the_collector() -> None:
     gc.disable()
     try:
         before = {id(o) for o in gc.get_objects() if type(o) is FlowGraph}
-        analysis = engine.analyse_source(source, select_rules(None), "m.py")
+        analysis = engine.analyse_source(source, select_rules(["all"]), "m.py")
         assert analysis.findings()
         graphs = [weakref.ref(o) for o in gc.get_objects() if type(o) is FlowGraph and id(o) not in before]
         assert graphs

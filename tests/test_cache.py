@@ -37,7 +37,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def scan(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
-    code = cli.main(["scan", "--format", "json", "--no-progress", *args])
+    rules = () if "--rules" in args else ("--rules", "all")
+    code = cli.main(["scan", *rules, "--format", "json", "--no-progress", *args])
     report = json.loads(capsys.readouterr().out)
     assert code == (1 if report["findings"] else 0)
     return report
@@ -110,7 +111,7 @@ def test_cache_dir_from_the_environment(project: Path, capsys, monkeypatch) -> N
 def test_sarif_is_not_served_from_the_cache(project: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     scan(capsys, "model.py")
     seen = parses(monkeypatch)
-    cli.main(["scan", "--format", "sarif", "--no-progress", "model.py"])
+    cli.main(["scan", "--rules", "all", "--format", "sarif", "--no-progress", "model.py"])
     capsys.readouterr()
     assert seen == ["model.py"]  # SARIF carries the fixes, which the cache does not keep
 

@@ -53,7 +53,7 @@ def module_classes(path: Path) -> list[str]:
 
 
 def codes(path: Path) -> list[str]:
-    return [f.code for f in scan_source(path.read_text(encoding="utf-8"), path=str(path))]
+    return [f.code for f in scan_source(path.read_text(encoding="utf-8"), ["all"], path=str(path))]
 
 
 def test_relative_import_from_the_files_own_package(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_relative_import_from_the_files_own_package(tmp_path: Path) -> None:
     assert module_classes(model) == ["Block"]
     assert codes(model) == ["ADP005"]
     # Without the file's path only names decide: `Base` is unknown, the class is left alone (as before).
-    assert scan_source(model.read_text(encoding="utf-8")) == []
+    assert scan_source(model.read_text(encoding="utf-8"), ["all"]) == []
 
 
 def test_two_levels_up_and_a_subpackage(tmp_path: Path) -> None:
@@ -200,9 +200,9 @@ def test_unresolved_or_non_module_bases_stay_conservative(
 def test_missing_path_or_string_source_decides_by_name(tmp_path: Path) -> None:
     write(tmp_path, {"pkg/__init__.py": "", "pkg/base.py": MODULE_BASE})
     source = block("from .base import Base")
-    assert scan_source(source, path=str(tmp_path / "pkg" / "missing.py")) == []
-    assert scan_source(source, path="<string>") == []
-    assert [f.code for f in scan_source(source, path=str(tmp_path / "pkg" / "base.py"))] == ["ADP005"]
+    assert scan_source(source, ["all"], path=str(tmp_path / "pkg" / "missing.py")) == []
+    assert scan_source(source, ["all"], path="<string>") == []
+    assert [f.code for f in scan_source(source, ["all"], path=str(tmp_path / "pkg" / "base.py"))] == ["ADP005"]
 
 
 def test_layers_the_other_files_base_uses_are_not_removed_nor_relied_on(tmp_path: Path) -> None:
@@ -245,9 +245,9 @@ def test_rewrite_through_a_base_in_another_file_runs_the_same(tmp_path: Path) ->
 
     write(tmp_path, {"pkg/__init__.py": "", "pkg/base.py": MODULE_BASE, "pkg/model.py": block("from .base import Base")})
     path = tmp_path / "pkg" / "model.py"
-    result = rewrite_source(path.read_text(encoding="utf-8"), path=str(path))
+    result = rewrite_source(path.read_text(encoding="utf-8"), ["all"], path=str(path))
     assert [f.code for f in result.findings] == ["ADP005"] and "FusedDropoutAddLayerNorm" in result.code
-    assert rewrite_source(result.code, path=str(path)).code == result.code  # a second run changes nothing
+    assert rewrite_source(result.code, ["all"], path=str(path)).code == result.code  # a second run changes nothing
     sys.path.insert(0, str(tmp_path))
     try:
         import pkg.model as original  # the package is importable only for executing it here
@@ -282,9 +282,9 @@ def test_front_ends_pass_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     result = transform_module(AdoptAll(CodemodContext(filename=str(model))), source)
     assert isinstance(result, TransformSuccess) and "FusedDropoutAddLayerNorm" in result.code
     # scan / rewrite
-    assert cli.main(["scan", "--format", "json", "--no-progress", "--no-cache", "pkg"]) == 1
+    assert cli.main(["scan", "--rules", "all", "--format", "json", "--no-progress", "--no-cache", "pkg"]) == 1
     assert [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["ADP005"]
-    assert cli.main(["rewrite", "--no-progress", "pkg"]) == 0
+    assert cli.main(["rewrite", "--rules", "all", "--no-progress", "pkg"]) == 0
     assert "FusedDropoutAddLayerNorm" in model.read_text(encoding="utf-8")
 
 
@@ -307,7 +307,7 @@ def test_scan_cache_misses_when_a_base_file_changes(tmp_path: Path, monkeypatch:
     monkeypatch.delenv("ADOPTER_CACHE_DIR", raising=False)
 
     def scan() -> list[str]:
-        cli.main(["scan", "--format", "json", "--no-progress", "pkg/model.py"])
+        cli.main(["scan", "--rules", "all", "--format", "json", "--no-progress", "pkg/model.py"])
         return [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]]
 
     assert scan() == ["ADP005"]

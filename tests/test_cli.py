@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -47,6 +48,11 @@ FINDING_KEYS = ["code", "rule", "path", "class", "function", "line", "end_line",
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run the CLI; `scan` and `rewrite` run every built-in rule unless told which (the fixtures' models are
+    ADP005's, which the default selection leaves out: see test_default_selection_*)."""
+    chosen = {"--rules", "--rule-file"} & set(argv)
+    if argv and argv[0] in ("scan", "rewrite") and not chosen:
+        argv = (argv[0], "--rules", "all", *argv[1:])
     status = main(list(argv))
     out, err = capsys.readouterr()
     return status, out, err
@@ -78,7 +84,7 @@ def test_scan_json_follows_the_contract(project: Path, capsys: pytest.CaptureFix
     expected = [
         f.to_json()
         for name in ("example.py", "model.py")
-        for f in scan_source((project / "src" / name).read_text(encoding="utf-8"), path=f"src/{name}")
+        for f in scan_source((project / "src" / name).read_text(encoding="utf-8"), ["all"], path=f"src/{name}")
     ]
     assert report["findings"] == expected
     first = report["findings"][-1]
@@ -224,12 +230,12 @@ def test_progress_only_on_a_terminal(
     assert "\r" not in run(capsys, "scan", "src")[2]  # captured stderr is no TTY
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    main(["scan", "src", "--format", "json"])
+    main(["scan", "--rules", "all", "src", "--format", "json"])
     assert "[2/2] src/pkg/util.py" in terminal.getvalue()
     assert json.loads(capsys.readouterr().out)["version"] == 3  # stdout untouched by the progress line
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    main(["scan", "src", "--format", "json", "--no-progress"])
+    main(["scan", "--rules", "all", "src", "--format", "json", "--no-progress"])
     assert terminal.getvalue() == ""
 
 
@@ -314,7 +320,7 @@ def test_sarif_fix_is_the_rewrite(project: Path, capsys: pytest.CaptureFixture[s
         [change] = fix["artifactChanges"]
         path = project / change["artifactLocation"]["uri"]
         source = path.read_text(encoding="utf-8")
-        assert _apply(source, change["replacements"]) == rewrite_source(source).code
+        assert _apply(source, change["replacements"]) == rewrite_source(source, ["all"]).code
 
 
 def test_sarif_is_valid_against_the_schema(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -334,7 +340,7 @@ def test_rewrite_in_place_and_idempotent(project: Path, capsys: pytest.CaptureFi
     status, out, err = run(capsys, "rewrite", "src")
     assert status == 0 and out == ""
     assert "rewrote src/model.py (ADP005)" in err and "1 file rewritten, 1 unchanged" in err
-    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE, ["all"]).code
     assert (project / "src" / "pkg" / "util.py").read_text(encoding="utf-8") == CLEAN_SOURCE
     status, _, err = run(capsys, "rewrite", "src", "--check")
     assert status == 0 and "0 files would be rewritten, 2 unchanged" in err
@@ -349,7 +355,7 @@ def test_rewrite_diff_and_check_write_nothing(project: Path, capsys: pytest.Capt
     # the diff is a patch that produces exactly what rewrite writes
     (project / "adopt.patch").write_text(diff, encoding="utf-8")
     subprocess.run(["git", "apply", "-p0", "adopt.patch"], cwd=project, check=True)
-    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE, ["all"]).code
 
 
 TWO_ROUNDS_SOURCE = """\
@@ -385,7 +391,7 @@ def test_rewrite_reports_bad_files_and_rewrites_the_others(project: Path, capsys
     status, _, err = run(capsys, "rewrite", "src", "-j", "2")
     assert status == 2
     assert "src/broken.py:2: error: syntax error" in err
-    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE).code
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE, ["all"]).code
     assert (project / "src" / "broken.py").read_text(encoding="utf-8") == "x = 1\ndef f(:\n"
 
 
@@ -398,11 +404,11 @@ def test_rewrite_keeps_encoding_newlines_mode_and_symlinks(project: Path, capsys
     (project / "link.py").symlink_to(target)
     assert run(capsys, "rewrite", "link.py", "src/bom.py")[0] == 0
     data = target.read_bytes()
-    expected = rewrite_source(crlf_latin.decode("latin-1")).code.encode("latin-1")
+    expected = rewrite_source(crlf_latin.decode("latin-1"), ["all"]).code.encode("latin-1")
     assert data == expected and b"\r\n" in data and "caf\xe9".encode("latin-1") in data
     assert stat.S_IMODE(target.stat().st_mode) == 0o751
     assert (project / "link.py").is_symlink()
-    assert (project / "src" / "bom.py").read_bytes() == b"\xef\xbb\xbf" + rewrite_source(ADP005_SOURCE).code.encode()
+    assert (project / "src" / "bom.py").read_bytes() == b"\xef\xbb\xbf" + rewrite_source(ADP005_SOURCE, ["all"]).code.encode()
 
 
 def test_symlinks_empty_and_bom_only_files(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -440,13 +446,17 @@ def test_failed_write_leaves_the_original(
 def test_list_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "list")
     assert status == 0
-    lines = out.splitlines()
+    table, footer = out.split("\n\n")
+    lines = table.splitlines()
     assert lines[0].split() == ["CODE", "NAME", "FAST", "BY", "DEFAULT", "TARGET", "SUMMARY"]
     assert len(lines) == len(builtin_rules()) + 1
     for rule, line in zip(builtin_rules(), lines[1:]):
         assert line.startswith(rule.code) and rule.name in line and line.endswith(rule.summary)
         assert f"  {rule.fast}  " in line
         assert "adopter_kernels." in line  # every built-in rule targets the runtime kernels
+    # the footer names the rules that run only when named
+    opt_in = [r.code for r in builtin_rules() if r.fast == "none"]
+    assert opt_in and ", ".join(opt_in) in " ".join(footer.split()) and "--rules all" in footer
 
 
 @pytest.mark.parametrize("rule", builtin_rules(), ids=lambda r: r.code)
@@ -464,6 +474,8 @@ def test_explain_every_rule(rule, capsys: pytest.CaptureFixture[str]) -> None:  
         assert all(f"guard {g}" in out for g in variant.guards)
     assert "Preconditions:" in out
     assert "Target: adopter_kernels." in out
+    assert ("Fast by default: nowhere" in out) == (rule.fast == "none")
+    assert (f"Runs only when named: --rules {rule.code}" in out) == (rule.fast == "none")
     cases = sorted(
         p
         for p in (ROOT / "fixtures").glob(f"{rule.code}_*/*.py")
@@ -499,28 +511,57 @@ def test_explain_unknown_rule(capsys: pytest.CaptureFixture[str]) -> None:
     assert status == 2 and out == "" and "known rules: ADP" in err
 
 
-def test_demo_prints_adopt_all_diff_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_the_default_rewrite_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = EXAMPLE.read_bytes()
-    status, diff, err = run(capsys, "demo")
-    assert status == 0 and "nothing is written" in err
-    assert EXAMPLE.read_bytes() == before
-    # applied to the example, the diff gives exactly what AdoptAll produces
-    (tmp_path / "adopter_codemods" / "examples").mkdir(parents=True)
-    (tmp_path / "adopter_codemods" / "examples" / "bert_like.py").write_bytes(before)
-    (tmp_path / "demo.patch").write_text(diff, encoding="utf-8")
-    subprocess.run(["git", "apply", "-p0", "demo.patch"], cwd=tmp_path, check=True)
-    rewritten = (tmp_path / "adopter_codemods" / "examples" / "bert_like.py").read_text(encoding="utf-8")
-    assert rewritten == rewrite_source(before.decode()).code
+    for argv, rules in ((("demo",), None), (("demo", "--rules", "all"), ["all"])):
+        status, diff, err = run(capsys, *argv)
+        assert status == 0 and "nothing is written" in err
+        assert EXAMPLE.read_bytes() == before
+        # applied to the example, the diff gives exactly what `rewrite` (with those rules) produces
+        shutil.rmtree(tmp_path / "adopter_codemods", ignore_errors=True)
+        (tmp_path / "adopter_codemods" / "examples").mkdir(parents=True)
+        (tmp_path / "adopter_codemods" / "examples" / "bert_like.py").write_bytes(before)
+        (tmp_path / "demo.patch").write_text(diff, encoding="utf-8")
+        subprocess.run(["git", "apply", "-p0", "demo.patch"], cwd=tmp_path, check=True)
+        rewritten = (tmp_path / "adopter_codemods" / "examples" / "bert_like.py").read_text(encoding="utf-8")
+        assert rewritten == rewrite_source(before.decode(), rules).code
     assert run(capsys, "demo", "--source")[1] == before.decode()
 
 
+def _added_kernels(diff: str) -> set[str]:
+    added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
+    return {rule.code for rule in builtin_rules()
+            if any(f"adopter_kernels.{t.rsplit('.', 1)[-1]}(" in added for t in rule_targets(rule))}
+
+
 def test_demo_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
-    """`demo` is documented as showing every rule: the example holds each, and the diff adds each one's kernel."""
-    assert {f.code for f in scan_source(EXAMPLE.read_text(encoding="utf-8"))} == {r.code for r in builtin_rules()}
-    added = "\n".join(line for line in run(capsys, "demo")[1].splitlines() if line.startswith("+"))
-    for rule in builtin_rules():
-        kernels = [t.rsplit(".", 1)[-1] for t in rule_targets(rule)]
-        assert any(f"adopter_kernels.{k}(" in added for k in kernels), (rule.code, kernels)
+    """The example holds a site of each rule; `demo` adds the kernels of the default rules, `demo --rules all` every
+    rule's, and says which rules the default leaves out."""
+    assert {f.code for f in scan_source(EXAMPLE.read_text(encoding="utf-8"), ["all"])} == {r.code for r in builtin_rules()}
+    status, diff, err = run(capsys, "demo")
+    default = {r.code for r in builtin_rules() if r.fast != "none"}
+    assert _added_kernels(diff) == default
+    assert all(code in err for code in {r.code for r in builtin_rules()} - default) and "demo --rules all" in err
+    assert _added_kernels(run(capsys, "demo", "--rules", "all")[1]) == {r.code for r in builtin_rules()}
+    assert _added_kernels(run(capsys, "demo", "--rules", "ADP005")[1]) == {"ADP005"}
+
+
+def test_default_selection_is_the_rules_with_a_fast_path(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --rules, scan and rewrite run the `fast` rules: the fixture's ADP005 site (whose kernel runs the
+    original computation by default) is neither reported nor rewritten; named, it is."""
+    shutil.copy(EXAMPLE, project / "src" / "example.py")
+    example = (project / "src" / "example.py").read_text(encoding="utf-8")
+    assert main(["scan", "--format", "json", "--no-cache", "--no-progress", "src"]) == 1
+    found = {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found == {r.code for r in builtin_rules() if r.fast != "none"}
+    assert main(["scan", "--format", "json", "--no-cache", "--no-progress", "--rules", "fast", "src"]) == 1
+    assert {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]} == found
+    assert main(["rewrite", "--no-progress", "src"]) == 0
+    assert "rewrote src/example.py" in capsys.readouterr().err
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == ADP005_SOURCE
+    assert (project / "src" / "example.py").read_text(encoding="utf-8") == rewrite_source(example, ["fast"]).code
+    assert main(["rewrite", "--no-progress", "--rules", "ADP005", "src"]) == 0
+    assert (project / "src" / "model.py").read_text(encoding="utf-8") == rewrite_source(ADP005_SOURCE, ["ADP005"]).code
 
 
 def test_rewritten_example_is_equivalent() -> None:
@@ -530,7 +571,7 @@ def test_rewritten_example_is_equivalent() -> None:
 
     source = EXAMPLE.read_text(encoding="utf-8")
     original = load_source_as_module(source, "demo_example_original", path=str(EXAMPLE))
-    rewritten = load_source_as_module(rewrite_source(source).code, "demo_example_rewritten", path=str(EXAMPLE))
+    rewritten = load_source_as_module(rewrite_source(source, ["all"]).code, "demo_example_rewritten", path=str(EXAMPLE))
     # Eager T5Attention runs its softmax on ``scores.float()``: even in float64 the original rounds the attention
     # weights to float32 (~1e-7), the SDPA rewrite does not.
     assert_equivalent(original, rewritten, rtol=1e-6, atol=1e-6)

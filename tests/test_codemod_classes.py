@@ -1,6 +1,7 @@
 """The codemod classes themselves, through LibCST's own test harness (``libcst.codemod.CodemodTest``): each rule's
 codemod rewrites its first golden fixture to the expected output, skips a negative fixture, and skips its own
-output (idempotent); ``AdoptAll`` applies every rule and ``ApplyRuleFiles`` only the rule files it is given."""
+output (idempotent); ``AdoptFast`` applies the rules that are faster by default, ``AdoptAll`` every rule and
+``ApplyRuleFiles`` only the rule files it is given."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from libcst.codemod import CodemodTest
 
 import adopter_codemods
+from adopter_codemods.api import rewrite_source
 from adopter_codemods.dsl import Rule
 from adopter_codemods.rules import builtin_rules, rule_module
 from conftest import FIXTURES, ROOT
@@ -117,6 +119,21 @@ class TestAdoptAll(CodemodTest):
 
     def test_idempotent(self) -> None:
         self.assertCodemod(BOTH_REWRITTEN, BOTH_REWRITTEN, expected_skip=True)
+
+
+class TestAdoptFast(CodemodTest):
+    TRANSFORM = adopter_codemods.AdoptFast
+    EXAMPLE = (ROOT / "adopter_codemods" / "examples" / "bert_like.py").read_text(encoding="utf-8")
+
+    def test_applies_the_default_rules(self) -> None:
+        self.assertCodemod(self.EXAMPLE, rewrite_source(self.EXAMPLE).code)
+
+    def test_leaves_the_rules_whose_kernels_are_not_faster(self) -> None:
+        self.assertCodemod(MODEL, MODEL, expected_skip=True)  # ADP004 and ADP005 sites only
+
+    def test_plus_the_rule_file(self) -> None:
+        with user_rule_file("ADP004") as rule_file:
+            self.assertCodemod(MODEL, SOFTMAX_REWRITTEN, rule_file=[rule_file])
 
 
 class TestApplyRuleFiles(CodemodTest):

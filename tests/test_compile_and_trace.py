@@ -217,7 +217,7 @@ def _pair(name: str) -> Tuple[nn.Module, nn.Module, Tuple[torch.Tensor, ...]]:
     """(original, rewritten) float64 models with the same weights, and float64 inputs."""
     source, build, inputs, codes, kernels, _ = MODELS[name]
     text = source()
-    result = rewrite_source(text, None, path=f"{name}.py")
+    result = rewrite_source(text, ["all"], path=f"{name}.py")
     assert {f.code for f in result.findings} >= codes
     assert all(f"adopter_kernels.{kernel}(" in result.code for kernel in kernels), result.code
     original = load_source_as_module(text, f"trace_{name}_original")
@@ -339,7 +339,7 @@ def _hf_pair(name: str) -> Iterator[Tuple[nn.Module, nn.Module, Tuple[Any, ...],
 
     spec = SUITE[name]
     source = spec.source_path().read_text()
-    result = rewrite_source(source, None, path=str(spec.source_path()))
+    result = rewrite_source(source, ["all"], path=str(spec.source_path()))
     original = load_source_as_module(source, f"{spec.module}__trace_o", package=spec.package)
     rewritten = load_source_as_module(result.code, f"{spec.module}__trace_r", package=spec.package)
     torch.manual_seed(0)

@@ -41,14 +41,14 @@ class Attention(nn.Module):
 
 
 def test_gated_mlp_wins_over_the_bias_activation_inside_it() -> None:
-    assert {f.code for f in scan_source(GATED_MLP)} == {"ADP006", "ADP012"}  # both match, each on its own
-    result = rewrite_source(GATED_MLP)
+    assert {f.code for f in scan_source(GATED_MLP, ["all"])} == {"ADP006", "ADP012"}  # both match, each on its own
+    result = rewrite_source(GATED_MLP, ["all"])
     assert "adopter_kernels.gated_linear_unit(x, self.gate_proj, self.up_proj, self.act_fn)" in result.code
     assert "linear_bias_activation" not in result.code
     assert [f.code for f in result.findings] == ["ADP012"]
 
 
 def test_attention_core_wins_over_the_softmax_inside_it() -> None:
-    result = rewrite_source(ATTENTION)
+    result = rewrite_source(ATTENTION, ["all"])
     assert "adopter_kernels.attention_core(" in result.code and "adopter_kernels.softmax" not in result.code
     assert [f.code for f in result.findings] == ["ADP010"]

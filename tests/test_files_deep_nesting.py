@@ -54,7 +54,7 @@ def test_scan_reports_each_crashing_file_and_goes_on(
     (src / "model.py").write_text(ADP005_SOURCE)
     long_but_fine = "TABLE = {\n" + "".join(f"    'k{i}': {i},\n" for i in range(400)) + "}\n" + ADP005_SOURCE
     (src / "table_model.py").write_text(long_but_fine)  # flagged by the screen, parsed by both: scanned
-    status = main(["scan", "src", "--format", "json", "--no-cache", "--no-progress"])
+    status = main(["scan", "--rules", "all", "src", "--format", "json", "--no-cache", "--no-progress"])
     report = json.loads(capsys.readouterr().out)
     assert status == 2
     assert sorted(Path(f["path"]).name for f in report["findings"]) == ["model.py", "table_model.py"]
@@ -66,4 +66,4 @@ def test_scan_reports_each_crashing_file_and_goes_on(
 
 def test_api_raises_instead_of_crashing() -> None:
     with pytest.raises(SourceError, match="LibCST's parser"):
-        scan_source(AND_CHAIN)
+        scan_source(AND_CHAIN, ["all"])

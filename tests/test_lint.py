@@ -28,7 +28,7 @@ import adopter_codemods.lint as lint
 from adopter_codemods.api import rewrite_source, scan_source
 from adopter_codemods.gc_pause import CollectorHold
 from adopter_codemods.lint.mode import lint_without_diff
-from adopter_codemods.rules import builtin_rules
+from adopter_codemods.rules import builtin_rules, default_rules
 from conftest import FIXTURES, ROOT, expected_path, fixture_cases, is_negative, rule_code
 
 EXAMPLE = ROOT / "adopter_codemods" / "examples" / "bert_like.py"
@@ -60,6 +60,19 @@ def test_one_lint_rule_per_registry_rule() -> None:
 
 
 CROSS_FILE = FIXTURES / "ADP007_fuse_conv_bn" / "cross_file_factories.py"
+
+
+def test_lint_fast_holds_the_default_rules() -> None:
+    """`enable = ["adopter_codemods.lint.fast"]` is the selection of `scan` without --rules: same findings, same fix."""
+    import adopter_codemods.lint.fast as fast
+
+    loaded = walk_module(fast)
+    assert sorted(loaded) == sorted(r.name for r in default_rules()) and set(loaded) < set(walk_module(lint))
+    source = EXAMPLE.read_text(encoding="utf-8")
+    runner, violations = lint_source(source, list(loaded.values()))
+    reported = sorted((v.message.split()[0], v.range.start.line) for v in violations)
+    assert reported == sorted((f.code, f.line) for f in scan_source(source))
+    assert runner.apply_replacements(violations).code == rewrite_source(source).code
 
 
 def test_lint_follows_factories_of_other_files_from_the_linted_path() -> None:
@@ -95,7 +108,7 @@ def test_reports_at_the_scan_positions() -> None:
     source = EXAMPLE.read_text(encoding="utf-8")
     _, violations = lint_source(source)
     reported = sorted((v.message.split()[0], v.range.start.line, v.range.start.column + 1) for v in violations)
-    assert reported == sorted((f.code, f.line, f.col) for f in scan_source(source))
+    assert reported == sorted((f.code, f.line, f.col) for f in scan_source(source, ["all"]))
     # the whole-file fix rides on the first finding; the others point at it
     first = min(violations, key=lambda v: (v.range.start.line, v.message))
     assert [v for v in violations if v.autofixable] == [first]
@@ -106,7 +119,7 @@ def test_reports_at_the_scan_positions() -> None:
 def test_one_fix_run_applies_every_enabled_rule() -> None:
     source = EXAMPLE.read_text(encoding="utf-8")
     runner, violations = lint_source(source)
-    assert runner.apply_replacements(violations).code == rewrite_source(source).code
+    assert runner.apply_replacements(violations).code == rewrite_source(source, ["all"]).code
     rule = builtin_rules()[-1]
     single = [getattr(lint, rule.name)]
     runner, violations = lint_source(source, single)
@@ -119,7 +132,7 @@ def test_lint_without_diff_builds_no_fix() -> None:
         assert lint_without_diff()
         _, violations = lint_source(source)
         assert gc.isenabled()  # paused for Fixit's walk of the module only
-    assert len(violations) == len(scan_source(source)) > 0
+    assert len(violations) == len(scan_source(source, ["all"])) > 0
     assert not any(v.autofixable for v in violations)
     assert all(v.message.endswith(" (fixable: fixit fix)") for v in violations)
     assert not lint._FILES
@@ -198,10 +211,10 @@ def test_lint_ignore_silences_a_finding_and_the_whole_file_fix_leaves_it() -> No
     runner, violations = lint_source(silenced)
     positions = {(v.rule_name, v.range.start.line) for v in violations}
     assert ("FuseDropoutLN", line + 1) not in positions
-    assert len(violations) == len(scan_source(source)) - 1
+    assert len(violations) == len(scan_source(source, ["all"])) - 1
     assert sum(v.autofixable for v in violations) == 1
     fixed = runner.apply_replacements(violations).code
-    assert fixed == rewrite_source(silenced).code and "# lint-ignore: FuseDropoutLN" in fixed
+    assert fixed == rewrite_source(silenced, ["all"]).code and "# lint-ignore: FuseDropoutLN" in fixed
     assert "hidden_states = self.dropout(hidden_states)" in fixed
 
 
@@ -210,7 +223,7 @@ def test_lint_ignore_in_the_module_header_silences_the_rule_in_the_file() -> Non
     runner, violations = lint_source(source)
     assert violations and "FuseDropoutLN" not in {v.rule_name for v in violations}
     assert sum(v.autofixable for v in violations) == 1
-    assert runner.apply_replacements(violations).code == rewrite_source(source).code
+    assert runner.apply_replacements(violations).code == rewrite_source(source, ["all"]).code
 
 
 def _first_positive_fixture() -> Path:
@@ -243,14 +256,14 @@ def test_fixit_cli_lint_fix_lint(tmp_path: Path) -> None:
         for m in re.finditer(r"^src/(\S+)@(\d+):(\d+) \w+: (ADP\d+) ", linted.stdout, re.M)
     )
     expected = sorted(
-        (name, f.line, f.col, f.code) for name, text in originals.items() for f in scan_source(text, path=name)
+        (name, f.line, f.col, f.code) for name, text in originals.items() for f in scan_source(text, ["all"], path=name)
     )
     assert reported == expected and expected
     # `fixit lint` without --diff builds no fix: every finding says it is fixable, none carries an autofix
     assert linted.stdout.count("(fixable: fixit fix)") == len(expected)
     assert "(has autofix)" not in linted.stdout and "auto-fix" not in linted.stderr
     one = fixit("lint", "src/example_model.py")  # one file: linted in Fixit's own process
-    assert one.stdout.count("(fixable: fixit fix)") == len(scan_source(originals["example_model.py"])) > 0
+    assert one.stdout.count("(fixable: fixit fix)") == len(scan_source(originals["example_model.py"], ["all"])) > 0
     assert "(has autofix)" not in one.stdout
     script = Path(sys.executable).with_name("fixit")  # the console script: its workers re-run it as __mp_main__
     if script.exists():
@@ -263,6 +276,6 @@ def test_fixit_cli_lint_fix_lint(tmp_path: Path) -> None:
     fixed = fixit("fix", "--automatic", "src")
     assert fixed.returncode == 0, fixed.stderr
     for name, text in originals.items():
-        assert (src / name).read_text(encoding="utf-8") == rewrite_source(text).code
+        assert (src / name).read_text(encoding="utf-8") == rewrite_source(text, ["all"]).code
     again = fixit("lint", "src")
     assert again.returncode == 0, again.stdout + again.stderr

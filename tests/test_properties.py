@@ -197,13 +197,13 @@ def _check(source: str) -> None:
     from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
 
     compile(source, "<generated>", "exec")
-    result = rewrite_source(source)
+    result = rewrite_source(source, ["all"])
     cst.parse_module(result.code)
     compile(result.code, "<rewritten>", "exec")
     if not result.findings:
         assert result.code == source, "a source without findings must come back byte-identical"
         return
-    again = rewrite_source(result.code)
+    again = rewrite_source(result.code, ["all"])
     assert again.code == result.code and not again.findings, "a second run changed the code"
     n = next(_ids)
     original = load_source_as_module(source, f"adopter_prop_{n}_original")
@@ -224,7 +224,7 @@ def test_the_generator_produces_rewrites_and_refusals() -> None:
     @settings(SETTINGS, max_examples=25)
     @given(module_sources())
     def collect(source: str) -> None:
-        result = rewrite_source(source)
+        result = rewrite_source(source, ["all"])
         seen["rewritten" if result.findings else "unchanged"] += 1  # type: ignore[operator]
         seen["codes"] |= {f.code for f in result.findings}  # type: ignore[operator]
 

@@ -68,7 +68,10 @@ def test_user_rules_are_selectable_by_code_or_name(project: Path, capsys: pytest
 
 
 def test_selection_semantics(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert scan_codes(capsys) == ["ADP005", "ADP004"]  # no file: every built-in
+    assert scan_codes(capsys) == []  # no file: the `fast` built-ins; ADP004/ADP005 run the original by default
+    assert scan_codes(capsys, "--rules", "all") == ["ADP005", "ADP004"]  # every built-in
+    assert [r.code for r in select_rules()] == [r.code for r in builtin_rules() if r.fast != "none"]
+    assert select_rules() == select_rules(["fast"]) and len(select_rules()) < len(builtin_rules())
     assert scan_codes(capsys, "--rule-file", "my.adopter") == ["MY105"]  # a file: only its rules
     assert scan_codes(capsys, "--rules", "ADP004", "--rule-file", "my.adopter") == ["MY105", "ADP004"]
     assert scan_codes(capsys, "--rules", "all", "--rule-file", "my.adopter") == ["ADP005", "MY105", "ADP004"]
@@ -89,10 +92,11 @@ def _write(project: Path, text: str) -> str:
         (OWN_CODE.replace("rule MyFusion", "rule FastSoftmax"), RULE_AT, "rule name 'FastSoftmax' is taken by the built-in rule ADP004"),
         (OWN_CODE.replace("rule MyFusion", "rule fusedropoutln"), RULE_AT, "rule name 'fusedropoutln' is taken by the built-in rule ADP005 FuseDropoutLN"),
         (OWN_CODE.replace("rule MyFusion", "rule All"), RULE_AT, "rule name 'All' is taken by `--rules all`"),
+        (OWN_CODE.replace("rule MyFusion", "rule Fast"), RULE_AT, "rule name 'Fast' is taken by `--rules fast`"),
         (USER_RULE.replace("rule MyFusion", "rule Other"), CODE_AT, "rule code 'MY105' is taken by the rule MY105 MyFusion of my.adopter"),
         (USER_RULE.replace("code MY105", "code my105"), CODE_AT, "a rule code is capital letters then digits"),
     ],
-    ids=["builtin-code", "builtin-name", "builtin-name-case", "all", "other-file", "bad-code"],
+    ids=["builtin-code", "builtin-name", "builtin-name-case", "all", "fast", "other-file", "bad-code"],
 )
 def test_collisions_and_bad_codes_are_located(
     project: Path, capsys: pytest.CaptureFixture[str], text: str, where: str, message: str

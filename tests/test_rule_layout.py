@@ -74,7 +74,7 @@ def test_codemod_is_derived_from_the_rule(rule: Rule) -> None:
 
 def test_codemod_names_are_the_rules_and_the_front_ends() -> None:
     names = [r.name for r in RULES]
-    assert adopter_codemods.codemod_names() == [*names, "AdoptAll", "ApplyRuleFiles"]
+    assert adopter_codemods.codemod_names() == [*names, "AdoptFast", "AdoptAll", "ApplyRuleFiles"]
     assert list(builtin.CODEMODS) == names
     assert set(adopter_codemods.codemod_names()) <= set(dir(adopter_codemods))
     with pytest.raises(AttributeError):

@@ -84,7 +84,7 @@ def test_source_parses_as_intended() -> None:
 def test_core_lists_every_unit_it_gave_up_on(with_source: bool) -> None:
     module = cst.parse_module(SOURCE)
     structure = build_module_structure(module)
-    findings = find_all(structure, select_rules())
+    findings = find_all(structure, select_rules(["all"]))
     assert [f.match.cls.name for f in findings] == ["N"]  # only N.forward's softmax: the rest was not analysed
     assert skips_for(structure, "m.py", SOURCE.encode() if with_source else None) == EXPECTED
     assert [s.unit for s in EXPECTED] == ["class M", "function N.busy", "function top"]
@@ -113,7 +113,7 @@ def _notes() -> list[str]:
 
 @pytest.mark.parametrize("cache", [["--no-cache"], [], []])  # the second cached run serves the same skips
 def test_scan_text_notes_on_stderr(model: Path, capsys: pytest.CaptureFixture[str], cache: list[str]) -> None:
-    assert main(["scan", *cache, "m.py"]) == 1
+    assert main(["scan", "--rules", "all", *cache, "m.py"]) == 1
     out, err = capsys.readouterr()
     assert "not analysed" not in out
     assert err.splitlines()[:3] == _notes()
@@ -121,7 +121,7 @@ def test_scan_text_notes_on_stderr(model: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_scan_json_skipped_list(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    main(["scan", "--no-cache", "--format", "json", "m.py"])
+    main(["scan", "--rules", "all", "--no-cache", "--format", "json", "m.py"])
     report = json.loads(capsys.readouterr().out)
     assert report["version"] == 3
     assert report["skipped"] == [s.to_json() for s in EXPECTED]
@@ -129,7 +129,7 @@ def test_scan_json_skipped_list(model: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_scan_sarif_notifications(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    main(["scan", "--format", "sarif", "m.py"])
+    main(["scan", "--rules", "all", "--format", "sarif", "m.py"])
     invocation = json.loads(capsys.readouterr().out)["runs"][0]["invocations"][0]
     assert invocation["executionSuccessful"] is True
     notes = invocation["toolExecutionNotifications"]
@@ -139,7 +139,7 @@ def test_scan_sarif_notifications(model: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_rewrite_says_so(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rewrite", "--check", "m.py"]) == 1
+    assert main(["rewrite", "--rules", "all", "--check", "m.py"]) == 1
     assert capsys.readouterr().err.splitlines()[1:4] == _notes()  # after "would rewrite m.py (ADP004)"
 
 

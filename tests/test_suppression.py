@@ -44,7 +44,7 @@ def _on_drop(replacement: str) -> str:
 
 
 def codes(source: str) -> list[str]:
-    return [f.code for f in scan_source(source)]
+    return [f.code for f in scan_source(source, ["all"])]
 
 
 def test_unsuppressed_source_has_both_findings() -> None:
@@ -72,7 +72,7 @@ def test_unsuppressed_source_has_both_findings() -> None:
 def test_directive_on_the_reported_line(comment: str) -> None:
     source = _on_drop(f"{DROP}  {comment}")
     assert "ADP005" not in codes(source)
-    rewritten = rewrite_source(source)
+    rewritten = rewrite_source(source, ["all"])
     assert "self.dropout(hidden_states)" in rewritten.code  # the site is not rewritten
     assert "nn.Dropout(0.1)" in rewritten.code  # nor is its layer removed
 
@@ -85,7 +85,7 @@ def test_directive_for_other_codes_does_not_silence(comment: str) -> None:
 def test_only_the_named_rule_is_silenced_and_the_other_still_rewritten() -> None:
     source = SOURCE.replace("return F.softmax(hidden_states, dim=-1)", "return F.softmax(hidden_states, dim=-1)  # noqa: ADP004")
     assert codes(source) == ["ADP005"]
-    rewritten = rewrite_source(source)
+    rewritten = rewrite_source(source, ["all"])
     assert "F.softmax(hidden_states, dim=-1)  # noqa: ADP004" in rewritten.code
     assert "self.LayerNorm(hidden_states, input_tensor)" in rewritten.code
 
@@ -110,7 +110,7 @@ def test_fixit_directives_above_the_statement_but_not_noqa() -> None:
 def test_module_header_lint_ignore_silences_the_rule_in_the_file() -> None:
     source = "# lint-ignore: FuseDropoutLN\n" + SOURCE
     assert codes(source) == ["ADP004"]
-    assert "self.dropout(hidden_states)" in rewrite_source(source).code
+    assert "self.dropout(hidden_states)" in rewrite_source(source, ["all"]).code
 
 
 def test_instantiation_and_sequential_sites_are_silenced_on_their_init_statement() -> None:
@@ -124,7 +124,7 @@ def test_instantiation_and_sequential_sites_are_silenced_on_their_init_statement
     assert codes(source) == ["ADP001", "ADP007"]
     silenced = source.replace("(config)\n", "(config)  # noqa: ADP001\n").replace("        )\n\n", "        )  # noqa\n\n")
     assert codes(silenced) == []
-    assert rewrite_source(silenced).code == silenced
+    assert rewrite_source(silenced, ["all"]).code == silenced
 
 
 def test_a_silenced_site_keeps_the_layers_another_site_would_remove() -> None:
@@ -141,7 +141,7 @@ def test_a_silenced_site_keeps_the_layers_another_site_would_remove() -> None:
     assert codes(both) == ["ADP005", "ADP005"]
     silenced = both.replace("            x = self.drop(x)\n            x = self.ln(x + r)\n        return", "            x = self.drop(x)  # noqa\n            x = self.ln(x + r)\n        return")
     assert codes(silenced) == []
-    assert rewrite_source(silenced).code == silenced
+    assert rewrite_source(silenced, ["all"]).code == silenced
 
 
 # ------------------------------------------------------------------------------------------- front-ends
@@ -156,14 +156,14 @@ def silenced_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_scan_text_json_sarif(silenced_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scan", "--no-cache", "model.py"]) == 1
+    assert main(["scan", "--rules", "all", "--no-cache", "model.py"]) == 1
     out = capsys.readouterr().out
     assert "ADP004" in out and "ADP005" not in out
     assert main(["scan", "--no-cache", "--rules", "ADP005", "model.py"]) == 0  # the hook no longer fails forever
     capsys.readouterr()
-    main(["scan", "--no-cache", "--format", "json", "model.py"])
+    main(["scan", "--rules", "all", "--no-cache", "--format", "json", "model.py"])
     assert [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["ADP004"]
-    main(["scan", "--no-cache", "--format", "sarif", "model.py"])
+    main(["scan", "--rules", "all", "--no-cache", "--format", "sarif", "model.py"])
     sarif = json.loads(capsys.readouterr().out)
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["ADP004"]
     # the SARIF fix is the rewrite, which leaves the silenced site alone
@@ -181,9 +181,9 @@ def test_scan_cache_serves_the_suppressed_findings(silenced_file: Path, capsys: 
 def test_rewrite_leaves_the_site(silenced_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = silenced_file.read_text(encoding="utf-8")
     assert main(["rewrite", "--rules", "ADP005", "--check", "model.py"]) == 0
-    assert main(["rewrite", "model.py"]) == 0
+    assert main(["rewrite", "--rules", "all", "model.py"]) == 0
     after = silenced_file.read_text(encoding="utf-8")
-    assert after == rewrite_source(before).code and "self.dropout(hidden_states)  # noqa: ADP005" in after
+    assert after == rewrite_source(before, ["all"]).code and "self.dropout(hidden_states)  # noqa: ADP005" in after
     assert "adopter_kernels.softmax" in after
 
 
@@ -195,7 +195,7 @@ def test_libcst_codemods(codemod: type) -> None:
         assert isinstance(result, TransformSkip)
     else:
         assert isinstance(result, TransformSuccess)
-        assert result.code == rewrite_source(silenced).code and "self.dropout(hidden_states)  # noqa" in result.code
+        assert result.code == rewrite_source(silenced, ["all"]).code and "self.dropout(hidden_states)  # noqa" in result.code
 
 
 def _env() -> dict[str, str]:
@@ -213,7 +213,7 @@ def test_libcst_tool_subprocess(tmp_path: Path) -> None:
         cwd=tmp_path, env=_env(), capture_output=True, text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    assert path.read_text(encoding="utf-8") == rewrite_source(silenced).code != silenced
+    assert path.read_text(encoding="utf-8") == rewrite_source(silenced, ["all"]).code != silenced
 
 
 def test_fixit_reports_and_fixes_neither() -> None:
@@ -230,7 +230,7 @@ def test_fixit_reports_and_fixes_neither() -> None:
     violations = list(runner.collect_violations(rules, Config(path=path)))
     assert [v.rule_name for v in violations] == ["FastSoftmax"]
     assert violations[0].autofixable  # the fix rewrites the other site, not the silenced one
-    assert runner.apply_replacements(violations).code == rewrite_source(silenced).code
+    assert runner.apply_replacements(violations).code == rewrite_source(silenced, ["all"]).code
 
 
 def test_pre_commit_hook_entries(tmp_path: Path) -> None:

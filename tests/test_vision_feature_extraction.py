@@ -31,7 +31,7 @@ TOL = {"rtol": 1e-9, "atol": 1e-9}
 
 def _rewritten_resnet_module() -> types.ModuleType:
     source = (VISION_DIR / "torchvision" / "models" / "resnet.py").read_text().replace("norm_layer(", "nn.BatchNorm2d(")
-    result = rewrite_source(source, None, path="resnet.py")
+    result = rewrite_source(source, ["all"], path="resnet.py")
     assert "x = adopter_kernels.conv_bn2d(x, self.conv1, self.bn1)" in result.code
     spec = importlib.util.spec_from_loader("torchvision.models.resnet_adopted", loader=None)
     assert spec is not None

@@ -57,9 +57,9 @@ def check_model(name: str) -> dict[str, object]:
     assert layer_base is not None and Path(layer_base.path) == expected_base, layer_base
     assert all(layer in classes for layer in layers), classes
 
-    result = rewrite_source(source, path=str(path))
+    result = rewrite_source(source, ["all"], path=str(path))
     cst.parse_module(result.code)
-    again = rewrite_source(result.code, path=str(path))
+    again = rewrite_source(result.code, ["all"], path=str(path))
     assert again.code == result.code and not again.findings, "a second run changed the code"
     rewritten = load_source_as_module(
         result.code,

@@ -1,4 +1,5 @@
-"""The LibCST codemods: one per built-in rule (:mod:`.builtin`, made from the rule files), ``AdoptAll`` (every
+"""The LibCST codemods: one per built-in rule (:mod:`.builtin`, made from the rule files), ``AdoptFast`` (the
+built-in rules whose kernels are faster by default, as ``rewrite`` without ``--rules``), ``AdoptAll`` (every
 built-in rule) and ``ApplyRuleFiles`` (only ``--rule-file`` rules).
 ``python -m libcst.tool codemod -x adopter_codemods.FuseDropoutLN src/`` runs one.
 
