@@ -47,9 +47,10 @@ The mask and row checks read the data (a device synchronisation on CUDA). They n
 op for op the original's graph. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
 graph runs).
 
-Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA from 1024 keys on and for
-CPU float32 inference from 128 keys on, where it measured faster (``SDPA_CORE``, ``_sdpa_pays``); elsewhere the
-reference path runs unless ``ADOPTER_KERNELS_BACKEND`` names ``attention_core=sdpa``.
+Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA from 1024 keys on, and on
+CPU for float32 and bfloat16-inference calls with enough attention scores (batch x heads x queries x keys), where it
+measured faster (``SDPA_CORE``, ``_sdpa_pays``); elsewhere the reference path runs unless
+``ADOPTER_KERNELS_BACKEND`` names ``attention_core=sdpa``.
 """
 
 from __future__ import annotations
@@ -72,21 +73,31 @@ __all__ = ["attention_core"]
 _KEPT = -1e4
 
 
-# benchmarks/bench_kernels.py, docs/KERNEL_PERFORMANCE.md. CPU: SDPA plus the mask checks measured 1.06-1.45x in
-# float32 inference at 128 keys (faster in three of four runs) and 0.26-0.35x at 16; bfloat16 inference disagreed
-# between runs (1.42x, then 0.55-0.61x) and training was no faster (0.34-1.19x). An H200: 0.36-0.42x in inference
-# at 16 and 128 keys (the checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory
-# at 1024 keys (nanoGPT, GPT-2 small shapes). The decision sees no shapes, so _sdpa_pays adds the length per device.
+# docs/KERNEL_PERFORMANCE.md. An H200 (benchmarks/bench_kernels.py): 0.36-0.42x in inference at 16 and 128 keys (the
+# checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory at 1024 keys (nanoGPT,
+# GPT-2 small shapes). CPU, one thread (benchmarks/bench_attention_lengths.py, 16 to 1024 keys, batch 1 and 4, head
+# dims 32 and 64): SDPA with its checks pays once the score matrix is large enough, earlier in inference than in
+# training; bfloat16 training was slower at every length (0.28-0.76x). The decision sees no shapes, so _sdpa_pays
+# adds the size test per device.
 SDPA_CORE = Backend(
     "sdpa",
-    "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer); CPU float32 "
-    "inference from 128 keys on (1.06-1.45x; 0.26-0.35x at 16 keys). Elsewhere (CPU training and bfloat16, shorter "
-    "sequences) the original computation runs",
-    faster=lambda call: call.device == "cuda" or (call.device == "cpu" and call.dtype == torch.float32 and not call.grad),
+    "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer); CPU from "
+    "4x12x96x96 attention scores (batch x heads x queries x keys) on in float32 inference (1.11-1.68x there, up to "
+    "3.6x at 512 keys; mostly 0.50-0.92x below), 4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; "
+    "mostly 0.76-1.00x below) and 4x12x512x512 in bfloat16 inference (1.27-1.38x). Elsewhere (bfloat16 training, "
+    "smaller attention) the original computation runs",
+    faster=lambda call: call.device == "cuda"
+    or (call.device == "cpu" and (call.dtype == torch.float32 or (call.dtype == torch.bfloat16 and not call.grad))),
 )
-#: Fewest keys (the last dim of ``key_t``) from which auto takes SDPA, per device: measured faster there, slower at the
-#: next shorter length measured.
-_MIN_KEYS = {"cuda": 1024, "cpu": 128}
+#: CUDA: the fewest keys (the last dim of ``key_t``) from which auto takes SDPA: measured faster at 1024, slower at 128.
+_CUDA_MIN_KEYS = 1024
+#: CPU: the fewest attention scores (batch x heads x queries x keys) from which auto takes SDPA, per (dtype, grad):
+#: the smallest size measured faster in every configuration tried; smaller sizes measured slower or within noise.
+_CPU_MIN_SCORES = {
+    (torch.float32, False): 4 * 12 * 96 * 96,
+    (torch.float32, True): 4 * 12 * 192 * 192,
+    (torch.bfloat16, False): 4 * 12 * 512 * 512,
+}
 register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
 
@@ -116,7 +127,7 @@ def attention_core(
         not torch.compiler.is_compiling()
         and all(isinstance(t, Tensor) for t in (query, key_t, value))
         and select("attention_core", query, key_t, value) == "sdpa"
-        and _sdpa_pays(key_t)
+        and _sdpa_pays(query, key_t, value)
     ):
         fast = _sdpa(*args)
         if fast is not None:
@@ -124,14 +135,17 @@ def attention_core(
     return _reference(*args)
 
 
-def _sdpa_pays(key_t: Tensor) -> bool:
-    """The length check of SDPA_CORE (the decision itself sees no shapes); a forced ``sdpa`` skips it."""
-    device = "cuda" if key_t.is_cuda else "cpu" if key_t.is_cpu else None
-    return (
-        device is None
-        or key_t.shape[-1] >= _MIN_KEYS[device]
-        or _dispatch.forced("attention_core") == "sdpa"
-    )
+def _sdpa_pays(query: Tensor, key_t: Tensor, value: Tensor) -> bool:
+    """The size check of SDPA_CORE (the decision itself sees no shapes); a forced ``sdpa`` skips it."""
+    if _dispatch.forced("attention_core") == "sdpa":
+        return True
+    if key_t.is_cuda:
+        return key_t.shape[-1] >= _CUDA_MIN_KEYS
+    if key_t.is_cpu:
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key_t, value))
+        least = _CPU_MIN_SCORES.get((query.dtype, grad))
+        return least is not None and math.prod(query.shape[:-1]) * key_t.shape[-1] >= least
+    return True
 
 
 def _reference(

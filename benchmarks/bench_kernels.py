@@ -193,8 +193,9 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
         for mode, o, k in rows:
             with torch.set_grad_enabled(mode == "train"):
                 auto = _dispatch.select("attention_core", q, training=mode == "train")
-            # the kernel's own length test, which the decision cannot see
-            out.append((mode, o, k, auto if auto != "sdpa" or _sdpa_pays(k_.transpose(-2, -1)) else "reference"))
+                # the kernel's own size test, which the decision cannot see
+                pays = _sdpa_pays(q, k_.transpose(-2, -1), v)
+            out.append((mode, o, k, auto if auto != "sdpa" or pays else "reference"))
         return out
     if kernel == "rms_norm":
         a = x(b, s, h)

@@ -42,3 +42,24 @@ def test_every_kernel_dtype_and_mode_runs(capsys: pytest.CaptureFixture[str]) ->
                 for mode in ("infer", "train")}
     assert seen == expected
 
+
+
+def test_attention_length_sweep_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """``benchmarks/bench_attention_lengths.py``: one row per dtype, mode and length, and its summary line."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("bench_attention_lengths", SCRIPT.parent / "bench_attention_lengths.py")
+    assert spec is not None and spec.loader is not None
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    threads = torch.get_num_threads()
+    try:
+        argv = ["--lengths", "16,32", "--modes", "infer,train", "--repeats", "1", "--warmup", "1", "--min-time", "0",
+                "--batch", "1", "--heads", "2", "--head-dim", "8"]
+        assert sweep.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split()[:3] for line in lines if line.startswith("float32")]
+    assert rows == [["float32", mode, n] for mode in ("infer", "train") for n in ("16", "32")]
+    assert sum("SDPA" in line for line in lines if line.startswith("# float32")) == 2

@@ -206,14 +206,49 @@ def test_auto_on_cpu_runs_the_original_computation(sdpa_calls: list[int]) -> Non
     assert not sdpa_calls  # training (grads) and float64: the original computation
 
 
-@pytest.mark.parametrize(("keys", "sdpa"), [(127, False), (128, True)])
-def test_auto_on_cpu_takes_sdpa_for_float32_inference_from_128_keys(keys: int, sdpa: bool, sdpa_calls: list[int]) -> None:
-    """Measured on CPU: faster at 128 keys in float32 inference, slower at 16 (docs/KERNEL_PERFORMANCE.md)."""
+@pytest.mark.parametrize(
+    ("shape", "grad", "dtype", "sdpa"),
+    [
+        ((4, 12, 96), False, torch.float32, True),  # the smallest size measured faster in float32 inference
+        ((4, 12, 95), False, torch.float32, False),
+        ((1, 12, 192), False, torch.float32, True),  # as many scores (4 x 96 x 96 = 192 x 192)
+        ((1, 12, 128), False, torch.float32, False),  # within noise there (1.00x)
+        ((4, 12, 192), True, torch.float32, True),  # training needs more
+        ((4, 12, 128), True, torch.float32, False),
+        ((4, 12, 512), False, torch.bfloat16, True),
+        ((4, 12, 384), False, torch.bfloat16, False),
+        ((4, 12, 1024), True, torch.bfloat16, False),  # bfloat16 training: slower at every length measured
+    ],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_auto_on_cpu_takes_sdpa_from_the_measured_size(
+    shape: tuple[int, int, int], grad: bool, dtype: torch.dtype, sdpa: bool
+) -> None:
+    """Measured on CPU (docs/KERNEL_PERFORMANCE.md, benchmarks/bench_attention_lengths.py): SDPA pays from a number
+    of attention scores (batch x heads x queries x keys) that depends on the dtype and on training. Stand-in tensors
+    with the CPU flag check the size test without computing; the decision (which sees no shapes) must agree."""
+    from types import SimpleNamespace
+
+    from adopter_kernels import _dispatch
+    from adopter_kernels.attention_core import _sdpa_pays
+
+    batch, heads, keys = shape
+    query, key_t, value = (
+        SimpleNamespace(is_cuda=False, is_cpu=True, dtype=dtype, requires_grad=grad, shape=s)
+        for s in ((batch, heads, keys, 64), (batch, heads, 64, keys), (batch, heads, keys, 64))
+    )
+    with use_backend("auto"), torch.set_grad_enabled(grad):
+        decided = _dispatch.select("attention_core", torch.zeros(1, dtype=dtype, requires_grad=grad))
+        assert (decided == "sdpa" and _sdpa_pays(query, key_t, value)) is sdpa  # type: ignore[arg-type]
+
+
+def test_auto_on_cpu_runs_sdpa_above_the_size_and_agrees(sdpa_calls: list[int]) -> None:
+    """A real call at 4 x 12 heads x 96 keys in float32 inference takes SDPA and matches the eager core."""
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 4, keys, 16, generator=g, dtype=torch.float32) for _ in range(3))
+    q, k, v = (torch.randn(4, 12, 96, 16, generator=g, dtype=torch.float32) for _ in range(3))
     with use_backend("auto"), torch.no_grad():
         out = attention_core(q, k.transpose(-2, -1), v, scale=0.25)
-    assert bool(sdpa_calls) is sdpa
+    assert sdpa_calls
     torch.testing.assert_close(out, _eager(q, k, v, scale=0.25), rtol=1e-5, atol=1e-6)
 
 
@@ -226,9 +261,10 @@ def test_on_cuda_auto_takes_sdpa_from_1024_keys(keys: int, forced: bool, sdpa: b
 
     from adopter_kernels.attention_core import _sdpa_pays
 
+    query = SimpleNamespace(is_cuda=True, is_cpu=False, shape=(2, 12, keys, 64))
     key_t = SimpleNamespace(is_cuda=True, is_cpu=False, shape=(2, 12, 64, keys))
     with use_backend("attention_core=sdpa" if forced else "auto"):
-        assert _sdpa_pays(key_t) is sdpa  # type: ignore[arg-type]
+        assert _sdpa_pays(query, key_t, query) is sdpa  # type: ignore[arg-type]
 
 
 def test_exported() -> None:

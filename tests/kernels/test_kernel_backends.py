@@ -48,9 +48,9 @@ def test_auto_runs_the_original_on_cpu_where_not_measured_faster() -> None:
     for name in ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
                  "packed_qkv_linear", "rms_norm", "gated_linear_unit", "rotary_embedding"):
         assert {v for k, v in selects[name].items() if k.startswith("cpu")} == {"reference"}, name  # type: ignore
-    # float32 inference from 128 keys on (the length test: test_kernel_attention_core.py)
+    # float32, and bfloat16 inference, from a size on (the size test: test_kernel_attention_core.py)
     core = {k: v for k, v in selects["attention_core"].items() if k.startswith("cpu")}  # type: ignore[union-attr]
-    assert core == {"cpu float32 infer": "sdpa", "cpu float32 train": "reference", "cpu bfloat16 infer": "reference",
+    assert core == {"cpu float32 infer": "sdpa", "cpu float32 train": "sdpa", "cpu bfloat16 infer": "sdpa",
                     "cpu bfloat16 train": "reference"}
     for name in ("bert_self_attention", "gpt2_attention", "t5_attention"):
         cpu = selects[name]

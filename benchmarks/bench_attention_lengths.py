@@ -1,0 +1,107 @@
+"""Where SDPA starts to pay for ADP010's ``attention_core``: the hand-written core against the kernel's SDPA path
+(its mask and probability checks included) over a sweep of sequence lengths. A script, not a test:
+
+    python benchmarks/bench_attention_lengths.py                       # CPU, float32 inference, 16..256 keys
+    python benchmarks/bench_attention_lengths.py --device cuda --lengths 128,256,512,768,1024,2048 --modes infer,train
+
+The core is nanoGPT's/ViT's on ``[batch, heads, length, head_dim]`` (query length = key length) with an additive
+padding mask that keeps keys in every row, no dropout. Both sides run in alternating rounds (bench_kernels.py's
+``time_pair``); the speedup is the median of the per-round ratios original / kernel with their quartiles, and the
+verdict reads ``faster``/``slower`` only when the interquartile range of the ratios excludes 1. The summary line
+names the shortest measured length from which every longer one was ``faster``, and its number of attention scores
+(batch x heads x length x length): what ``adopter_kernels.attention_core._CPU_MIN_SCORES`` holds per dtype and
+mode, from the smallest such size across configurations (docs/KERNEL_PERFORMANCE.md, run E, records the runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_kernels, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+import adopter_kernels as ak  # noqa: E402
+from adopter_kernels import _dispatch  # noqa: E402
+from bench_kernels import _infer, _quartiles, _train, time_pair  # noqa: E402
+
+
+def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, heads: int, head_dim: int,
+            length: int, warmup: int, repeats: int, min_time: float) -> Tuple[float, float, List[float]]:
+    """(original median seconds, kernel median seconds, per-round ratios original / kernel)."""
+    torch.manual_seed(0)
+    grad = mode == "train"
+    q, k, v = (torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype, requires_grad=grad)
+               for _ in range(3))
+    mask = torch.zeros(batch, 1, 1, length, device=device, dtype=dtype)
+    mask[-1, ..., length - length // 4:] = torch.finfo(dtype).min
+    scale = head_dim ** -0.5
+
+    def original() -> torch.Tensor:
+        return F.softmax(q @ k.transpose(-2, -1) * scale + mask, dim=-1) @ v
+
+    def kernel() -> torch.Tensor:
+        return ak.attention_core(q, k.transpose(-2, -1), v, scale=scale, mask=mask)
+
+    wrap = _train if grad else _infer
+    with _dispatch.use_backend("attention_core=sdpa"):
+        # the kernel side computes the same thing (to the rounding of the dtype: bfloat16 keeps 8 bits)
+        tol = {} if dtype in (torch.float32, torch.float64) else {"rtol": 3e-2, "atol": 3e-2}
+        torch.testing.assert_close(kernel(), original(), **tol)
+        orig_t, kern_t = time_pair(wrap(original), wrap(kernel), device, warmup, repeats, min_time)
+    return statistics.median(orig_t), statistics.median(kern_t), [o / k_ for o, k_ in zip(orig_t, kern_t)]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated torch dtypes (default float32)")
+    parser.add_argument("--modes", default="infer", help="comma-separated subset of infer,train (default infer)")
+    parser.add_argument("--lengths", default="16,32,48,64,96,128,192,256", help="comma-separated key lengths")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=21, help="alternating rounds per length (default 21)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--min-time", type=float, default=0.02, help="seconds per sample (default 0.02)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as bench_kernels)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    lengths = [int(n) for n in args.lengths.split(",")]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# attention_core SDPA vs the hand-written core on {device}, batch {args.batch}, {args.heads} heads, "
+          f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
+    print(f"{'dtype':9} {'mode':5} {'keys':>5} {'original':>11} {'kernel':>11} {'speedup [q1-q3]':>20}  verdict")
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, dtype_name)
+        for mode in args.modes.split(","):
+            verdicts = []
+            for length in lengths:
+                orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
+                                             args.warmup, args.repeats, args.min_time)
+                q1, med, q3 = _quartiles(ratios)
+                verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
+                verdicts.append(verdict)
+                print(f"{dtype_name:9} {mode:5} {length:5d} {orig * 1e3:8.3f} ms {kern * 1e3:8.3f} ms "
+                      f"{med:6.2f}x [{q1:.2f}-{q3:.2f}]  {verdict}", flush=True)
+            pays = [n for i, n in enumerate(lengths) if all(v == "faster" for v in verdicts[i:])]
+            if pays:
+                scores = args.batch * args.heads * pays[0] * pays[0]
+                print(f"# {dtype_name} {mode}: SDPA faster at every measured length from {pays[0]} keys on "
+                      f"({args.batch}x{args.heads}x{pays[0]}x{pays[0]} = {scores} scores)")
+            else:
+                print(f"# {dtype_name} {mode}: SDPA not faster at the longest measured length")
+    print(f"# load average at end {os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan'):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
