@@ -137,10 +137,14 @@ class Placement:
     region_ifs: tuple[cst.If, ...] = ()
     fallback_tests: tuple[cst.BaseExpression, ...] = ()
     hoist: Optional[Hoist] = None  # plan "hoist" (hoist.py): the new statement binding the outputs to temporaries
+    # plan "fallback" with absorbed `if`s: value id of an argument computed only under an absorbed `if` -> (the `if`'s
+    # test, the argument): the fused call passes `(<argument> if <test> else None)` (`_plan_absorbing`)
+    conditional: Mapping[int, tuple[cst.BaseExpression, cst.BaseExpression]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", MappingProxyType(dict(self.names)))  # read-only copies, as Match's
         object.__setattr__(self, "output_copies", MappingProxyType(dict(self.output_copies)))
+        object.__setattr__(self, "conditional", MappingProxyType(dict(self.conditional)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -1297,9 +1301,13 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
         planned = flow_checks.intermediate_read_later(match) or planned
     placement: Optional[Placement]
     if isinstance(planned, Reason) and rule.fallback:
-        placement = _plan_absorbing(match, aligned)
-        if placement is None:
-            return planned
+        absorbing = _plan_absorbing(match, aligned)
+        if not isinstance(absorbing, Placement):
+            # Why an `if` holding a step could not be absorbed, unless a hidden result is read later (as above).
+            if absorbing is None or planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE:
+                return planned
+            return absorbing
+        placement = absorbing
     else:
         reason = planned if isinstance(planned, Reason) else _outputs_assigned(match, planned)
         placement = None
@@ -1536,9 +1544,10 @@ def _plan_fallback(
                 if id(small) in deleted:
                     assigned.update(_written(small))
         elif isinstance(line, cst.If):
-            if line.orelse is not None or not simple_condition(line.test):
+            is_absorbed = any(line is i for i in absorbed)  # its test was checked by `_not_none_test`
+            if line.orelse is not None or not (is_absorbed or simple_condition(line.test)):
                 return None
-            if not any(line is i for i in absorbed):
+            if not is_absorbed:
                 region_ifs.append(line)
             assigned.update(_written(line.body))
     if not region_ifs and not assigned:
@@ -1637,36 +1646,71 @@ def _names_in_node(node: cst.CSTNode) -> set[str]:
 
 # Absorbed `if`s: `if X is not None: s = s + X` inside the region is an optional node of the pattern that runs
 # exactly when X is not None; the target passes X as the node's keyword either way (None is what an absent optional
-# node leaves out), so the `if` is dropped from the fused copy instead of becoming a fallback condition.
+# node leaves out), so the `if` is dropped from the fused copy instead of becoming a fallback condition. The test
+# may also be `exists(X)` for a helper of the file that is exactly `return X is not None`, and the argument an
+# expression of X alone without calls (`s.masked_fill(~X, ...)`): the call then passes `(~X if <test> else None)`,
+# which evaluates the test and the expression once, as the `if` did, at the fused call where X still holds the
+# same value (the usual path checks); arguments the target does not pass (a fill value the rule's guard checked)
+# may read anything.
 
 
-def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Optional[Placement]:
+def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Placement, Reason, None]:
     """A match whose only nodes outside the anchor's block are optional nodes absorbed as above: checked with its
-    twin (the match without them) on the paths that skip them, then placed as a fallback region."""
+    twin (the match without them) on the paths that skip them, then placed as a fallback region. A Reason when such
+    an `if` holds a step but its test or the step's argument rules the absorbing out; None when no `if` is a
+    candidate (or the checks fail: the block plan's reason stands)."""
     rule = match.rule
     assert rule.forward is not None
     anchor = max(match.nodes, key=lambda n: n.index)
     absorbed_ifs: list[cst.If] = []
     absorbed_nodes: set[int] = set()
+    conditional: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
     twin_env = dict(match.env)
     twin_skipped = set(match.skipped)
+    target = rule.forward.target[0] if rule.forward.target else None
+    passed = _atom_names(target) if isinstance(target, CallNode) else set()
     for i, node in enumerate(aligned):
         if node is None or node.site.block is anchor.site.block:
             continue
         pattern = rule.forward.source[i]
-        if_stmt = _absorbing_if(node, anchor)
-        if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or if_stmt is None:
+        found = _absorbing_if(node, anchor, match.cls.module)
+        if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or found is None:
             return None
+        if_stmt, tested = found
+        if tested is None:
+            test = _code(if_stmt.test)
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                f"the `if` around this step tests `{test}`, which is neither `X is not None` nor a call of a helper "
+                "of this file that is exactly that test, so the step cannot become an optional argument of the fused "
+                "call",
+                if_stmt,
+            )
         first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
         atoms = pattern.operands if isinstance(pattern, OpNode) else pattern.args.positional
-        others = [a for a in atoms if isinstance(a, Var) and a != first]
-        tested = if_stmt.test.left.value  # type: ignore[attr-defined]
-        if not others or any(_bound_name(match.env.get(a.name)) != tested for a in others):
+        unbound = [a for a in atoms if isinstance(a, Var) and a != first]  # absent from the twin
+        others = [a for a in unbound if a.name in passed]
+        if not others:
             return None
+        for a in others:
+            bound = match.env.get(a.name)
+            if _bound_name(bound) == tested:
+                continue
+            if not (isinstance(bound, Value) and bound.kind == "expr" and bound.pure and bound.uses
+                    and {name for name, _ in bound.uses} == {tested}):
+                text = _code(bound.expr) if isinstance(bound, Value) else f"${a.name}"
+                why = "makes a call" if isinstance(bound, Value) and not bound.pure else f"reads more than `{tested}`"
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    f"`{text}`, computed under `if {_code(if_stmt.test)}:`, {why}: the fused call could not pass it "
+                    f"as `{text} if {_code(if_stmt.test)} else None`",
+                    node.site.line,
+                )
+            conditional[bound.vid] = (if_stmt.test, bound.expr)
         absorbed_ifs.append(if_stmt)
         absorbed_nodes.add(id(node))
         twin_skipped.add(i)
-        for a in others:
+        for a in unbound:
             twin_env.pop(a.name, None)
         assert isinstance(first, Var)
         twin_env[pattern.outputs[0].name] = twin_env[first.name]
@@ -1685,27 +1729,59 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Optional[P
     # environment), with the names it reads taken there.
     assert twin_placement.anchor is not None and twin_placement.anchor.index == anchor.index
     names = _names_at_anchor(match, anchor, twin_placement.deleted)
-    block = dataclasses.replace(twin_placement, anchor=anchor, names=names)
+    # The fused copy drops the absorbed statements and their `if`s too: what they read for the node alone (a fill
+    # value reading the scores) is no read of a hidden result, and their tests (`exists(X)`) run in the fused call.
+    absorbed_statements = (*(n.site.small for n in match.nodes if id(n) in absorbed_nodes), *absorbed_ifs)
+    block = dataclasses.replace(
+        twin_placement, anchor=anchor, names=names, conditional=conditional,
+        deleted=(*twin_placement.deleted, *absorbed_statements),
+    )
     return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs))
 
 
-def _absorbing_if(node: DLNode, anchor: DLNode) -> Optional[cst.If]:
-    """The ``if X is not None:`` of the anchor's block whose whole body is `node`'s statement ``name = node``."""
+def _atom_names(target: CallNode) -> set[str]:
+    """The ``$variables`` a target call passes (positionally or by keyword)."""
+    atoms = [*target.args.positional, *(a for _, a in target.args.keywords)]
+    return {a.name for a in atoms if isinstance(a, Var)}
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _absorbing_if(
+    node: DLNode, anchor: DLNode, module: Optional[cst.Module]
+) -> Optional[tuple[cst.If, Optional[str]]]:
+    """The ``if`` of the anchor's block (no else) whose whole body is `node`'s statement ``name = node``, and X when
+    its test is ``X is not None`` (or ``exists(X)``, see above), else None."""
     if not node.whole_statement or node.site.inline_stack != anchor.site.inline_stack or not _deletable(node.site.small):
         return None
     for stmt in anchor.site.block:
         if not isinstance(stmt, cst.If) or stmt.body is not node.site.owner or stmt.orelse is not None:
             continue
-        test = stmt.test
-        if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1):
-            return None
-        comp = test.comparisons[0]
-        if not (isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"):
-            return None
         body = _suite(stmt.body)
         if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or list(body[0].body) != [node.site.small]:
             return None
-        return stmt
+        return stmt, _not_none_test(stmt.test, module)
+    return None
+
+
+def _not_none_test(test: cst.BaseExpression, module: Optional[cst.Module]) -> Optional[str]:
+    """X of a test ``X is not None``, or of ``helper(X)`` where the file's `helper` is exactly that test."""
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None":
+            return test.left.value
+        return None
+    if (
+        isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and len(test.args) == 1
+        and test.args[0].keyword is None and not test.args[0].star and isinstance(test.args[0].value, cst.Name)
+        and module is not None
+    ):
+        from .structural_guards import is_not_none_helper  # that module builds on this one
+
+        if is_not_none_helper(module, test.func.value):
+            return test.args[0].value.value
     return None
 
 

@@ -39,6 +39,18 @@ def _atom_expr(atom: Atom, found: PlacedMatch) -> cst.BaseExpression:
     match = found.match
     bound = match.env.get(atom.name)
     if isinstance(bound, Value):
+        conditional = found.placement.conditional.get(bound.vid)
+        if conditional is not None:  # computed only under an absorbed `if`: `(arg if <test> else None)`
+            test, arg = conditional
+            # A conditional expression or lambda as the arm keeps (or gets) its parentheses; others need none.
+            grouped = isinstance(arg, (cst.IfExp, cst.Lambda))
+            body = arg.deep_clone().with_changes(
+                lpar=[cst.LeftParen()] if grouped else [], rpar=[cst.RightParen()] if grouped else []
+            )
+            return cst.IfExp(
+                test=test.deep_clone(), body=body, orelse=cst.Name("None"),
+                lpar=[cst.LeftParen()], rpar=[cst.RightParen()],
+            )
         if bound.kind == "var" and not bound.text.startswith("%"):
             name = found.placement.names.get(bound.vid)
             if name is not None and name != bound.text:

@@ -360,7 +360,8 @@ def _normalised(expr: cst.BaseExpression) -> str:
 @guard
 def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP010: a matched ``scores.masked_fill(m, value)`` fills with exactly what the target's keyword says:
-    ``masked_inf`` -inf, ``masked_min`` ``torch.finfo(scores.dtype).min`` (``scores`` being the filled tensor)."""
+    ``masked_inf`` -inf, ``masked_min`` ``torch.finfo(scores.dtype).min`` (``scores`` being the filled tensor), or
+    ``-torch.finfo(scores.dtype).max``, the same number (every floating dtype's range is symmetric)."""
     for fill_var, kind in (("fill_inf", "inf"), ("fill_min", "min")):
         value = match.env.get(fill_var)
         if value is None:
@@ -371,10 +372,11 @@ def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Ref
         receiver = filled.args[0] if filled is not None else None
         named = receiver is not None and receiver.kind == "var" and not receiver.text.startswith("%")
         minimum = f"torch.finfo({receiver.text}.dtype).min" if receiver is not None and named else None
-        if text not in _MINUS_INF if kind == "inf" else minimum is None or text != minimum:
+        minima = (minimum, f"-torch.finfo({receiver.text}.dtype).max") if receiver is not None and named else ()
+        if text not in _MINUS_INF if kind == "inf" else text not in minima:
             # Each variant refuses what the other takes: say what both would take.
             kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
-            return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} only")
+            return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} (its negated max) only")
     return True
 
 

@@ -103,6 +103,14 @@ def rotate_every_two(x):
 """,
 )
 
+# ADP010: a helper that spells `x is not None` (lucidrains' `exists`), which an absorbed `if` may test.
+NOT_NONE_TEMPLATES: tuple[str, ...] = (
+    """
+def exists(val):
+    return val is not None
+""",
+)
+
 _TEMPLATE_TABLE = ImportTable(names={"torch": "torch"})
 
 
@@ -525,6 +533,19 @@ def rotate_half_is_exact(match: Match, placement: Placement) -> Union[bool, Refu
         "(the variants' rotations)",
         _only_definition(parsed, name),
     )
+
+
+def is_not_none_helper(module: cst.Module, name: str) -> bool:
+    """Whether ``name(x)`` is ``x is not None`` with no other effect: `name` is a function defined once at the top
+    of `module` (and bound nowhere else) whose body is exactly ``return <its argument> is not None``."""
+    parsed = _parsed(module)
+    key = ("not-none", name)
+    if key not in parsed.verdicts:
+        fn = parsed.definition(name, cst.FunctionDef)
+        dump = canonical(fn, parsed.table) if isinstance(fn, ast.FunctionDef) else None
+        exact = dump is not None and any(dump == _template_dumps(t)[1] for t in NOT_NONE_TEMPLATES)
+        parsed.verdicts[key] = exact and parsed.bound_once(name)
+    return bool(parsed.verdicts[key])
 
 
 def _interleaved(match: Match) -> bool:

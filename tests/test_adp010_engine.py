@@ -128,6 +128,9 @@ ADP010 = FIXTURES / "ADP010_fuse_attention_core"
 REFUSALS = {
     "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),
     "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
+    "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
+    "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
+    "neg_absorbed_mask_reads_another_name.py": ("~(attn_mask & keep),", "~attn_mask,"),
     "neg_fill_min_of_other_tensor.py": ("ref.dtype", "scores.dtype"),
     "neg_fill_unknown_value.py": ("-10000.0", "float('-inf')"),
     "neg_mixed_matmul_spellings.py": ("torch.bmm", "torch.matmul"),
@@ -160,6 +163,7 @@ POSITIVE = sorted(p for p in ADP010.glob("*.py") if not p.name.startswith("neg_"
 SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback arm or the reference path runs
     "bert_mask_under_if.py": 1,  # calls: a fully padded row (reference path), no mask, head mask (as written)
     "bmm_functional_dropout.py": 1,
+    "exists_masked_fill.py": 4,  # both classes, with and without their masks
     "mask_under_if_only.py": 2,
     "nanogpt_block.py": 1,
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path

@@ -170,17 +170,26 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '103: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 106)',
     ],
     'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
+    'ADP010_fuse_attention_core/neg_absorbed_mask_makes_a_call.py': [
+        '25: not-placeable: `~attn_mask.bool()`, computed under `if exists(attn_mask):`, makes a call: the fused call could not pass it as `~attn_mask.bool() if exists(attn_mask) else None` (line 28)',
+    ],
+    'ADP010_fuse_attention_core/neg_absorbed_mask_reads_another_name.py': [
+        '25: not-placeable: `~(attn_mask & keep)`, computed under `if exists(attn_mask):`, reads more than `attn_mask`: the fused call could not pass it as `~(attn_mask & keep) if exists(attn_mask) else None` (line 28)',
+    ],
     'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
         '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
     ],
     'ADP010_fuse_attention_core/neg_condition_with_call.py': [
         '22: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 25)',
     ],
+    'ADP010_fuse_attention_core/neg_exists_not_a_none_test.py': [
+        '25: not-placeable: the `if` around this step tests `exists(attn_mask)`, which is neither `X is not None` nor a call of a helper of this file that is exactly that test, so the step cannot become an optional argument of the fused call (line 27)',
+    ],
     'ADP010_fuse_attention_core/neg_fill_min_of_other_tensor.py': [
-        '19: guard: guard attention_fill_values: masked_fill fills with torch.finfo(ref.dtype).min; the fused kernel fills with -inf or torch.finfo(scores.dtype).min only',
+        '19: guard: guard attention_fill_values: masked_fill fills with torch.finfo(ref.dtype).min; the fused kernel fills with -inf or torch.finfo(scores.dtype).min (its negated max) only',
     ],
     'ADP010_fuse_attention_core/neg_fill_unknown_value.py': [
-        '19: guard: guard attention_fill_values: masked_fill fills with -10000.0; the fused kernel fills with -inf or torch.finfo(scores.dtype).min only',
+        '19: guard: guard attention_fill_values: masked_fill fills with -10000.0; the fused kernel fills with -inf or torch.finfo(scores.dtype).min (its negated max) only',
     ],
     'ADP010_fuse_attention_core/neg_mixed_matmul_spellings.py': [],
     'ADP010_fuse_attention_core/neg_probs_returned.py': [
