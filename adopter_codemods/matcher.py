@@ -1522,9 +1522,15 @@ def _plan_fallback(
     if anchor.site.inline_stack or match.cls.node is None:
         return None
     body = anchor.site.owner
-    function = next((fn for fn in _suite(match.cls.node.body) if isinstance(fn, cst.FunctionDef) and fn.body is body), None)
+    methods = [fn for fn in _suite(match.cls.node.body) if isinstance(fn, cst.FunctionDef)]
+    function = next((fn for fn in methods if fn.body is body), None)
+    nested = function is None
+    if nested and absorbed:
+        # Only absorbed `if`s may sit in a nested block (no fallback test: nothing after the block is told apart,
+        # and the path checks cover every read of the hidden names, there as anywhere).
+        function = next((fn for fn in methods if any(n is body for n in cstwalk.walk(fn.body))), None)
     if function is None:
-        return None  # the region must be a run of a method body: what follows it is then the rest of the method
+        return None  # a fallback region must be a run of a method body: what follows it is the rest of the method
     statements = list(anchor.site.block)
     lines = {id(n.site.line) for n in (twin.match if twin is not None else match).nodes}
     indices = [i for i, line in enumerate(statements) if id(line) in lines]
@@ -1566,7 +1572,7 @@ def _plan_fallback(
         if reads:
             tests.extend(t for t in reads if not any(t.deep_equals(u) for u in tests))
             guarded_statements.update(_statement_ids(stmt))
-    if not tests and not absorbed:
+    if not tests and not absorbed or nested and tests:
         return None
     written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
     if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in_node(t)):

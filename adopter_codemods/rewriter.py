@@ -415,22 +415,28 @@ def _drop_empty_lines(
 ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
     """Remove the placeholders (ids in `emptied`) of lines whose small statements were all deleted; their comments
     move to the next statement (or, after the last one, to the block's footer), and so does the blank line that
-    separated the first of them from the lines before."""
+    separated the first of them from the lines before. Where they open the block without a blank line, the next
+    statement opens it without one too."""
     out: list[cst.BaseStatement] = []
     carry: list[cst.EmptyLine] = []
+    tight_top = False  # removed lines open the block, the first with no blank line above
     for stmt in body:
         if emptied.get(id(stmt)) is stmt:
             lines = list(_leading_lines(stmt))
+            if not out and not carry and not tight_top:
+                tight_top = not (lines and lines[0].comment is None)
             if not carry and lines and lines[0].comment is None:
                 carry.append(lines[0])
             carry.extend(ln for ln in lines if ln.comment is not None)
             continue
-        if carry:
+        if carry or tight_top:
             own = list(_leading_lines(stmt))
-            if carry[0].comment is None and own and own[0].comment is None:
+            if tight_top:
+                carry, own = [ln for ln in carry if ln.comment is not None], [ln for ln in own if ln.comment is not None]
+            if carry and carry[0].comment is None and own and own[0].comment is None:
                 carry = carry[1:]  # one separating blank line is enough
             stmt = stmt.with_changes(leading_lines=[*carry, *own])  # type: ignore[attr-defined]
-            carry = []
+            carry, tight_top = [], False
         out.append(stmt)
     return out, [ln for ln in carry if ln.comment is not None]
 

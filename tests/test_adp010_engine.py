@@ -129,6 +129,7 @@ REFUSALS = {
     "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),
     "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
     "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
+    "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),
     "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
     "neg_absorbed_mask_reads_another_name.py": ("~(attn_mask & keep),", "~attn_mask,"),
     "neg_fill_min_of_other_tensor.py": ("ref.dtype", "scores.dtype"),
@@ -164,6 +165,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "bert_mask_under_if.py": 1,  # calls: a fully padded row (reference path), no mask, head mask (as written)
     "bmm_functional_dropout.py": 1,
     "exists_masked_fill.py": 4,  # both classes, with and without their masks
+    "exists_mask_in_else_branch.py": 2,
     "mask_under_if_only.py": 2,
     "nanogpt_block.py": 1,
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path

@@ -176,6 +176,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_absorbed_mask_reads_another_name.py': [
         '25: not-placeable: `~(attn_mask & keep)`, computed under `if exists(attn_mask):`, reads more than `attn_mask`: the fused call could not pass it as `~(attn_mask & keep) if exists(attn_mask) else None` (line 28)',
     ],
+    'ADP010_fuse_attention_core/neg_branch_scores_read_after.py': [
+        '28: intermediate-used-elsewhere: `dots`, an intermediate result the fused call hides, is used here (line 37)',
+    ],
     'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
         '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
     ],
