@@ -235,6 +235,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
         for skip in results.skipped:
             print(skip_line(skip), file=sys.stderr)
         print(summary(results), file=sys.stderr)
+        if not results.findings and not keys and not args.rule_file:
+            left_out = [r.code for r in builtin_rules() if not fast_by_default(r)]
+            print(f"note: the default rules ran; --rules all also runs {', '.join(left_out)}, whose kernels run the "
+                  "original computation by default", file=sys.stderr)
     if results.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if results.findings else EXIT_OK

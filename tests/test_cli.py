@@ -546,6 +546,22 @@ def test_demo_shows_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
     assert _added_kernels(run(capsys, "demo", "--rules", "ADP005")[1]) == {"ADP005"}
 
 
+def test_scan_without_findings_names_the_rules_the_default_left_out(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A text scan that finds nothing with the default rules says which rules `--rules all` would add: a model with
+    only ADP005 sites otherwise looks untouched by the tool."""
+    assert main(["scan", "--no-cache", "--no-progress", "src"]) == 0
+    err = capsys.readouterr().err
+    left_out = [r.code for r in builtin_rules() if r.fast == "none"]
+    assert f"note: the default rules ran; --rules all also runs {', '.join(left_out)}" in err
+    for argv in (["--rules", "fast"], ["--rules", "ADP001"]):  # named: no note
+        assert main(["scan", "--no-cache", "--no-progress", *argv, "src"]) == 0
+        assert "note: the default rules ran" not in capsys.readouterr().err
+    assert main(["scan", "--no-cache", "--no-progress", "--rules", "all", "src"]) == 1
+    assert "note: the default rules ran" not in capsys.readouterr().err
+
+
 def test_default_selection_is_the_rules_with_a_fast_path(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without --rules, scan and rewrite run the `fast` rules: the fixture's ADP005 site (whose kernel runs the
     original computation by default) is neither reported nor rewritten; named, it is."""
