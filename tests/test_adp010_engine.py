@@ -252,3 +252,23 @@ def test_fallback_refused_when_a_closure_reads_the_probabilities() -> None:
     closure = "        def probs_now():\n            return attention_probs\n\n        mixed_query_layer ="
     source = source.replace("        mixed_query_layer =", closure, 1)
     assert not rewrite_source(source, ["ADP010"]).findings
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "exact"),
+    [
+        ("def exists(x):\n    return x is not None\n", "exists", True),
+        ("def exists(val):\n    '''doc'''\n    return val is not None\n", "exists", True),
+        ("def present(v):\n    return v is not None\n", "present", True),
+        ("def exists(val):\n    return val is None\n", "exists", False),
+        ("def exists(val):\n    return val is not None and val.any()\n", "exists", False),
+        ("def exists(val):\n    return val is not None\nexists = lambda v: True\n", "exists", False),  # rebound
+        ("def exists(val):\n    return val is not None\ndef exists(val):\n    return True\n", "exists", False),
+        ("import torch\n", "exists", False),  # not defined here
+    ],
+)
+def test_not_none_helper_is_exactly_the_test(source: str, name: str, exact: bool) -> None:
+    """An absorbed `if` may test `helper(X)` only where the helper is exactly `X is not None` and nothing rebinds it."""
+    from adopter_codemods.structural_guards import is_not_none_helper
+
+    assert is_not_none_helper(cst.parse_module(source), name) is exact
