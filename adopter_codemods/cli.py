@@ -57,6 +57,11 @@ def _rule_keys(values: Optional[Sequence[str]]) -> Optional[list[str]]:
     return keys or None
 
 
+def _left_out_by_default() -> list[str]:
+    """The codes of the built-in rules the default selection leaves out (their kernels are not faster anywhere)."""
+    return [r.code for r in builtin_rules() if not fast_by_default(r)]
+
+
 def _select(keys: Optional[list[str]], rule_files: Sequence[str]) -> list[Rule]:
     try:
         return select_rules(keys, [Path(f) for f in rule_files])
@@ -236,9 +241,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
             print(skip_line(skip), file=sys.stderr)
         print(summary(results), file=sys.stderr)
         if not results.findings and not keys and not args.rule_file:
-            left_out = [r.code for r in builtin_rules() if not fast_by_default(r)]
-            print(f"note: the default rules ran; --rules all also runs {', '.join(left_out)}, whose kernels run the "
-                  "original computation by default", file=sys.stderr)
+            left_out = ", ".join(_left_out_by_default())
+            print(f"note: the default rules ran; --rules all also runs {left_out}, whose kernels run the original "
+                  "computation by default", file=sys.stderr)
     if results.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if results.findings else EXIT_OK
@@ -279,7 +284,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
-    opt_in = [r.code for r in builtin_rules() if not fast_by_default(r)]
+    opt_in = _left_out_by_default()
     if opt_in:
         note = (f"{', '.join(opt_in)} (FAST BY DEFAULT none) rewrite to kernels that run the original computation "
                 "unless ADOPTER_KERNELS_BACKEND forces a backend: scan, rewrite, demo and AdoptFast run them only "
@@ -395,8 +400,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"# rewrite with {chosen} ({', '.join(r.code for r in rules)}) on the bundled example {label}; "
           "nothing is written.", file=sys.stderr)
     if not keys:
-        left_out = [r.code for r in builtin_rules() if r not in rules]
-        print(f"# `demo --rules all` also shows {', '.join(left_out)}, whose kernels run the original computation "
+        print(f"# `demo --rules all` also shows {', '.join(_left_out_by_default())}, whose kernels run the original computation "
               "by default.", file=sys.stderr)
     rewritten = analysis.rewrite().module
     sys.stdout.write(unified_diff(module.code, rewritten.code, label))

@@ -78,6 +78,11 @@ class RestArgs:
 
 
 Binding = Union[Value, LayerRef, InitArg, RestArgs]
+_EMPTY_MODULE = cst.Module([])  # renders a node's code with the default formatting
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY_MODULE.code_for_node(node)
 
 
 # How a match is rewritten (docs/ENGINE.md): "inline" (nested in the anchor call), "block" (statements of the
@@ -267,7 +272,7 @@ def _literal_mismatch(pattern: CallNode, binding: LayerBinding) -> Optional[str]
         arg = written.get(name)
         if arg is None or not isinstance(atom, Const):
             continue
-        text = cst.Module([]).code_for_node(arg.value)
+        text = _code(arg.value)
         if _is_literal(text) and _literal(text) != atom.value:
             return f"{name}={text}, where the rule needs {name}={atom.value!r}"
     return None
@@ -275,7 +280,7 @@ def _literal_mismatch(pattern: CallNode, binding: LayerBinding) -> Optional[str]
 
 def value_text(value: Value) -> str:
     if value.kind == "expr":
-        return cst.Module([]).code_for_node(value.expr)
+        return _code(value.expr)
     return value.text
 
 
@@ -583,7 +588,7 @@ def _match_init_node(
         arg = given.get(name)
         consumed.add(name)
         if arg is not None:
-            text = cst.Module([]).code_for_node(arg.value)
+            text = _code(arg.value)
             bound: Binding = InitArg(arg.value)
         else:
             text = default_source(qualname, name) or ""
@@ -627,7 +632,7 @@ def _called_by_optional_only(rule: Rule, var: str) -> bool:
 
 
 def _init_text(arg: InitArg) -> str:
-    return cst.Module([]).code_for_node(arg.expr) if arg.expr is not None else (arg.default or "")
+    return _code(arg.expr) if arg.expr is not None else (arg.default or "")
 
 
 def _match_init(match: Match) -> Union[Match, Reason]:
@@ -1683,8 +1688,8 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or found is None:
             return None
         if_stmt, tested = found
+        test = _code(if_stmt.test)
         if tested is None:
-            test = _code(if_stmt.test)
             return Reason(
                 RefusalCategory.NOT_PLACEABLE,
                 f"the `if` around this step tests `{test}`, which is neither `X is not None` nor a call of a helper "
@@ -1708,8 +1713,8 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
                 why = "makes a call" if isinstance(bound, Value) and not bound.pure else f"reads more than `{tested}`"
                 return Reason(
                     RefusalCategory.NOT_PLACEABLE,
-                    f"`{text}`, computed under `if {_code(if_stmt.test)}:`, {why}: the fused call could not pass it "
-                    f"as `{text} if {_code(if_stmt.test)} else None`",
+                    f"`{text}`, computed under `if {test}:`, {why}: the fused call could not pass it "
+                    f"as `{text} if {test} else None`",
                     node.site.line,
                 )
             conditional[bound.vid] = (if_stmt.test, bound.expr)
@@ -1749,10 +1754,6 @@ def _atom_names(target: CallNode) -> set[str]:
     """The ``$variables`` a target call passes (positionally or by keyword)."""
     atoms = [*target.args.positional, *(a for _, a in target.args.keywords)]
     return {a.name for a in atoms if isinstance(a, Var)}
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def _absorbing_if(

@@ -202,13 +202,16 @@ def _device_type(tensor: torch.Tensor) -> str:
     return "cuda" if tensor.is_cuda else "cpu" if tensor.is_cpu else tensor.device.type
 
 
+def records_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether autograd records a call on these tensors: grad mode on and some tensor requires grad (``Call.grad``)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def call_info(*tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> Call:
     """The ``Call`` for these tensors (the first one gives device and dtype); ``training`` overrides the grad test."""
     first = next(t for t in tensors if t is not None)
     device = _device_type(first)
-    grad = training if training is not None else (
-        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    )
+    grad = training if training is not None else records_grad(*tensors)
     return Call(device, first.dtype, grad, _autocast_on(device))
 
 
@@ -235,9 +238,7 @@ def select(kernel: str, *tensors: Optional[torch.Tensor], training: Optional[boo
     first = tensors[0]
     assert first is not None, "the first tensor decides device and dtype"
     device = _device_type(first)
-    grad = training if training is not None else (
-        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    )
+    grad = training if training is not None else records_grad(*tensors)
     return _decision(kernel, _spec(), device, first.dtype, grad, _autocast_on(device))
 
 
@@ -319,7 +320,6 @@ TRITON = Backend(
     "only interpret; ADOPTER_KERNELS_BACKEND=triton (or <kernel>=triton) forces it",
     available=_triton_reason,
     supports=_triton_supports,
-    faster=_never,
 )
 
 

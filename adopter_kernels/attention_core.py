@@ -142,8 +142,7 @@ def _sdpa_pays(query: Tensor, key_t: Tensor, value: Tensor) -> bool:
     if key_t.is_cuda:
         return key_t.shape[-1] >= _CUDA_MIN_KEYS
     if key_t.is_cpu:
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key_t, value))
-        least = _CPU_MIN_SCORES.get((query.dtype, grad))
+        least = _CPU_MIN_SCORES.get((query.dtype, _dispatch.records_grad(query, key_t, value)))
         return least is not None and math.prod(query.shape[:-1]) * key_t.shape[-1] >= least
     return True
 

@@ -312,6 +312,9 @@ def read_after_anchor(match: "m.Match", anchor: DLNode, graph: FlowGraph, vids: 
     return _read_outside(graph, graph.reach, vids, keys, chain, frozenset(), (anchor.index, graph.exit))
 
 
+_HIDDEN_USED = "{name}, an intermediate result the fused call hides, is used here"
+
+
 def intermediate_read_later(match: "m.Match") -> Optional["m.Reason"]:
     """The refusal no placement cures: an intermediate result the fused call hides is read after the match's last
     node (returned with the output, stored). Worded like check (i) of `_check_complete`."""
@@ -322,10 +325,7 @@ def intermediate_read_later(match: "m.Match") -> Optional["m.Reason"]:
     use = read_after_anchor(match, anchor, graph, inter) if inter else None
     if use is None:
         return None
-    return _used_reason(
-        m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter,
-        "{name}, an intermediate result the fused call hides, is used here",
-    )
+    return _used_reason(m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter, _HIDDEN_USED)
 
 
 def hoist_instances(match: "m.Match", graph: FlowGraph) -> Optional[list[dict[Key, DLNode]]]:
@@ -378,10 +378,7 @@ def _check_complete(
     # (i) intermediates are read by matched nodes only (and by what disappears with them)
     use = _read_outside(graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore)
     if use is not None:
-        return _used_reason(
-            m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter,
-            "{name}, an intermediate result the fused call hides, is used here",
-        )
+        return _used_reason(m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter, _HIDDEN_USED)
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier (their deleted copies
     # aside, whose names the call assigns instead)
     copies = frozenset(id(copy) for copy in placement.output_copies.values())
