@@ -1328,7 +1328,7 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
             if placement is None:
                 return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
     assert placement is not None
-    return _guards_refusal(match, placement) or placement
+    return flow_checks.helper_refusal(match, placement) or _guards_refusal(match, placement) or placement
 
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:

@@ -134,11 +134,13 @@ REFUSALS = {
     "neg_absorbed_mask_reads_another_name.py": ("~(attn_mask & keep),", "~attn_mask,"),
     "neg_fill_min_of_other_tensor.py": ("ref.dtype", "scores.dtype"),
     "neg_fill_unknown_value.py": ("-10000.0", "float('-inf')"),
+    "neg_helper_does_more.py": ("        self.bias_reads += 1\n", ""),
     "neg_mixed_matmul_spellings.py": ("torch.bmm", "torch.matmul"),
     "neg_probs_returned.py": ("return context, probs", "return context"),
     "neg_probs_stored.py": ("        self.attention_map = probs\n", ""),
     "neg_probs_times_head_mask.py": ("        probs = probs * head_mask\n", ""),
     "neg_region_if_with_else.py": ("        else:\n            probs = probs * 2.0\n", ""),
+    "neg_scale_local_of_helper.py": ("        d = self.head_dim\n        return d ** -0.5", "        return self.head_dim ** -0.5"),
     "neg_scores_reused.py": (", scores\n", "\n"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
@@ -164,6 +166,7 @@ POSITIVE = sorted(p for p in ADP010.glob("*.py") if not p.name.startswith("neg_"
 SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback arm or the reference path runs
     "bert_mask_under_if.py": 1,  # calls: a fully padded row (reference path), no mask, head mask (as written)
     "bmm_functional_dropout.py": 1,
+    "cached_bias_helper.py": 1,
     "exists_masked_fill.py": 4,  # both classes, with and without their masks
     "exists_mask_in_else_branch.py": 2,
     "mask_under_if_only.py": 2,

@@ -83,6 +83,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
         '16: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 16)',
     ],
+    'ADP005_fuse_dropout_ln/neg_residual_local_of_helper.py': [
+        '20: not-placeable: `r` is computed inside a helper method, so the fused call could not name it where it goes (line 21)',
+    ],
     'ADP005_fuse_dropout_ln/neg_sum_reused.py': [
         '13: intermediate-used-elsewhere: `s`, an intermediate result the fused call hides, is used here (line 15)',
     ],
@@ -194,6 +197,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_fill_unknown_value.py': [
         '19: guard: guard attention_fill_values: masked_fill fills with -10000.0; the fused kernel fills with -inf or torch.finfo(scores.dtype).min (its negated max) only',
     ],
+    'ADP010_fuse_attention_core/neg_helper_does_more.py': [
+        '23: not-placeable: the rewrite would remove this call of `self.attention_bias`, and with it what the helper does besides computing the matched calls (line 23)',
+    ],
     'ADP010_fuse_attention_core/neg_mixed_matmul_spellings.py': [],
     'ADP010_fuse_attention_core/neg_probs_returned.py': [
         '18: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 22)',
@@ -203,6 +209,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP010_fuse_attention_core/neg_probs_times_head_mask.py': [],
     'ADP010_fuse_attention_core/neg_region_if_with_else.py': [],
+    'ADP010_fuse_attention_core/neg_scale_local_of_helper.py': [
+        '22: not-placeable: `d ** -0.5` is computed inside a helper method, so the fused call could not name it where it goes (line 22)',
+    ],
     'ADP010_fuse_attention_core/neg_scores_reused.py': [
         '19: intermediate-used-elsewhere: `scores`, an intermediate result the fused call hides, is used here (line 21)',
     ],

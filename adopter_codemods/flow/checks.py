@@ -13,6 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterator, Optional, Sequence, Union
 
+import libcst as cst
+
+from .. import cstwalk
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
 from ..structure import Def, DLNode, Event
@@ -613,3 +616,98 @@ def _temporaries(event: object) -> set[int]:
     if not isinstance(event, DLNode):
         return set()
     return {vid for v in [*event.args, *(v for _, v in event.kwargs)] for name, vid in v.uses if name.startswith("%")}
+
+
+# ------------------------------------------------------------------------------------------ helper methods
+
+
+def helper_refusal(match: "m.Match", placement: "m.Placement") -> Optional["m.Reason"]:
+    """What a rewrite would get wrong about the helper methods inlined into the match, if anything.
+
+    The fused call's arguments are written where it goes: a value computed inside a helper (one of its locals, an
+    expression reading them, a node there) has no name there (``r`` of ``def res(self, x): r = x * 2; return r``).
+    And a helper called from what the rewrite removes, and not written again in an argument, is no longer called:
+    whatever else it does (assignments, other calls) would be lost. The reason for the first such value or call."""
+    anchor, graph = placement.anchor, match.graph
+    if anchor is None or graph is None:
+        return None
+    # (statement, what of it disappears): code of the anchor's function, where the fused call goes
+    removed: list[tuple[cst.CSTNode, cst.CSTNode]]
+    if placement.plan == "hoist":  # each matched node is replaced by a name where it stands
+        removed = [(n.site.small, n.expr) for n in match.nodes]
+    else:
+        removed = [(s, s) for s in placement.deleted] + [(anchor.site.small, anchor.expr)]
+    scope = anchor.site.scope
+    written = {id(node) for _, region in removed for node in cstwalk.walk(region)}
+    rendered: list[cst.CSTNode] = []  # the expressions of the removed code the fused call writes again as they are
+    for value in m._target_inputs(match):
+        if value.kind == "var" and not value.text.startswith("%"):
+            readable = value.vid in placement.names or _visible(value.uses[0][0], value.vid, scope, graph)
+        elif value.kind == "var" and value.vid not in graph.producers:
+            # A phi of a helper's returns is written as the helper's call: readable where that call is written.
+            readable = id(value.expr) in written
+        elif value.kind == "var" or value.kind == "expr":
+            readable = all(_visible(name, vid, scope, graph) for name, vid in value.uses)
+        else:
+            readable = True  # a constant (a helper's result the walk could not follow is written as its call)
+        if not readable:
+            reader = next((n for n in match.nodes if any(v is value for v in (*n.args, *(v for _, v in n.kwargs)))), anchor)
+            return m.Reason(m.RefusalCategory.NOT_PLACEABLE, _computed_in_helper(value), reader.site.line)
+        if id(value.expr) in written and (value.kind != "var" or value.text.startswith("%")):
+            rendered.append(value.expr)
+    return _helper_call_dropped(match, graph, removed, rendered)
+
+
+def _computed_in_helper(value: m.Value) -> Callable[[], str]:
+    return lambda: f"`{m._code(value.expr)}` is computed inside a helper method, so the fused call could not name it where it goes"
+
+
+def _visible(name: str, vid: int, scope: str, graph: FlowGraph) -> bool:
+    """Whether code written in the function of `scope` reads `name` as the walk scoped it: ``self.<attr>``, a name
+    of that function (not of a helper inlined in it), a DSL node's result computed there."""
+    if name.startswith("%"):
+        producer = graph.producers.get(vid)
+        return producer is not None and producer.site.scope == scope
+    return name.startswith("self.") or (name.startswith(scope) and "::" not in name[len(scope):])
+
+
+def _helper_call_dropped(
+    match: "m.Match", graph: FlowGraph, removed: list[tuple[cst.CSTNode, cst.CSTNode]], rendered: list[cst.CSTNode]
+) -> Optional["m.Reason"]:
+    """A ``self.<helper>(...)`` call the rewrite removes without writing it again, whose inlined body does more than
+    compute the match's own nodes: the reason, naming its line."""
+    kept = {id(e) for e in rendered}
+    keys = {key(n) for n in match.nodes}
+    for statement, region in removed:
+        inlined = graph.inlined_from.get(id(statement))
+        if not inlined:
+            continue
+        dropped = {
+            name
+            for node in cstwalk.walk(region, lambda n: id(n) not in kept)
+            if id(node) not in kept and isinstance(node, cst.Call)
+            for name in [_self_method(node.func)]
+            if name is not None
+        }
+        for pos in inlined:
+            event = graph.events[pos]
+            assert event is not None
+            if isinstance(event, DLNode) and key(event) in keys:
+                continue
+            stack = event.site.inline_stack
+            depth = next(i for i, s in enumerate(stack) if s.small is statement)
+            helper = (stack[depth + 1].function if depth + 1 < len(stack) else event.site.function).rsplit(".", 1)[-1]
+            if helper in dropped:
+                return m.Reason(
+                    m.RefusalCategory.NOT_PLACEABLE,
+                    f"the rewrite would remove this call of `self.{helper}`, and with it what the helper does besides "
+                    "computing the matched calls",
+                    stack[depth].line,
+                )
+    return None
+
+
+def _self_method(func: cst.BaseExpression) -> Optional[str]:
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return func.attr.value
+    return None

@@ -148,6 +148,17 @@ class FlowGraph:
         return out
 
     @functools.cached_property
+    def inlined_from(self) -> dict[int, list[int]]:
+        """id(small statement) -> positions of the events of the helper methods it calls (inlined there, at any
+        depth)."""
+        out: dict[int, list[int]] = {}
+        for pos, event in enumerate(self.events):
+            if event is not None:
+                for call_site in event.site.inline_stack:
+                    out.setdefault(id(call_site.small), []).append(pos)
+        return out
+
+    @functools.cached_property
     def by_key(self) -> dict[tuple[int, Optional[str]], list[DLNode]]:
         """(id(expr), layer) -> the nodes of that expression (loop copies, helper inlined twice)."""
         out: dict[tuple[int, Optional[str]], list[DLNode]] = {}
