@@ -24,6 +24,7 @@ from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
+from .undefined_names import new_undefined_names
 from .suppression import file_suppressed
 
 MAX_ROUNDS = 8  # rewrites that overlap another one are applied in a later round
@@ -371,6 +372,7 @@ def rewrite_module(
     first: list[PlacedMatch] = []
     codes: set[str] = set()
     rounds = 0
+    original = module
     while rounds < MAX_ROUNDS:
         if structure is None:
             structure = build_module_structure(module, path)
@@ -388,7 +390,22 @@ def rewrite_module(
         module = apply_plan(module, merge_plans(plans))
         structure = None
         rounds += 1
+    if rounds:
+        _check_names(original, module, path)
     return RewriteOutcome(module, first, rounds, tuple(sorted(codes)))
+
+
+def _check_names(original: cst.Module, rewritten: cst.Module, path: Optional[str]) -> None:
+    """Raise a SourceError, so that the file is left as it was, if the rewrite makes a function read a name that
+    nothing defines (undefined_names.py): an engine bug, never a rewrite to hand over."""
+    new = new_undefined_names(original.code, rewritten.code)
+    if new:
+        function, name, line = new[0]
+        raise files.SourceError(files.FileError(
+            path or "<string>", line,
+            f"the rewrite would make `{function}` read `{name}`, which nothing defines there, so the file is left "
+            "unchanged (an engine bug: please report it with this file)",
+        ))
 
 
 @dataclass

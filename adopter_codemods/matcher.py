@@ -1321,8 +1321,9 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
             placement = planned
             reason = _check_paths(match, planned)
             if reason is not None and rule.fallback and planned.plan == "block":
-                placement = _plan_fallback(match, planned)
-                reason = None if placement is not None else reason
+                fallback = _plan_fallback(match, planned)
+                if isinstance(fallback, Placement):  # else the block plan's reason stands
+                    placement, reason = fallback, None
         if reason is not None:
             placement = hoist.plan_hoist(match)
             if placement is None:
@@ -1519,9 +1520,10 @@ def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int
 
 def _plan_fallback(
     match: Match, block: Placement, twin: Optional[PlacedMatch] = None, absorbed: tuple[cst.If, ...] = ()
-) -> Optional[Placement]:
-    """The fallback placement of a match whose `block` placement fails the path checks, if it is safe.
-    `twin`/`absorbed`: see `_plan_absorbing`."""
+) -> Union[Placement, Reason, None]:
+    """The fallback placement of a match whose `block` placement fails the path checks, if it is safe: else the
+    reason the fused copy fails the path checks, if one is worth listing, or None. `twin`/`absorbed`: see
+    `_plan_absorbing`."""
     anchor = block.anchor
     assert anchor is not None
     if anchor.site.inline_stack or match.cls.node is None:
@@ -1587,8 +1589,9 @@ def _plan_fallback(
         for sub in cstwalk.walk(stmt):
             if isinstance(sub, cst.If) and any(sub.test.deep_equals(t) for t in tests):
                 skip |= _statement_ids(sub.body)
-    if not _check_fused_paths(match, block, frozenset(skip), frozenset(guarded_statements), twin):
-        return None
+    failed = _check_fused_paths(match, block, frozenset(skip), frozenset(guarded_statements), twin)
+    if failed is not None:
+        return failed if failed.listed else None
     return dataclasses.replace(
         block, plan="fallback", region=tuple(region), region_ifs=(*region_ifs, *absorbed), fallback_tests=tuple(tests)
     )
@@ -1597,10 +1600,11 @@ def _plan_fallback(
 def _check_fused_paths(
     match: Match, placement: Placement, original_only: frozenset[int], guarded: frozenset[int],
     twin: Optional[PlacedMatch] = None,
-) -> bool:
+) -> Optional[Reason]:
     """The usual checks on the paths where every fallback test is false (no event in the statements only those
     tests reach); reads in `guarded` statements happen only when a test is true, so they are ignored. With a
-    `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them)."""
+    `twin`, a path that skips the absorbed nodes is checked as the twin (the match without them). None when they
+    hold, else the reason."""
     assert match.graph is not None
     return flow_checks.check_fused_paths(match, placement, match.graph, original_only, guarded, twin)
 
@@ -1668,8 +1672,9 @@ def _names_in_node(node: cst.CSTNode) -> set[str]:
 def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Placement, Reason, None]:
     """A match whose only nodes outside the anchor's block are optional nodes absorbed as above: checked with its
     twin (the match without them) on the paths that skip them, then placed as a fallback region. A Reason when such
-    an `if` holds a step but its test or the step's argument rules the absorbing out; None when no `if` is a
-    candidate (or the checks fail: the block plan's reason stands)."""
+    an `if` holds a step but its test or the step's argument rules the absorbing out, or when the path checks fail
+    for a reason they name (an argument with a call the fused call would evaluate later); None when no `if` is a
+    candidate (or the checks fail otherwise: the block plan's reason stands)."""
     rule = match.rule
     assert rule.forward is not None
     anchor = max(match.nodes, key=lambda n: n.index)

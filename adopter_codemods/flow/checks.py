@@ -243,11 +243,13 @@ def _used_reason(
 def check_fused_paths(
     match: "m.Match", placement: "m.Placement", graph: FlowGraph, original_only: frozenset[int],
     guarded: frozenset[int], twin: Optional["m.PlacedMatch"],
-) -> bool:
+) -> Optional["m.Reason"]:
     """The checks of the fallback plan's fused copy: on the paths where every fallback test is false (the graph
     without the statements only those tests reach), a path with a matched node runs the whole match, or with a
     `twin` (the match without its absorbed nodes) at least the twin, and `_check_complete` holds for what it runs;
-    reads in `guarded` statements happen only when a test is true and are ignored. Some path must run the match."""
+    reads in `guarded` statements happen only when a test is true and are ignored. Some path must run the match.
+    None when they hold; else `_check_complete`'s reason, or an unlisted one for the others."""
+    unplaced = m.Reason(m.RefusalCategory.NOT_PLACEABLE, "no path runs the fused copy whole", listed=False)
     excluded = frozenset(
         pos
         for pos, event in enumerate(graph.events)
@@ -258,7 +260,7 @@ def check_fused_paths(
     twin_keys = {key(n) for n in twin.match.nodes} if twin is not None else keys
     # A path with some matched node has all of the candidate's (with a twin: all the twin's at least).
     if _missing_key_paths(reach, list(twin_keys), keys) is not None:
-        return False
+        return unplaced
     checked = 0
     candidates: list[tuple[m.Match, m.Placement, Reach]] = [(match, placement, reach)]
     if twin is not None:
@@ -272,12 +274,13 @@ def check_fused_paths(
         if isinstance(instances, tuple):
             if candidate is match and twin is not None:
                 continue  # no path runs every node: the twin's checks cover them
-            return False
+            return unplaced
         for instance in instances:
-            if _check_complete(candidate, candidate_placement, graph, where, instance, deleted, guarded) is not None:
-                return False
+            reason = _check_complete(candidate, candidate_placement, graph, where, instance, deleted, guarded)
+            if reason is not None:
+                return reason
             checked += 1
-    return checked > 0
+    return None if checked else unplaced
 
 
 def _read_outside(
