@@ -32,6 +32,7 @@ from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names, simple_condition
+from .provider.syntax import _read_names
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
@@ -722,7 +723,70 @@ def _match_init(match: Match) -> Union[Match, Reason]:
     if container is not None and any(b.container is not container for b in init_matches.values()):
         # the drop-in container fuses its own adjacent children only, not one with a layer outside
         return Reason(RefusalCategory.INIT_MISMATCH, "a layer outside the nn.Sequential follows one of its elements")
+    if edits:
+        reason = _moved_init_argument(rule, init_matches, env, match.cls)
+        if reason is not None:
+            return reason
     return dataclasses.replace(match, env=env, init_matches=init_matches, container=container, certainty=certainty)
+
+
+def _moved_init_argument(
+    rule: Rule, init_matches: Mapping[str, LayerBinding], env: Mapping[str, Binding], cls: ClassStructure
+) -> Optional[Reason]:
+    """An ``__init__`` target call goes where its output layer was bound: an argument it takes from another binding
+    (ADP005's dropout probability, from the Dropout's statement) is evaluated there instead. Refused when it makes
+    a call, when the two statements are not in one block, or when a name it reads is assigned between them."""
+    assert rule.init is not None and rule.init.target is not None
+    for node in rule.init.target:
+        assert isinstance(node, CallNode)
+        dest = init_matches[node.outputs[0].name].statement
+        for atom in [*node.args.positional, *(a for _, a in node.args.keywords)]:
+            bound = env.get(atom.name) if isinstance(atom, Var) else None
+            if not isinstance(bound, InitArg) or bound.expr is None:
+                continue
+            source = next(
+                (b.statement for b in init_matches.values()
+                 if b.statement is not None and any(n is bound.expr for n in cstwalk.walk(b.value))),
+                None,
+            )
+            if source is None or dest is None or source is dest:
+                continue
+            text = _code(bound.expr)
+            names, calls = _read_names(bound.expr)
+            if calls:
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    f"`{text}` makes a call, and the rewritten __init__ would evaluate it at another statement", source,
+                )
+            # The class's own __init__ usually; a local base class's otherwise.
+            roots = [r for r in (cls.node, cls.module) if r is not None]
+            between = next((found for r in roots for found in [_statements_between(r, source, dest)] if found is not None), None)
+            if between is None:
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    f"`{text}` would move to a statement of __init__ in another block", source,
+                )
+            for stmt in between:
+                if set(names) & _written_names(stmt):
+                    return Reason(
+                        RefusalCategory.INPUT_REDEFINED,
+                        f"`{text}` would move to another statement of __init__, and a name it reads is assigned here",
+                        stmt,
+                    )
+    return None
+
+
+def _statements_between(root: cst.CSTNode, a: cst.CSTNode, b: cst.CSTNode) -> Optional[list[cst.BaseStatement]]:
+    """The statements strictly between `a` and `b` when both are statements of one block under `root`, else None."""
+    for node in cstwalk.walk(root):
+        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            body = list(node.body)
+            where = [i for i, stmt in enumerate(body) if stmt is a or stmt is b]
+            if len(where) == 2:
+                return body[where[0] + 1 : where[1]]
+            if where:
+                return None
+    return None
 
 
 def _target_vars(rule: Rule) -> frozenset[str]:
