@@ -293,7 +293,9 @@ def _same(a: Binding, b: Binding) -> bool:
             return a.vid == b.vid
         if a.kind == "const":
             return _literal(a.text) == _literal(b.text)
-        return value_text(a) == value_text(b)
+        # Expressions: the same text reading the same values (checked on the paths), and not two calls that may
+        # each return something else (`self.helper(x)` twice).
+        return (a.vid == b.vid or a.pure and b.pure) and value_text(a) == value_text(b)
     if isinstance(a, LayerRef) and isinstance(b, LayerRef):
         return a.attr == b.attr
     return False

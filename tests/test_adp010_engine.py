@@ -146,6 +146,7 @@ REFUSALS = {
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
     "neg_softmax_module_without_dim.py": ("nn.Softmax()", "nn.Softmax(dim=-1)"),
+    "neg_unknown_bias_moved_past_a_statement.py": ("        self.calls += 1\n", ""),
     "neg_softmax_upcast.py": (", dtype=torch.float32).to(q.dtype)", ")"),
 }
 

@@ -153,6 +153,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     # The forked classes: q/k read a phi of the two aliases, v the value before the branch. The graph matches no
     # such structure (a pattern variable binds one value on every path), so nothing is refused there.
     'ADP009_fuse_qkv/neg_different_inputs.py': [],
+    'ADP009_fuse_qkv/neg_inputs_from_two_helpers.py': [],
     'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
         '38: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 39)',
         '46: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 48)',
@@ -226,6 +227,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '17: init-mismatch: the __init__ binding of self.attend does not fit the rule: dim=None, where the rule needs dim=-1 (line 12)',
     ],
     'ADP010_fuse_attention_core/neg_softmax_upcast.py': [],
+    'ADP010_fuse_attention_core/neg_unknown_bias_moved_past_a_statement.py': [
+        '45: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 45)',
+    ],
     'ADP011_fuse_rms_norm/neg_other_computations.py': [
         "70: guard: guard rms_norm_class_is_exact: class NoCastBack looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 9)",
         "71: guard: guard rms_norm_class_is_exact: class CpmAntLayerNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 23)",

@@ -411,7 +411,7 @@ def _check_complete(
     for value in m._target_inputs(match):
         if value.kind == "expr" and not value.pure:
             moved_from = m._value_site_moves(match, value, anchor_stmt)
-            if moved_from is not None:
+            if moved_from is not None and not _moves_only_past_the_match(match, instance, moved_from, anchor, deleted):
                 return m.Reason(
                     m.RefusalCategory.NOT_PLACEABLE,
                     "an argument here makes a call, and the fused call would evaluate it at another statement",
@@ -436,6 +436,28 @@ def _check_complete(
                 definition.site.line if definition is not None else None,
             )
     return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain)
+
+
+def _moves_only_past_the_match(
+    match: "m.Match", instance: dict[Key, DLNode], line: cst.CSTNode, anchor: DLNode, deleted: set[int]
+) -> bool:
+    """Whether an argument with calls, written in the deleted statement `line`, may be evaluated at the fused call
+    instead: `line` and every statement from it to the anchor's are deleted statements of the anchor's block, and
+    the matched nodes running before it (of `line` itself) call no layer and no dropout. Then only the match's own
+    side-effect-free computation changes places with the call (LeViT's `q @ k * scale + self.get_attention_biases()`).
+    """
+    block = anchor.site.block
+    if line not in block or anchor.site.line not in block:
+        return False
+    start, stop = block.index(line), block.index(anchor.site.line)  # type: ignore[arg-type]
+    for stmt in block[start:stop]:
+        if not isinstance(stmt, cst.SimpleStatementLine) or any(id(small) not in deleted for small in stmt.body):
+            return False
+    nodes = [instance[key(r)] for r in match.nodes]
+    here = [n for n in nodes if n.site.line is line]
+    if not here or min(n.index for n in nodes) < min(n.index for n in here):
+        return False  # a matched statement before `line` would now run after the call
+    return all(n.kind == "op" or (n.kind == "func" and "dropout" not in (n.qualname or "")) for n in here)
 
 
 def _definition(graph: FlowGraph, name: str, held: int, wanted: int) -> Optional[Def]:

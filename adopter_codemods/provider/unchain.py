@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
+from .. import cstwalk
 from ..qualnames import canonical_torch_name
 from ..structure import OPAQUE, Def, DLNode, LayerBinding, NodeKind, Use, Value
 from .state import _Ctx, _Cursor, _Partial, _WalkState
@@ -262,10 +263,21 @@ class _Unchainer(_WalkState, ABC):
                     out.append((r, ret))
                 elif r.status in ("open", "return"):
                     r.status = "open"
-                    out.append((r, Value("const", "None", 0, call, ())))
+                    out.append((r, self.unfollowed_result(method, call, at, r)))
                 else:
                     out.append((r, Value("const", "None", 0, call, ())))
         return self.joined_returns(out, call)
+
+    def unfollowed_result(self, method: cst.FunctionDef, call: cst.Call, at: _Cursor, p: _Partial) -> Value:
+        """What a helper returns on a path whose walk ended without a return: None, unless a `return <value>` sits in
+        a statement the walk folded (LeViT's cached `get_attention_biases`). Then the result is unknown: the call as
+        an opaque expression, a value of its own (two such calls are not the same value)."""
+        body = cstwalk.walk(method.body, lambda n: type(n) is not cst.FunctionDef and type(n) is not cst.ClassDef)
+        if not any(type(n) is cst.Return and n.value is not None for n in body):  # type: ignore[attr-defined]
+            return Value("const", "None", 0, call, ())
+        names, _ = self.read_names(call)
+        uses = {(self.scoped(n, at.ctx), self.lookup(p.state, self.scoped(n, at.ctx))) for n in names}
+        return Value("expr", "", self.new_vid(), call, tuple(sorted(uses)), pure=False)
 
     def joined_returns(self, alternatives: list[tuple[_Partial, Value]], call: cst.Call) -> list[tuple[_Partial, Value]]:
         """The helper's returns joined into one partial path; differing return values get a phi."""
