@@ -24,8 +24,8 @@ from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
 from .structure import ModuleStructure
-from .undefined_names import new_undefined_names
 from .suppression import file_suppressed
+from .undefined_names import new_undefined_names
 
 MAX_ROUNDS = 8  # rewrites that overlap another one are applied in a later round
 

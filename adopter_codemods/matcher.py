@@ -762,7 +762,7 @@ def _moved_init_argument(
                 )
             # The class's own __init__ usually; a local base class's otherwise.
             roots = [r for r in (cls.node, cls.module) if r is not None]
-            between = next((found for r in roots for found in [_statements_between(r, source, dest)] if found is not None), None)
+            between = next((b for b in (_statements_between(r, source, dest) for r in roots) if b is not None), None)
             if between is None:
                 return Reason(
                     RefusalCategory.NOT_PLACEABLE,

@@ -41,7 +41,8 @@ def undefined_names(code: str) -> Optional[tuple[dict[tuple[str, str], int], dic
             lines.setdefault(name, table.get_lineno())
             for symbol in table.get_symbols():
                 read = symbol.get_name()
-                if symbol.is_referenced() and symbol.is_global() and not symbol.is_declared_global() and read not in defined:
+                implicit_global = symbol.is_global() and not symbol.is_declared_global()
+                if symbol.is_referenced() and implicit_global and read not in defined:
                     out[(name, read)] = table.get_lineno()
         tables.extend((child, f"{name}.{child.get_name()}") for child in table.get_children())
     return out, lines
@@ -54,7 +55,5 @@ def new_undefined_names(before: str, after: str) -> list[tuple[str, str, Optiona
     if old is None or new is None:
         return []
     (old_reads, old_lines), (new_reads, _) = old, new
-    return sorted(
-        ((function, name, old_lines.get(function)) for function, name in new_reads if (function, name) not in old_reads),
-        key=lambda found: (found[0], found[1]),
-    )
+    added = sorted(read for read in new_reads if read not in old_reads)
+    return [(function, name, old_lines.get(function)) for function, name in added]

@@ -46,7 +46,8 @@ def _source(init: str) -> str:
 
 
 def test_argument_not_reassigned_moves_into_the_fused_module() -> None:
-    code = assert_equivalent_rewrite(_source("self.dropout = nn.Dropout(p)\nother = p\nself.LayerNorm = nn.LayerNorm(dim)\n"), ["ADP005"]).code
+    init = "self.dropout = nn.Dropout(p)\nother = p\nself.LayerNorm = nn.LayerNorm(dim)\n"
+    code = assert_equivalent_rewrite(_source(init), ["ADP005"]).code
     assert FUSED_MODULE + "p)" in code
 
 
@@ -60,7 +61,7 @@ def test_argument_not_reassigned_moves_into_the_fused_module() -> None:
         # a call would run at another statement
         "self.dropout = nn.Dropout(self.probability(p))\nself.LayerNorm = nn.LayerNorm(dim)\n",
         # the Dropout bound in another block than the LayerNorm
-        "if flag:\n    self.dropout = nn.Dropout(p)\nelse:\n    self.dropout = nn.Dropout(p)\nself.LayerNorm = nn.LayerNorm(dim)\n",
+        "if flag:\n    self.dropout = nn.Dropout(p)\nself.LayerNorm = nn.LayerNorm(dim)\n",
     ],
     ids=["reassigned-between", "reassigned-before-dropout", "call", "other-block"],
 )

@@ -1,9 +1,10 @@
 """Property tests: generated nn.Module sources mixing rule patterns with distractors.
 
-Sources hold ADP005 (dropout -> add -> LayerNorm, split or nested, either operand order), ADP004 (softmax),
-ADP006 (Linear -> activation) and ADP009 (q/k/v projections of one input) next to aliases, reused intermediates,
-layers shared with other code, if/else, early returns, loops, helper methods, comments in odd places, both
-quote styles, tabs / 2 / 4 spaces and LF / CRLF. For every source and all rules together:
+Sources hold ADP005 (dropout -> add -> LayerNorm, split or nested, either operand order, the residual from a
+helper method whose local has a namesake in forward), ADP004 (softmax), ADP006 (Linear -> activation) and ADP009
+(q/k/v projections of one input) next to aliases, reused intermediates, layers shared with other code, if/else,
+early returns, loops, helper methods, comments in odd places, both quote styles, tabs / 2 / 4 spaces and LF / CRLF.
+For every source and all rules together:
 
 * the output parses; a second run changes nothing; a source without findings comes back byte-identical;
 * a rewritten module imports, loads the original ``state_dict`` strictly and computes the same outputs and
@@ -80,7 +81,7 @@ def dropout_ln(draw: st.DrawFn, src: Source, var: str) -> list[str]:
     if draw(st.booleans()):
         inp = src.fresh("alias")
         out.append(f"{inp} = {var}")  # alias of the input
-    form = draw(st.sampled_from(["split", "half", "nested", "nested_wrapped", "inside_call"]))
+    form = draw(st.sampled_from(["split", "half", "nested", "nested_wrapped", "inside_call", "helper_residual"]))
     d, s = src.fresh("d"), src.fresh("s")
     add = lambda a, b: f"{a} + {b}" if draw(st.booleans()) else f"{b} + {a}"  # noqa: E731
     if form == "split":
@@ -91,6 +92,11 @@ def dropout_ln(draw: st.DrawFn, src: Source, var: str) -> list[str]:
         out += [f"{var} = self.{ln}({add(f'self.{drop}({inp})', 'r')})"]
     elif form == "nested_wrapped":
         out += [f"{var} = self.{ln}(", f"    {add(f'self.{drop}({inp})', 'r')}  # residual", ")"]
+    elif form == "helper_residual":
+        # The residual is a helper's local, and forward has a variable of the same name holding something else.
+        helper, local = src.fresh("_residual"), src.fresh("t")
+        src.methods.append([f"def {helper}(self, r):", f"    {local} = r * 0.5", f"    return {local}"])
+        out += [f"{local} = r", f"{var} = self.{ln}({add(f'self.{drop}({inp})', f'self.{helper}(r)')})"]
     else:
         out += [f"{var} = torch.tanh(self.{ln}({add(f'self.{drop}({inp})', 'r')}))"]
     if form in ("split", "half") and draw(st.integers(0, 3)) == 0:

@@ -674,17 +674,19 @@ def helper_refusal(match: "m.Match", placement: "m.Placement") -> Optional["m.Re
         elif value.kind == "var" or value.kind == "expr":
             readable = all(_visible(name, vid, scope, graph) for name, vid in value.uses)
         else:
-            readable = True  # a constant (a helper's result the walk could not follow is written as its call)
+            readable = True  # a constant
         if not readable:
-            reader = next((n for n in match.nodes if any(v is value for v in (*n.args, *(v for _, v in n.kwargs)))), anchor)
-            return m.Reason(m.RefusalCategory.NOT_PLACEABLE, _computed_in_helper(value), reader.site.line)
+            readers = (n for n in match.nodes if any(v is value for v in (*n.args, *(v for _, v in n.kwargs))))
+            return m.Reason(m.RefusalCategory.NOT_PLACEABLE, _computed_in_helper(value), next(readers, anchor).site.line)
         if id(value.expr) in written and (value.kind != "var" or value.text.startswith("%")):
             rendered.append(value.expr)
     return _helper_call_dropped(match, graph, removed, rendered)
 
 
 def _computed_in_helper(value: m.Value) -> Callable[[], str]:
-    return lambda: f"`{m._code(value.expr)}` is computed inside a helper method, so the fused call could not name it where it goes"
+    return lambda: (
+        f"`{m._code(value.expr)}` is computed inside a helper method, so the fused call could not name it where it goes"
+    )
 
 
 def _visible(name: str, vid: int, scope: str, graph: FlowGraph) -> bool:
