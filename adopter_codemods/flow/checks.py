@@ -713,7 +713,7 @@ def _helper_call_dropped(
             name
             for node in cstwalk.walk(region, lambda n: id(n) not in kept)
             if id(node) not in kept and isinstance(node, cst.Call)
-            for name in [_self_method(node.func)]
+            for name in [m._self_attr_name(node.func)]
             if name is not None
         }
         for pos in inlined:
@@ -731,10 +731,4 @@ def _helper_call_dropped(
                     "computing the matched calls",
                     stack[depth].line,
                 )
-    return None
-
-
-def _self_method(func: cst.BaseExpression) -> Optional[str]:
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        return func.attr.value
     return None
