@@ -32,7 +32,7 @@ from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names, simple_condition
-from .provider.syntax import _read_names
+from .provider.syntax import _call_receivers, _read_names
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
@@ -737,7 +737,8 @@ def _moved_init_argument(
 ) -> Optional[Reason]:
     """An ``__init__`` target call goes where its output layer was bound: an argument it takes from another binding
     (ADP005's dropout probability, from the Dropout's statement) is evaluated there instead. Refused when it makes
-    a call, when the two statements are not in one block, or when a name it reads is assigned between them."""
+    a call, when the two statements are not in one block, or when a name it reads is assigned between them or is the
+    receiver of a method call there (``cfg.update(...)``; passing it to a call is assumed not to change it)."""
     assert rule.init is not None and rule.init.target is not None
     for node in rule.init.target:
         assert isinstance(node, CallNode)
@@ -773,6 +774,14 @@ def _moved_init_argument(
                     return Reason(
                         RefusalCategory.INPUT_REDEFINED,
                         f"`{text}` would move to another statement of __init__, and a name it reads is assigned here",
+                        stmt,
+                    )
+                mutated = _call_receivers(stmt)
+                if any(n in mutated or (n.startswith("self.") and "self" in mutated) for n in names):
+                    return Reason(
+                        RefusalCategory.INPUT_REDEFINED,
+                        f"`{text}` would move to another statement of __init__, and a method call here may change "
+                        "what it reads",
                         stmt,
                     )
     return None

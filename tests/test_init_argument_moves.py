@@ -13,6 +13,8 @@ from rewrite_checks import assert_equivalent_rewrite
 
 TEMPLATE = textwrap.dedent(
     """\
+    import types
+
     import torch
     from torch import nn
 
@@ -30,6 +32,9 @@ TEMPLATE = textwrap.dedent(
 
         def probability(self, p):
             return p * 2
+
+        def triple(self):
+            self.p = self.p * 3
 
 
     def make_example():
@@ -62,8 +67,14 @@ def test_argument_not_reassigned_moves_into_the_fused_module() -> None:
         "self.dropout = nn.Dropout(self.probability(p))\nself.LayerNorm = nn.LayerNorm(dim)\n",
         # the Dropout bound in another block than the LayerNorm
         "if flag:\n    self.dropout = nn.Dropout(p)\nself.LayerNorm = nn.LayerNorm(dim)\n",
+        # a method call between changes the object the probability is read from
+        "cfg = {'p': p}\nself.dropout = nn.Dropout(cfg['p'])\ncfg.update(p=0.7)\nself.LayerNorm = nn.LayerNorm(dim)\n",
+        "self.p = p\nself.dropout = nn.Dropout(self.p)\nself.triple()\nself.LayerNorm = nn.LayerNorm(dim)\n",
+        "cfg = types.SimpleNamespace(p=p)\nself.dropout = nn.Dropout(cfg.p)\nsetattr(cfg, 'p', 0.7)\n"
+        "self.LayerNorm = nn.LayerNorm(dim)\n",
     ],
-    ids=["reassigned-between", "reassigned-before-dropout", "call", "other-block"],
+    ids=["reassigned-between", "reassigned-before-dropout", "call", "other-block", "method-call", "self-method-call",
+         "setattr"],
 )
 def test_argument_that_could_change_keeps_both_modules(init: str) -> None:
     code = assert_equivalent_rewrite(_source(init), ["ADP005"]).code

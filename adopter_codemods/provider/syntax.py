@@ -119,6 +119,33 @@ def _written_names(node: cst.CSTNode) -> set[str]:
     return collector.names
 
 
+def _call_receivers(node: cst.CSTNode) -> set[str]:
+    """Names whose object a call inside `node` may mutate: the receiver of a method call (``cfg.update(...)``;
+    ``self.<attr>`` for ``self.<attr>.m(...)``, and ``self`` for ``self.m(...)``, which may set any attribute), and
+    the object ``setattr``/``delattr`` change. Objects passed as plain arguments are not counted."""
+    names: set[str] = set()
+    for sub in cstwalk.walk(node):
+        if type(sub) is not cst.Call:
+            continue
+        func = sub.func  # type: ignore[attr-defined]
+        if type(func) is cst.Name and func.value in ("setattr", "delattr") and sub.args:  # type: ignore[attr-defined]
+            root: cst.BaseExpression = sub.args[0].value  # type: ignore[attr-defined]
+        elif type(func) is cst.Attribute:
+            root = func.value  # type: ignore[attr-defined]
+        else:
+            continue
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            attr = _is_self_attr(root) if isinstance(root, cst.Attribute) else None
+            if attr is not None:
+                names.add("self." + attr)
+                break
+            root = root.value
+        else:
+            if isinstance(root, cst.Name):
+                names.add(root.value)
+    return names
+
+
 def _tensor_method(call: cst.Call) -> Optional[str]:
     """``name`` for ``<expr>.name(...)`` with ``name`` in TENSOR_METHODS and a receiver other than ``self`` (whose
     methods are helpers or layers); the caller has checked the callee is no imported name (``torch.transpose``)."""
