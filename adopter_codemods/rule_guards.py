@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional, Union
 
 import libcst as cst
@@ -377,6 +378,62 @@ def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Ref
             # Each variant refuses what the other takes: say what both would take.
             kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
             return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} (its negated max) only")
+    return True
+
+
+# The two einsums of a core SDPA computes (kept in step with adopter_kernels/attention_core.py's
+# `_matmul_equations`, which decides at run time; tests/test_adp010_einsum.py checks that both agree): batched
+# `q @ k.mT` then `p @ v`, the batch dims first and in one order. Spaces are dropped first.
+_SCORES_EINSUM = re.compile(r"(\.\.\.|[A-Za-z]*)([A-Za-z])([A-Za-z]),\1([A-Za-z])\3->\1\2\4")
+_OUTPUT_EINSUM = re.compile(r"(\.\.\.|[A-Za-z]*)([A-Za-z])([A-Za-z]),\1\3([A-Za-z])->\1\2\4")
+
+
+def _batch_rank(equation: str, form: re.Pattern[str]) -> Optional[int]:
+    """The number of leading (batch) letters of an equation of `form` (-1 for ``...``), None if it is not one."""
+    found = form.fullmatch("".join(equation.split()))
+    if found is None:
+        return None
+    batch, *letters = found.groups()
+    names = [*(batch if batch != "..." else ""), *letters]
+    return (-1 if batch == "..." else len(batch)) if len(set(names)) == len(names) else None
+
+
+@guard
+def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool, Refused]:
+    """ADP010 einsum variants: both equations are string literals of batched matrix products over the same leading
+    dims (``b h i d, b h j d -> b h i j`` and ``b h i j, b h j d -> b h i d``), the only ones the kernel's fast path
+    takes; anything else (a key shared across heads, ``b h i d, b j d -> b h i j``) would always run the
+    hand-written computation. So would tensors of 2 dims or more than 4 (no leading letter, or three or more)."""
+    ranks = []
+    for var, form in (("score_equation", _SCORES_EINSUM), ("output_equation", _OUTPUT_EINSUM)):
+        value = match.env.get(var)
+        if value is None:
+            return True  # a matmul variant
+        assert isinstance(value, Value)
+        einsum = next((n for n in match.nodes if n.qualname == "torch.einsum" and n.args[0] is value), None)
+        line = einsum.site.line if einsum is not None else None
+        equation = value.expr.evaluated_value if isinstance(value.expr, cst.SimpleString) else None
+        if not isinstance(equation, str):
+            return Refused(
+                f"the einsum equation `{value.text}` is not a string literal, so what it computes is not known", line
+            )
+        rank = _batch_rank(equation, form)
+        if rank is None:
+            return Refused(
+                f"the einsum `{value.text}` is not a batched matrix product that the fused kernel runs as SDPA (only "
+                "`A i d, A j d -> A i j` then `A i j, A j d -> A i d`, A the same leading dims)",
+                line,
+            )
+        if rank == 0 or rank > 2:
+            # torchvision's MaxViT, `B G H I D`: the fast path takes 3- and 4-dim attention, as SDPA's fused kernels do
+            return Refused(
+                f"the einsum `{value.text}` names {rank + 2}-dim tensors; the fused kernel runs SDPA on 3- and 4-dim "
+                "attention only",
+                line,
+            )
+        ranks.append(rank)
+    if ranks[0] != ranks[1]:
+        return Refused("the two einsums name different numbers of leading dims")
     return True
 
 

@@ -15,6 +15,13 @@ What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exac
 The key is passed as the code transposed it, so any transpose the original wrote (``k.transpose(-1, -2)``,
 ``k.transpose(1, 2)`` of a 3-D tensor, ...) is reproduced as written; the fast path transposes it back.
 
+Where the code wrote both products with ``torch.einsum`` (vit-pytorch's ``einsum('b h i d, b h j d -> b h i j', q,
+k)`` and ``einsum('b h i j, b h j d -> b h i d', attn, v)``), the call passes the two equations
+(``score_equation``, ``output_equation``) and the key as the code passed it: the products are those ``einsum``
+calls, as written. The fast path takes only equations that are batched matrix products with the batch dims first and
+in one order, ``A i d, A j d -> A i j`` then ``A i j, A j d -> A i d`` (``A``: distinct letters, or ``...``); others
+(a key shared across heads, ``b h i d, b j d -> b h i j``) always run the reference path.
+
 Reference path (``ADOPTER_KERNELS_BACKEND=reference``, and every input the fast path does not take): the code
 above, op for op, so it is the original computation (same rounding, same random numbers for dropout).
 
@@ -55,6 +62,7 @@ measured faster (``SDPA_CORE``, ``_sdpa_pays``); elsewhere the reference path ru
 
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Real
 from typing import Optional, Union, cast
@@ -116,23 +124,81 @@ def attention_core(
     dropout_p: float = 0.0,
     training: bool = False,
     batched: bool = False,
+    score_equation: Optional[str] = None,
+    output_equation: Optional[str] = None,
 ) -> Tensor:
     """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``; with
-    ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module), the probabilities are ``softmax(scores)``."""
+    ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module), the probabilities are ``softmax(scores)``; with
+    the equations given, the two products are ``torch.einsum(score_equation, query, key_t)`` and
+    ``torch.einsum(output_equation, probs, value)`` (``key_t`` is then the key as the code passed it)."""
     args = (
         query, key_t, value, scale, divisor, mask, masked_inf, masked_min, softmax, dropout, dropout_p, training, batched
     )
+    einsum = score_equation is not None or output_equation is not None
     # While compiling, the data checks of _sdpa would break the graph: the compiler gets the original ops.
     if (
         not torch.compiler.is_compiling()
         and all(isinstance(t, Tensor) for t in (query, key_t, value))
+        and (not einsum or _einsum_fits(score_equation, output_equation, query))
         and select("attention_core", query, key_t, value) == "sdpa"
-        and _sdpa_pays(query, key_t, value)
     ):
-        fast = _sdpa(*args)
-        if fast is not None:
-            return fast
-    return _reference(*args)
+        # the einsum key is [..., S, E]: the fast path and its size test read it as the matmul form's key_t
+        fast_key_t = key_t.transpose(-2, -1) if einsum else key_t
+        if _sdpa_pays(query, fast_key_t, value):
+            fast = _sdpa(query, fast_key_t, *args[2:])
+            if fast is not None:
+                return fast
+    return _reference(*args, score_equation, output_equation)
+
+
+def _einsum_fits(score_equation: Optional[str], output_equation: Optional[str], query: Tensor) -> bool:
+    """The equations are `_matmul_equations` and name as many dims as the query has (einsum raises otherwise)."""
+    leading = _matmul_equations(score_equation, output_equation)
+    return leading is not None and (leading == -1 or query.dim() == leading + 2)
+
+
+def _split_equation(equation: str) -> Optional[tuple[tuple[str, str], ...]]:
+    """``'b h i d, b h j d -> b h i j'`` as ``(('bh', 'id'), ('bh', 'jd'), ('bh', 'ij'))``: each term's batch
+    letters (or ``...``) and last two letters; None for anything but two operands of plain letters (or a leading
+    ``...``), each at least two letters long."""
+    spec = "".join(equation.split())
+    if spec.count("->") != 1:
+        return None
+    inputs, output = spec.split("->")
+    terms = [*inputs.split(","), output]
+    if len(terms) != 3:
+        return None
+    split = []
+    for term in terms:
+        batch = "..." if term.startswith("...") else ""
+        letters = term[len(batch):]
+        if len(letters) < 2 or not letters.isascii() or not letters.isalpha() or len(set(letters)) != len(letters):
+            return None
+        split.append((batch + letters[:-2], letters[-2:]))
+    return tuple(split)
+
+
+@functools.lru_cache(maxsize=256)
+def _matmul_equations(score_equation: Optional[str], output_equation: Optional[str]) -> Optional[int]:
+    """The number of leading dims when the two einsums are ``query @ key.mT`` and ``probs @ value`` over the same
+    leading dims in one order: ``A i d, A j d -> A i j`` and ``A i j, A j d -> A i d``, ``A`` the same number of
+    distinct letters other than i, j, d in both (-1 for ``...`` in both); None otherwise. Only then is the fast
+    path SDPA's function of them."""
+    if score_equation is None or output_equation is None:
+        return None
+    leading = set()
+    for equation, shape in ((score_equation, ("xz", "yz", "xy")), (output_equation, ("xy", "yz", "xz"))):
+        terms = _split_equation(equation)
+        if terms is None or len({batch for batch, _ in terms}) != 1:
+            return None
+        batch = terms[0][0]
+        letters = {name: letter for (_, last), names in zip(terms, shape) for name, letter in zip(names, last)}
+        if len(letters) != 3 or len(set(letters.values())) != 3 or set(letters.values()) & set(batch):
+            return None
+        if any(last != "".join(letters[n] for n in names) for (_, last), names in zip(terms, shape)):
+            return None
+        leading.add(-1 if batch.startswith("...") else len(batch))
+    return leading.pop() if len(leading) == 1 else None
 
 
 def _sdpa_pays(query: Tensor, key_t: Tensor, value: Tensor) -> bool:
@@ -161,9 +227,11 @@ def _reference(
     dropout_p: float,
     training: bool,
     batched: bool,
+    score_equation: Optional[str] = None,
+    output_equation: Optional[str] = None,
 ) -> Tensor:
     matmul = torch.bmm if batched else torch.matmul
-    scores = matmul(query, key_t)
+    scores = torch.einsum(score_equation, query, key_t) if score_equation is not None else matmul(query, key_t)
     if scale is not None:
         scores = scores * scale
     if divisor is not None:
@@ -179,7 +247,7 @@ def _reference(
         probs = dropout(probs)
     else:
         probs = F.dropout(probs, p=dropout_p, training=training)
-    return matmul(probs, value)
+    return torch.einsum(output_equation, probs, value) if output_equation is not None else matmul(probs, value)
 
 
 def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union[float, Tensor]]) -> Optional[float]:

@@ -3,6 +3,7 @@
 
     python benchmarks/bench_attention_lengths.py                       # CPU, float32 inference, 16..256 keys
     python benchmarks/bench_attention_lengths.py --device cuda --lengths 128,256,512,768,1024,2048 --modes infer,train
+    python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
 
 The core is nanoGPT's/ViT's on ``[batch, heads, length, head_dim]`` (query length = key length) with an additive
 padding mask that keeps keys in every row, no dropout. Both sides run in alternating rounds (bench_kernels.py's
@@ -32,8 +33,12 @@ from adopter_kernels import _dispatch  # noqa: E402
 from bench_kernels import _infer, _quartiles, _train, time_pair  # noqa: E402
 
 
+SCORES, OUTPUT = "b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d"
+
+
 def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, heads: int, head_dim: int,
-            length: int, warmup: int, repeats: int, min_time: float) -> Tuple[float, float, List[float]]:
+            length: int, warmup: int, repeats: int, min_time: float,
+            form: str = "matmul") -> Tuple[float, float, List[float]]:
     """(original median seconds, kernel median seconds, per-round ratios original / kernel)."""
     torch.manual_seed(0)
     grad = mode == "train"
@@ -44,9 +49,13 @@ def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, hea
     scale = head_dim ** -0.5
 
     def original() -> torch.Tensor:
+        if form == "einsum":
+            return torch.einsum(OUTPUT, F.softmax(torch.einsum(SCORES, q, k) * scale + mask, dim=-1), v)
         return F.softmax(q @ k.transpose(-2, -1) * scale + mask, dim=-1) @ v
 
     def kernel() -> torch.Tensor:
+        if form == "einsum":
+            return ak.attention_core(q, k, v, scale=scale, mask=mask, score_equation=SCORES, output_equation=OUTPUT)
         return ak.attention_core(q, k.transpose(-2, -1), v, scale=scale, mask=mask)
 
     wrap = _train if grad else _infer
@@ -71,12 +80,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--min-time", type=float, default=0.02, help="seconds per sample (default 0.02)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as bench_kernels)")
+    parser.add_argument("--form", choices=("matmul", "einsum"), default="matmul",
+                        help="how the hand-written core writes its two products (default matmul: q @ k.transpose)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     lengths = [int(n) for n in args.lengths.split(",")]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# attention_core SDPA vs the hand-written core on {device}, batch {args.batch}, {args.heads} heads, "
+    print(f"# attention_core SDPA vs the hand-written {args.form} core on {device}, batch {args.batch}, {args.heads} heads, "
           f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
     print(f"{'dtype':9} {'mode':5} {'keys':>5} {'original':>11} {'kernel':>11} {'speedup [q1-q3]':>20}  verdict")
@@ -86,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             verdicts = []
             for length in lengths:
                 orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
-                                             args.warmup, args.repeats, args.min_time)
+                                             args.warmup, args.repeats, args.min_time, args.form)
                 q1, med, q3 = _quartiles(ratios)
                 verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
                 verdicts.append(verdict)

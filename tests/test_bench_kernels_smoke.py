@@ -44,7 +44,8 @@ def test_every_kernel_dtype_and_mode_runs(capsys: pytest.CaptureFixture[str]) ->
 
 
 
-def test_attention_length_sweep_runs(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("form", ["matmul", "einsum"])
+def test_attention_length_sweep_runs(form: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``benchmarks/bench_attention_lengths.py``: one row per dtype, mode and length, and its summary line."""
     import torch
 
@@ -55,7 +56,7 @@ def test_attention_length_sweep_runs(capsys: pytest.CaptureFixture[str]) -> None
     threads = torch.get_num_threads()
     try:
         argv = ["--lengths", "16,32", "--modes", "infer,train", "--repeats", "1", "--warmup", "1", "--min-time", "0",
-                "--batch", "1", "--heads", "2", "--head-dim", "8"]
+                "--batch", "1", "--heads", "2", "--head-dim", "8", "--form", form]
         assert sweep.main(argv) == 0
     finally:
         torch.set_num_threads(threads)

@@ -198,11 +198,22 @@ def _nanogpt(module: types.ModuleType) -> nn.Module:
 
 # name -> (source, build, inputs, rule codes the rewrite must contain, kernels it must call, fx node targets for
 # feature extraction)
+# vit-pytorch's spelling of the attention core: both products as torch.einsum (ADP010's einsum variants)
+VIT_EINSUM_SOURCE = VIT_SOURCE.replace(
+    """        probs = F.softmax(q @ k.transpose(-2, -1) * (d // self.heads) ** -0.5, dim=-1)
+        return self.proj((probs @ v).transpose(1, 2).reshape(b, n, d))""",
+    """        probs = F.softmax(torch.einsum("b h i e, b h j e -> b h i j", q, k) * (d // self.heads) ** -0.5, dim=-1)
+        out = torch.einsum("b h i j, b h j e -> b h i e", probs, v)
+        return self.proj(out.transpose(1, 2).reshape(b, n, d))""",
+)
+assert VIT_EINSUM_SOURCE != VIT_SOURCE
 MODELS: Dict[str, Tuple[Any, ...]] = {
     "resnet": (_resnet_source, lambda m: m.build_model("tiny"), lambda: (torch.randn(2, 3, 16, 16),),
                {"ADP007"}, {"conv_bn2d"}, ["stem.3", "pool"]),
     "vit": (lambda: VIT_SOURCE, lambda m: m.Encoder(), lambda: (torch.randn(2, 5, 8),),
             {"ADP005", "ADP006", "ADP009", "ADP010"}, {"attention_core", "packed_qkv_linear"}, ["pool", "head"]),
+    "vit_einsum": (lambda: VIT_EINSUM_SOURCE, lambda m: m.Encoder(), lambda: (torch.randn(2, 5, 8),),
+                   {"ADP005", "ADP006", "ADP009", "ADP010"}, {"attention_core", "packed_qkv_linear"}, ["pool", "head"]),
     "nanogpt": (_nanogpt_source, _nanogpt, lambda: (torch.randn(2, 6, 16),), set(), {"attention_core"}, []),
     "llama": (lambda: LLAMA_SOURCE, lambda m: m.Block(), lambda: (torch.randn(2, 5, 16),),
               {"ADP011", "ADP012", "ADP013"}, {"rms_norm_module", "gated_linear_unit", "rotary_embedding"},

@@ -189,6 +189,15 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_condition_with_call.py': [
         '22: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 25)',
     ],
+    'ADP010_fuse_attention_core/neg_einsum_equation_not_literal.py': [
+        '18: guard: guard attention_einsum_equations: the einsum equation `self.score_equation` is not a string literal, so what it computes is not known (line 18)',
+    ],
+    'ADP010_fuse_attention_core/neg_einsum_five_dims.py': [
+        '24: guard: guard attention_einsum_equations: the einsum `"B G H I D, B G H J D -> B G H I J"` names 5-dim tensors; the fused kernel runs SDPA on 3- and 4-dim attention only (line 24)',
+    ],
+    'ADP010_fuse_attention_core/neg_einsum_key_shared_across_heads.py': [
+        '20: guard: guard attention_einsum_equations: the einsum `"b h i d, b j d -> b h i j"` is not a batched matrix product that the fused kernel runs as SDPA (only `A i d, A j d -> A i j` then `A i j, A j d -> A i d`, A the same leading dims) (line 20)',
+    ],
     'ADP010_fuse_attention_core/neg_exists_not_a_none_test.py': [
         '25: not-placeable: the `if` around this step tests `exists(attn_mask)`, which is neither `X is not None` nor a call of a helper of this file that is exactly that test, so the step cannot become an optional argument of the fused call (line 27)',
     ],

@@ -352,3 +352,95 @@ def test_softmax_module_under_the_reference_backend(sdpa_calls: list[int]) -> No
     with use_backend("reference"):
         _check(_fused(attend), lambda q, k, v: _eager_module(q, k, v, attend))
     assert not sdpa_calls
+
+
+# --- both products written with torch.einsum (ADP010's einsum variants) ---------------------------------------
+# vit-pytorch's `einsum('b h i d, b h j d -> b h i j', q, k)` ... `einsum('b h i j, b h j d -> b h i d', attn, v)`:
+# the call passes the equations and the key as written. The reference path runs those einsums; SDPA only where both
+# are batched matrix products over the same leading dims.
+
+MATMUL_EQUATIONS = {
+    "letters": ("b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d", 4),
+    "no spaces, other letters": ("bhqc,bhkc->bhqk", "bhqk,bhkc->bhqc", 4),
+    "ellipsis": ("... i d, ... j d -> ... i j", "... i j, ... j d -> ... i d", 4),
+    "three dims": ("b i d, b j d -> b i j", "b i j, b j d -> b i d", 3),
+}
+
+
+def _eager_einsum(score_equation: str, output_equation: str, **kw: Any) -> Callable[..., torch.Tensor]:
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        dots = torch.einsum(score_equation, q, k) * kw.get("scale", 1.0)
+        if "masked_inf" in kw:
+            dots = dots.masked_fill(kw["masked_inf"], float("-inf"))
+        attend = kw.get("softmax")
+        attn = attend(dots) if attend is not None else dots.softmax(dim=-1)
+        return torch.einsum(output_equation, attn, v)
+
+    return run
+
+
+def _fused_einsum(score_equation: str, output_equation: str, **kw: Any) -> Callable[..., torch.Tensor]:
+    return lambda q, k, v: attention_core(
+        q, k, v, scale=kw.get("scale", 1.0), masked_inf=kw.get("masked_inf"), softmax=kw.get("softmax"),
+        score_equation=score_equation, output_equation=output_equation,
+    )
+
+
+@pytest.mark.parametrize("name", list(MATMUL_EQUATIONS))
+def test_einsum_matrix_products_take_sdpa(name: str, sdpa_calls: list[int]) -> None:
+    score_eq, output_eq, rank = MATMUL_EQUATIONS[name]
+    for kw in ({"scale": 0.5}, {"scale": 0.5, "masked_inf": _causal_masked()[0] if rank == 3 else _causal_masked()},
+               {"softmax": nn.Softmax(dim=-1)}):
+        sdpa_calls.clear()
+        _check(_fused_einsum(score_eq, output_eq, **kw), _eager_einsum(score_eq, output_eq, **kw), rank=rank)
+        assert sdpa_calls, kw
+
+
+def _as_query_length(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return q, k[..., :L, :], v[..., :L, :]
+
+
+@pytest.mark.parametrize(
+    "score_eq, output_eq, prepare",
+    [
+        # the scores transposed (keys by queries): the softmax runs over the queries
+        ("b h i d, b h j d -> b h j i", "b h j i, b h i d -> b h j d", _as_query_length),
+        # the key's leading dims in another order
+        ("b h i d, h b j d -> b h i j", "b h i j, b h j d -> b h i d", lambda q, k, v: (q, k.transpose(0, 1), v)),
+        # the output's heads moved after the queries
+        ("b h i d, b h j d -> b h i j", "b h i j, b h j d -> b i h d", lambda q, k, v: (q, k, v)),
+    ],
+    ids=["scores-transposed", "key-dims-permuted", "output-heads-moved"],
+)
+def test_other_einsums_run_the_reference(
+    score_eq: str, output_eq: str, prepare: Callable[..., tuple[torch.Tensor, ...]], sdpa_calls: list[int]
+) -> None:
+    fused, eager = _fused_einsum(score_eq, output_eq, scale=0.5), _eager_einsum(score_eq, output_eq, scale=0.5)
+    _check(lambda *t: fused(*prepare(*t)), lambda *t: eager(*prepare(*t)))
+    assert not sdpa_calls
+
+
+def test_einsum_with_a_key_shared_across_heads_runs_the_reference(sdpa_calls: list[int]) -> None:
+    """vit-pytorch's simple_flash_attn_vit: `einsum('b h i d, b j d -> b h i j', q, k)`, one key for all heads."""
+    score_eq, output_eq = "b h i d, b j d -> b h i j", "b h i j, b j d -> b h i d"
+    q, k, v = _qkv()
+    k3, v3 = k[:, 0].detach().requires_grad_(), v[:, 0].detach().requires_grad_()
+    fused = attention_core(q, k3, v3, scale=0.5, score_equation=score_eq, output_equation=output_eq)
+    torch.testing.assert_close(fused, _eager_einsum(score_eq, output_eq, scale=0.5)(q, k3, v3), rtol=0, atol=0)
+    assert not sdpa_calls
+
+
+def test_einsum_naming_fewer_dims_than_the_query_raises_like_einsum(sdpa_calls: list[int]) -> None:
+    q, k, v = _qkv()
+    with pytest.raises(RuntimeError):
+        attention_core(q, k, v, score_equation="b i d, b j d -> b i j", output_equation="b i j, b j d -> b i d")
+    assert not sdpa_calls
+
+
+def test_einsum_under_the_reference_backend_is_the_einsums_exactly(sdpa_calls: list[int]) -> None:
+    score_eq, output_eq, _ = MATMUL_EQUATIONS["letters"]
+    q, k, v = _qkv()
+    with use_backend("reference"):
+        fused = _fused_einsum(score_eq, output_eq, scale=0.5)(q, k, v)
+    torch.testing.assert_close(fused, _eager_einsum(score_eq, output_eq, scale=0.5)(q, k, v), rtol=0, atol=0)
+    assert not sdpa_calls
