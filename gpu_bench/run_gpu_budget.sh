@@ -19,7 +19,7 @@ PYTHON=${PYTHON:-python}
 BUDGET=${BUDGET:-540}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-base}
-MODELS=${MODELS:-gpt2,bert,nanogpt,gpt_neo,t5,resnet,dpt,groupvit}
+MODELS=${MODELS:-gpt2,bert,nanogpt,vit_einsum,gpt_neo,t5,resnet,dpt,groupvit}
 COMPILE_MODELS=${COMPILE_MODELS:-bert,gpt2,nanogpt,resnet}
 start=$(date +%s)
 name=$($PYTHON -c "import torch, sys; cuda = torch.cuda.is_available(); \

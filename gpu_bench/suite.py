@@ -201,6 +201,9 @@ SUITE: dict[str, ModelSpec] = {
         ModelSpec("nanogpt", "nanoGPT-style blocks, hand-written causal attention (reference; ADP010)",
                   "gpu_bench.models.nanogpt_attention", _reference_build, _reference_inputs,
                   batch_size={"tiny": 2, "base": 8}, seq_len={"tiny": None, "base": None}),
+        ModelSpec("vit_einsum", "vit-pytorch ViT, einsum attention core (reference; ADP010; ViT-B/16 at base)",
+                  "gpu_bench.models.vit_einsum_attention", _reference_build, _reference_inputs,
+                  batch_size={"tiny": 2, "base": 32}, seq_len={"tiny": None, "base": None}),
     )
 }
 

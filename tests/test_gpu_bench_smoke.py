@@ -256,3 +256,17 @@ def test_unknown_rule_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
         cli.main(["--rules", "ADP005,NoSuchRule", "--models", "groupvit", "--out", str(tmp_path)])
     assert info.value.code == 2
     assert "unknown rule(s) NoSuchRule" in capsys.readouterr().err
+
+
+def test_reference_models_real_rewrites_are_equivalent(tmp_path: Path) -> None:
+    """The attention reference models with the real codemods: nanoGPT (ADP010's matmul form) and vit-pytorch's ViT
+    (its einsum form, and ADP006), every variant equivalent to the model as written."""
+    code, payload = _run(tmp_path, "--models", "nanogpt,vit_einsum", "--repeats", "1", rewrite=None)
+    by_name = {model["name"]: model for model in payload["models"]}
+    assert by_name["vit_einsum"]["findings"] == {"ADP006": 1, "ADP010": 1}
+    assert "ADP010" in by_name["nanogpt"]["findings"]
+    for model in payload["models"]:
+        assert "error" not in model, model.get("error")
+        for variant in model["variants"][1:]:
+            assert variant["equivalence"]["ok"], (model["name"], variant["name"], variant["equivalence"])
+    assert code == 0
