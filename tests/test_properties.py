@@ -1,8 +1,9 @@
 """Property tests: generated nn.Module sources mixing rule patterns with distractors.
 
 Sources hold ADP005 (dropout -> add -> LayerNorm, split or nested, either operand order, the residual from a
-helper method whose local has a namesake in forward), ADP004 (softmax), ADP006 (Linear -> activation) and ADP009
-(q/k/v projections of one input) next to aliases, reused intermediates, layers shared with other code, if/else,
+helper method whose local has a namesake in forward), ADP004 (softmax), ADP006 (Linear -> activation), ADP009
+(q/k/v projections of one input) and ADP010 (an attention core, its products written with `@`, `torch.matmul`,
+`torch.bmm` or `torch.einsum`) next to aliases, reused intermediates, layers shared with other code, if/else,
 early returns, loops, helper methods, comments in odd places, both quote styles, tabs / 2 / 4 spaces and LF / CRLF.
 For every source and all rules together:
 
@@ -107,8 +108,31 @@ def dropout_ln(draw: st.DrawFn, src: Source, var: str) -> list[str]:
 
 
 @st.composite
+def attention_core(draw: st.DrawFn, src: Source, var: str) -> list[str]:
+    """One ADP010 instance over `var` as query, key and value (3-dim), in each spelling of the two products."""
+    s, p = src.fresh("s"), src.fresh("p")
+    spelling = draw(st.sampled_from(["@", "torch.matmul", "torch.bmm", "torch.einsum"]))
+    if spelling == "torch.einsum":
+        scores = f'torch.einsum("b i d, b j d -> b i j", {var}, {var} * 0.5)'
+        output = f'torch.einsum("b i j, b j d -> b i d", {p}, {var})'
+    elif spelling == "@":
+        scores, output = f"{var} @ ({var} * 0.5).transpose(-2, -1)", f"{p} @ {var}"
+    else:
+        scores, output = f"{spelling}({var}, ({var} * 0.5).transpose(1, 2))", f"{spelling}({p}, {var})"
+    out = [f"{s} = {scores} * 0.3"]
+    if draw(st.booleans()):
+        out.append(f"{s} = {s} + r[:, :, :1]")  # an additive mask
+    out += [f"{p} = {s}.softmax(dim=-1)", f"{p} = self.drop({p})", f"{var} = {output}"]
+    if draw(st.integers(0, 3)) == 0:
+        out.append(f"{var} = {var} + {p}.sum(-1, keepdim=True)")  # the probabilities are read again: refused
+    return out
+
+
+@st.composite
 def other_rule(draw: st.DrawFn, src: Source, var: str) -> list[str]:
-    kind = draw(st.sampled_from(["softmax", "dense_act", "qkv", "plain"]))
+    kind = draw(st.sampled_from(["softmax", "dense_act", "qkv", "attention", "plain"]))
+    if kind == "attention":
+        return draw(attention_core(src, var))
     if kind == "softmax":
         return [f"{var} = F.softmax({var}, dim=-1)"]
     if kind == "dense_act":
@@ -227,7 +251,7 @@ def test_the_generator_produces_rewrites_and_refusals() -> None:
     """The properties above are only meaningful if the generated sources exercise both outcomes."""
     seen = {"rewritten": 0, "unchanged": 0, "codes": set()}
 
-    @settings(SETTINGS, max_examples=25)
+    @settings(SETTINGS, max_examples=40)
     @given(module_sources())
     def collect(source: str) -> None:
         result = rewrite_source(source, ["all"])
@@ -236,4 +260,4 @@ def test_the_generator_produces_rewrites_and_refusals() -> None:
 
     collect()
     assert seen["rewritten"] and seen["unchanged"]
-    assert {"ADP005", "ADP004", "ADP006"} <= seen["codes"]  # type: ignore[operator]
+    assert {"ADP005", "ADP004", "ADP006", "ADP010"} <= seen["codes"]  # type: ignore[operator]
