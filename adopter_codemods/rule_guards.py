@@ -384,18 +384,19 @@ def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Ref
 # The two einsums of a core SDPA computes (kept in step with adopter_kernels/attention_core.py's
 # `_matmul_equations`, which decides at run time; tests/test_adp010_einsum.py checks that both agree): batched
 # `q @ k.mT` then `p @ v`, the batch dims first and in one order. Spaces are dropped first.
-_SCORES_EINSUM = re.compile(r"(\.\.\.|[A-Za-z]*)([A-Za-z])([A-Za-z]),\1([A-Za-z])\3->\1\2\4")
-_OUTPUT_EINSUM = re.compile(r"(\.\.\.|[A-Za-z]*)([A-Za-z])([A-Za-z]),\1\3([A-Za-z])->\1\2\4")
+_SCORES_EINSUM = re.compile(r"((?:\.\.\.)?[A-Za-z]*)([A-Za-z])([A-Za-z]),\1([A-Za-z])\3->\1\2\4")
+_OUTPUT_EINSUM = re.compile(r"((?:\.\.\.)?[A-Za-z]*)([A-Za-z])([A-Za-z]),\1\3([A-Za-z])->\1\2\4")
 
 
 def _batch_rank(equation: str, form: re.Pattern[str]) -> Optional[int]:
-    """The number of leading (batch) letters of an equation of `form` (-1 for ``...``), None if it is not one."""
+    """The number of leading (batch) letters of an equation of `form` (-1 when they start with ``...``), None if it
+    is not one."""
     found = form.fullmatch("".join(equation.split()))
     if found is None:
         return None
     batch, *letters = found.groups()
-    names = [*(batch if batch != "..." else ""), *letters]
-    return (-1 if batch == "..." else len(batch)) if len(set(names)) == len(names) else None
+    names = [*batch.removeprefix("..."), *letters]
+    return (-1 if batch.startswith("...") else len(batch)) if len(set(names)) == len(names) else None
 
 
 @guard

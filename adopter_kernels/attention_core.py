@@ -18,9 +18,9 @@ The key is passed as the code transposed it, so any transpose the original wrote
 Where the code wrote both products with ``torch.einsum`` (vit-pytorch's ``einsum('b h i d, b h j d -> b h i j', q,
 k)`` and ``einsum('b h i j, b h j d -> b h i d', attn, v)``), the call passes the two equations
 (``score_equation``, ``output_equation``) and the key as the code passed it: the products are those ``einsum``
-calls, as written. The fast path takes only equations that are batched matrix products with the batch dims first and
-in one order, ``A i d, A j d -> A i j`` then ``A i j, A j d -> A i d`` (``A``: distinct letters, or ``...``); others
-(a key shared across heads, ``b h i d, b j d -> b h i j``) always run the reference path.
+calls, as written. The fast path takes only equations that are batched matrix products with the batch dims first
+and in one order, ``A i d, A j d -> A i j`` then ``A i j, A j d -> A i d`` (``A``: distinct letters, possibly after
+``...``); others (a key shared across heads, ``b h i d, b j d -> b h i j``) always run the reference path.
 
 Reference path (``ADOPTER_KERNELS_BACKEND=reference``, and every input the fast path does not take): the code
 above, op for op, so it is the original computation (same rounding, same random numbers for dropout).

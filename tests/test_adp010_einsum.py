@@ -35,6 +35,8 @@ EQUATIONS = [
     ("bhid,bhjd->bhij", "bhij,bhjd->bhid"),
     ("b h q c, b h k c -> b h q k", "b h i j, b h j d -> b h i d"),  # letters of its own in each equation
     ("...id,...jd->...ij", "...ij,...jd->...id"),
+    ("... h i d, ... h j d -> ... h i j", "... h i j, ... h j d -> ... h i d"),
+    ("...hid,...hjd->...hij", "...ij,...jd->...id"),
     ("b i d, b j d -> b i j", "b i j, b j d -> b i d"),
     ("i d, j d -> i j", "i j, j d -> i d"),  # no leading dims: 2-dim tensors, which SDPA's fast path does not take
     ("B G H I D, B G H J D -> B G H I J", "B G H I J, B G H J D -> B G H I D"),  # 5 dims (torchvision MaxViT)
