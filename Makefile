@@ -30,13 +30,15 @@ $(NEWEST_DIR)/transformers:
 
 # Real model sources for the acceptance tests (tests/model_zoo.py), each in its own --target directory so the
 # project's pins stay as they are: transformers 5.x (run in a subprocess: it needs huggingface-hub 1.x and tokenizers
-# 0.23, which 4.34.1 cannot import), and torchvision + timm (importable in process from the CPU wheel once
-# tests/model_zoo.py has kept torchvision from registering kernels for its compiled operators).
+# 0.23, which 4.34.1 cannot import), torchvision + timm (importable in process from the CPU wheel once
+# tests/model_zoo.py has kept torchvision from registering kernels for its compiled operators), and vit-pytorch with
+# einops (its model files need only torch and einops).
 TRANSFORMERS5 := 5.23.0
 TRANSFORMERS5_DIR := .cache/transformers-$(TRANSFORMERS5)
 VISION_DIR := .cache/vision-models
+VIT_PYTORCH_DIR := .cache/vit-pytorch
 
-model-zoo: $(TRANSFORMERS5_DIR)/transformers $(VISION_DIR)/timm
+model-zoo: $(TRANSFORMERS5_DIR)/transformers $(VISION_DIR)/timm $(VIT_PYTORCH_DIR)/vit_pytorch
 
 $(TRANSFORMERS5_DIR)/transformers:
 	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(TRANSFORMERS5_DIR) \
@@ -45,6 +47,9 @@ $(TRANSFORMERS5_DIR)/transformers:
 
 $(VISION_DIR)/timm:
 	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(VISION_DIR) torchvision==0.28.0 timm==1.0.31
+
+$(VIT_PYTORCH_DIR)/vit_pytorch:
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(VIT_PYTORCH_DIR) vit-pytorch==1.26.11 einops==0.8.2
 
 bench-scan: install
 	$(PYTHON) benchmarks/bench_scan.py

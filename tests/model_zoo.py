@@ -6,6 +6,7 @@
   4.34.1 cannot share a process with those, so tests run 5.x code in a subprocess whose PYTHONPATH starts with
   ``transformers5_pythonpath()``.
 - ``VISION_DIR``: torchvision and timm, importable in this process through ``import_vision()``.
+- ``VIT_PYTORCH_DIR``: vit-pytorch and einops (tests/test_vit_pytorch_rewrites.py runs them in a subprocess).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRANSFORMERS5 = "5.23.0"
 TRANSFORMERS5_DIR = ROOT / ".cache" / f"transformers-{TRANSFORMERS5}"
 VISION_DIR = ROOT / ".cache" / "vision-models"
+VIT_PYTORCH_DIR = ROOT / ".cache" / "vit-pytorch"
 
 
 def require(directory: Path) -> None:
