@@ -151,6 +151,10 @@ REFUSALS = {
     "neg_einsum_equation_not_literal.py": ("self.score_equation, q, k", '"b h i d, b h j d -> b h i j", q, k'),
     "neg_einsum_five_dims.py": ("B G H ", "B H "),
     "neg_einsum_key_shared_across_heads.py": ("b j d", "b h j d"),
+    "neg_random_scale_moved_past_a_draw.py": (
+        "        attn = (q @ k) / (torch.rand(1) + 1)\n        noise = torch.randn_like(v)\n",
+        "        noise = torch.randn_like(v)\n        attn = (q @ k) / (torch.rand(1) + 1)\n",
+    ),
 }
 
 

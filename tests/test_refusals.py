@@ -218,6 +218,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '19: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 21)',
     ],
     'ADP010_fuse_attention_core/neg_probs_times_head_mask.py': [],
+    'ADP010_fuse_attention_core/neg_random_scale_moved_past_a_draw.py': [
+        '14: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state), and the fused call would run it at another statement (line 14)',
+    ],
     'ADP010_fuse_attention_core/neg_region_if_with_else.py': [],
     'ADP010_fuse_attention_core/neg_scale_call_with_optional_mask.py': [
         '22: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 22)',

@@ -418,6 +418,14 @@ def _check_complete(
                     moved_from,
                 )
         copy_value = twins.get(id(value))
+        effect = _moved_effect(graph, copy_value if copy_value is not None else value, deleted, anchor_stmt)
+        if effect is not None and not _effect_keeps_its_order(graph, instance, effect, anchor, deleted):
+            return m.Reason(
+                m.RefusalCategory.NOT_PLACEABLE,
+                "an argument here calls a layer or a function that may have effects (random numbers, state), and the "
+                "fused call would run it at another statement",
+                effect.site.line,
+            )
         todo.extend(copy_value.uses if copy_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
     while todo:
         name, vid = todo.pop()
@@ -436,6 +444,103 @@ def _check_complete(
                 definition.site.line if definition is not None else None,
             )
     return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain)
+
+
+# Functions whose calls an argument may carry to another statement: they only compute. Anything else under `torch`
+# that draws random numbers or works in place, a layer, or a function of other code may have effects.
+_RANDOM = frozenset({
+    "torch.rand", "torch.rand_like", "torch.randn", "torch.randn_like", "torch.randint", "torch.randint_like",
+    "torch.randperm", "torch.bernoulli", "torch.multinomial", "torch.normal", "torch.poisson",
+})
+_EFFECT_FREE_ROOTS = ("math.", "torch.", "operator.", "numpy.", "einops.")
+# Calls an opaque argument may hold without effects: tensor metadata and number conversions (`q.size(-1) ** -0.5`).
+_METADATA_METHODS = frozenset({"size", "dim", "numel"})
+_NUMBER_BUILTINS = frozenset({"float", "int", "len", "abs", "min", "max", "round"})
+
+
+def _moved_effect(graph: FlowGraph, value: "m.Value", deleted: set[int], anchor_stmt: int) -> Optional[DLNode]:
+    """The first call with possible effects among the unmatched DSL nodes computing `value` in a deleted statement
+    other than the anchor's: the fused call would run it at the anchor, after whatever stands between."""
+    todo, seen = [value], set()
+    while todo:
+        current = todo.pop()
+        if current.kind != "var" or not current.text.startswith("%") or current.vid in seen:
+            continue
+        seen.add(current.vid)
+        node = graph.producers.get(current.vid)
+        if node is None or id(node.site.small) not in deleted or id(node.site.small) == anchor_stmt:
+            continue
+        args = [*node.args, *(v for _, v in node.kwargs)]
+        if _may_have_effects(node) or any(a.kind == "expr" and not a.pure and not _metadata_only(a.expr) for a in args):
+            return node
+        todo.extend(args)
+    return None
+
+
+def _effect_keeps_its_order(
+    graph: FlowGraph, instance: dict[Key, DLNode], effect: DLNode, anchor: DLNode, deleted: set[int]
+) -> bool:
+    """Whether the call `effect`, written in a deleted statement, may run at the fused call instead: every statement
+    from its own to the anchor's is deleted, and neither a matched call that ran before it nor another call of the
+    anchor's statement that runs before the fused call has effects (their order with it would change)."""
+    block = anchor.site.block
+    if effect.site.line not in block or anchor.site.line not in block:
+        return False
+    start, stop = block.index(effect.site.line), block.index(anchor.site.line)  # type: ignore[arg-type]
+    if start > stop:
+        return False
+    for stmt in block[start:stop]:
+        if not isinstance(stmt, cst.SimpleStatementLine) or any(id(small) not in deleted for small in stmt.body):
+            return False
+    if any(_may_have_effects(n) for n in instance.values() if n.index < effect.index):
+        return False
+    matched = {id(n) for n in instance.values()}
+    inputs = _input_indices(graph, instance)
+    return not any(
+        _may_have_effects(n)
+        for n in graph.nodes
+        if id(n) not in matched and n.index not in inputs and n.site.small is anchor.site.small
+        and effect.index < n.index < anchor.index
+    )
+
+
+def _input_indices(graph: FlowGraph, instance: dict[Key, DLNode]) -> set[int]:
+    """Graph positions of the unmatched nodes whose results the matched nodes read (re-rendered in the fused call)."""
+    found: set[int] = set()
+    todo = [v for n in instance.values() for v in [*n.args, *(kv for _, kv in n.kwargs)]]
+    while todo:
+        value = todo.pop()
+        node = graph.producers.get(value.vid) if value.kind == "var" and value.text.startswith("%") else None
+        if node is None or node.index in found or any(node is n for n in instance.values()):
+            continue
+        found.add(node.index)
+        todo.extend([*node.args, *(kv for _, kv in node.kwargs)])
+    return found
+
+
+def _may_have_effects(node: DLNode) -> bool:
+    if node.kind == "op":
+        return False
+    if node.kind == "layer" or node.qualname is None:
+        return True  # a module may hold a dropout, or state its forward changes
+    name = node.qualname
+    return (
+        name in _RANDOM or "dropout" in name or name.endswith("_") or not name.startswith(_EFFECT_FREE_ROOTS)
+    )
+
+
+def _metadata_only(expr: cst.BaseExpression) -> bool:
+    """Whether every call in `expr` reads tensor metadata or converts a number (no effects)."""
+    for sub in cstwalk.walk(expr):
+        if type(sub) is not cst.Call:
+            continue
+        func = sub.func  # type: ignore[attr-defined]
+        if type(func) is cst.Attribute and func.attr.value in _METADATA_METHODS:
+            continue
+        if type(func) is cst.Name and func.value in _NUMBER_BUILTINS:
+            continue
+        return False
+    return True
 
 
 def _moves_only_past_the_match(
