@@ -1,7 +1,8 @@
 """A fused call evaluates its arguments where it goes. An argument computed in a removed statement by a call that may
 have effects (a random draw, a layer, a function of other code) then runs later than it did, after whatever stands
-between: the engine refuses that unless only removed statements stand between and no call with effects changes
-order with it (`flow/checks._moved_effect`, `_effect_keeps_its_order`). The engine of b529c32 rewrote the refused
+between, and every argument runs before the matched computation: the engine refuses that unless only removed
+statements stand between and no call with effects changes order with it (`flow/checks._moved_effect`,
+`_effect_keeps_its_order`, `_input_after_an_effect`). The engine of b529c32 rewrote the refused
 cases below into different models."""
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def _module(init: str, forward: str, example: str) -> str:
     )
 
 
-ATTENTION_INIT = "self.drop = nn.Dropout(0.0)\nself.temperature = nn.Sequential(nn.Linear(4, 1), nn.Dropout(0.5))\n"
+ATTENTION_INIT = (
+    "self.drop = nn.Dropout(0.5)\nself.temperature = nn.Sequential(nn.Linear(4, 1), nn.Dropout(0.5))\n"
+    "self.value = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))\n"
+)
 ATTENTION_ARGS = "(torch.randn(2, 3, 4), torch.randn(2, 4, 5), torch.randn(2, 5, 4))"
 MLP_INIT = "self.noise_drop = nn.Dropout(0.5)\nself.fc = nn.Linear(4, 4)\n"
 MLP_ARGS = "(torch.randn(2, 3, 4),)"
@@ -44,6 +48,13 @@ REFUSED = {
         attn = attn.softmax(dim=-1)
         attn = self.drop(attn)
         return attn @ v + noise.sum()
+        """, ATTENTION_ARGS, "ADP010"),
+    # a value from a layer with a dropout, called after the matched dropout: the fused call would call it first
+    "value-layer-after-the-dropout": (ATTENTION_INIT, """\
+        q, k, v = args
+        attn = (q @ k).softmax(dim=-1)
+        attn = self.drop(attn)
+        return attn @ self.value(v)
         """, ATTENTION_ARGS, "ADP010"),
     # ADP006: a Linear's input from a dropout layer, moved past an unmatched draw (training draws swap)
     "dropout-input-past-a-draw": (MLP_INIT, """\
@@ -70,6 +81,13 @@ REWRITTEN = {
         h = self.fc(self.noise_drop(x))
         return F.gelu(h)
         """, MLP_ARGS, "ADP006"),
+    # a layer with a dropout computing the key before the matched dropout: both keep their order
+    "key-layer-before-the-dropout": (ATTENTION_INIT, """\
+        q, k, v = args
+        attn = (q @ self.value(k.transpose(1, 2)).transpose(1, 2)).softmax(dim=-1)
+        attn = self.drop(attn)
+        return attn @ v
+        """, ATTENTION_ARGS, "ADP010"),
     # pure calls: `math.sqrt` of tensor metadata
     "metadata": (ATTENTION_INIT, """\
         q, k, v = args

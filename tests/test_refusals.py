@@ -81,7 +81,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '15: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 17)',
     ],
     'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
-        '16: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 16)',
+        '17: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state) after a matched call that has them; the fused call would run it first (line 17)',
     ],
     'ADP005_fuse_dropout_ln/neg_residual_local_of_helper.py': [
         '20: not-placeable: `r` is computed inside a helper method, so the fused call could not name it where it goes (line 21)',

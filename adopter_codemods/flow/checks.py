@@ -427,6 +427,14 @@ def _check_complete(
                 effect.site.line,
             )
         todo.extend(copy_value.uses if copy_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
+    late = _input_after_an_effect(graph, instance)
+    if late is not None:
+        return m.Reason(
+            m.RefusalCategory.NOT_PLACEABLE,
+            "an argument here calls a layer or a function that may have effects (random numbers, state) after a "
+            "matched call that has them; the fused call would run it first",
+            late.site.line,
+        )
     while todo:
         name, vid = todo.pop()
         if name.startswith("%"):
@@ -495,7 +503,7 @@ def _effect_keeps_its_order(
     if any(_may_have_effects(n) for n in instance.values() if n.index < effect.index):
         return False
     matched = {id(n) for n in instance.values()}
-    inputs = _input_indices(graph, instance)
+    inputs = _input_nodes(graph, instance)
     return not any(
         _may_have_effects(n)
         for n in graph.nodes
@@ -504,18 +512,30 @@ def _effect_keeps_its_order(
     )
 
 
-def _input_indices(graph: FlowGraph, instance: dict[Key, DLNode]) -> set[int]:
-    """Graph positions of the unmatched nodes whose results the matched nodes read (re-rendered in the fused call)."""
-    found: set[int] = set()
+def _input_nodes(graph: FlowGraph, instance: dict[Key, DLNode]) -> dict[int, DLNode]:
+    """The unmatched nodes whose results the matched nodes read (re-rendered in the fused call), by graph position."""
+    found: dict[int, DLNode] = {}
+    matched = {id(n) for n in instance.values()}
     todo = [v for n in instance.values() for v in [*n.args, *(kv for _, kv in n.kwargs)]]
     while todo:
         value = todo.pop()
         node = graph.producers.get(value.vid) if value.kind == "var" and value.text.startswith("%") else None
-        if node is None or node.index in found or any(node is n for n in instance.values()):
+        if node is None or node.index in found or id(node) in matched:
             continue
-        found.add(node.index)
+        found[node.index] = node
         todo.extend([*node.args, *(kv for _, kv in node.kwargs)])
     return found
+
+
+def _input_after_an_effect(graph: FlowGraph, instance: dict[Key, DLNode]) -> Optional[DLNode]:
+    """An unmatched call with effects computing an input of the fused call that ran after a matched call with effects
+    (`attn = self.drop(attn); out = attn @ self.value(v)`): the fused call evaluates its inputs before the matched
+    computation, so the two would swap their random draws or state changes."""
+    first = min((n.index for n in instance.values() if _may_have_effects(n)), default=None)
+    if first is None:
+        return None
+    late = [n for index, n in _input_nodes(graph, instance).items() if index > first and _may_have_effects(n)]
+    return min(late, key=lambda n: n.index) if late else None
 
 
 def _may_have_effects(node: DLNode) -> bool:
