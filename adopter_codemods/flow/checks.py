@@ -491,15 +491,8 @@ def _effect_keeps_its_order(
     """Whether the call `effect`, written in a deleted statement, may run at the fused call instead: every statement
     from its own to the anchor's is deleted, and neither a matched call that ran before it nor another call of the
     anchor's statement that runs before the fused call has effects (their order with it would change)."""
-    block = anchor.site.block
-    if effect.site.line not in block or anchor.site.line not in block:
+    if not _only_deleted_up_to_the_anchor(effect.site.line, anchor, deleted):
         return False
-    start, stop = block.index(effect.site.line), block.index(anchor.site.line)  # type: ignore[arg-type]
-    if start > stop:
-        return False
-    for stmt in block[start:stop]:
-        if not isinstance(stmt, cst.SimpleStatementLine) or any(id(small) not in deleted for small in stmt.body):
-            return False
     if any(_may_have_effects(n) for n in instance.values() if n.index < effect.index):
         return False
     matched = {id(n) for n in instance.values()}
@@ -563,6 +556,19 @@ def _metadata_only(expr: cst.BaseExpression) -> bool:
     return True
 
 
+def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: set[int]) -> bool:
+    """Whether `line` and every statement after it up to the anchor's are deleted simple statements of the anchor's
+    block (`line` not after the anchor's)."""
+    block = anchor.site.block
+    if line not in block or anchor.site.line not in block:
+        return False
+    start, stop = block.index(line), block.index(anchor.site.line)  # type: ignore[arg-type]
+    return start <= stop and all(
+        isinstance(stmt, cst.SimpleStatementLine) and all(id(small) in deleted for small in stmt.body)
+        for stmt in block[start:stop]
+    )
+
+
 def _moves_only_past_the_match(
     match: "m.Match", instance: dict[Key, DLNode], line: cst.CSTNode, anchor: DLNode, deleted: set[int]
 ) -> bool:
@@ -571,13 +577,8 @@ def _moves_only_past_the_match(
     the matched nodes running before it (of `line` itself) call no layer and no dropout. Then only the match's own
     side-effect-free computation changes places with the call (LeViT's `q @ k * scale + self.get_attention_biases()`).
     """
-    block = anchor.site.block
-    if line not in block or anchor.site.line not in block:
+    if not _only_deleted_up_to_the_anchor(line, anchor, deleted):
         return False
-    start, stop = block.index(line), block.index(anchor.site.line)  # type: ignore[arg-type]
-    for stmt in block[start:stop]:
-        if not isinstance(stmt, cst.SimpleStatementLine) or any(id(small) not in deleted for small in stmt.body):
-            return False
     nodes = [instance[key(r)] for r in match.nodes]
     here = [n for n in nodes if n.site.line is line]
     if not here or min(n.index for n in nodes) < min(n.index for n in here):

@@ -102,15 +102,20 @@ class _TargetCollector:
         elif isinstance(node, cst.StarredElement):
             self._targets(node.value)
         elif isinstance(node, (cst.Attribute, cst.Subscript)):
-            root: cst.BaseExpression = node
-            while isinstance(root, (cst.Attribute, cst.Subscript)):
-                attr = _is_self_attr(root) if isinstance(root, cst.Attribute) else None
-                if attr is not None:
-                    self.names.add("self." + attr)
-                    return
-                root = root.value
-            if isinstance(root, cst.Name):
-                self.names.add(root.value)  # mutation of the object the name refers to
+            name = _object_name(node)  # mutation of the object the name refers to
+            if name is not None:
+                self.names.add(name)
+
+
+def _object_name(expr: cst.BaseExpression) -> Optional[str]:
+    """The name whose object `expr` is or is part of: ``self.<attr>`` for ``self.<attr>...``, else the root name of
+    an attribute/subscript chain (``cfg`` for ``cfg.a[0]``); None for anything else."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        attr = _is_self_attr(expr) if isinstance(expr, cst.Attribute) else None
+        if attr is not None:
+            return "self." + attr
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
 
 
 def _written_names(node: cst.CSTNode) -> set[str]:
@@ -134,15 +139,9 @@ def _call_receivers(node: cst.CSTNode) -> set[str]:
             root = func.value  # type: ignore[attr-defined]
         else:
             continue
-        while isinstance(root, (cst.Attribute, cst.Subscript)):
-            attr = _is_self_attr(root) if isinstance(root, cst.Attribute) else None
-            if attr is not None:
-                names.add("self." + attr)
-                break
-            root = root.value
-        else:
-            if isinstance(root, cst.Name):
-                names.add(root.value)
+        name = _object_name(root)
+        if name is not None:
+            names.add(name)
     return names
 
 
