@@ -40,6 +40,7 @@ from .dsl import Wildcard
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
 from .matcher import Match, Placement, _EffectScan, _names_at_anchor, _target_inputs
+from .provider.syntax import is_metadata_call
 from .structure import DLNode, Value
 
 # Expressions whose parts may run zero or several times: a matched node inside one cannot move out of it.
@@ -54,17 +55,11 @@ _CONDITIONAL_PARTS = (
 )
 
 
-# Tensor methods that only read their receiver's metadata: a statement in between calling them (``bsz, n, _ =
-# x.size()``) cannot change the input.
-_METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
-
-
 class _MutationScan(_EffectScan):
     """Calls that may change what they reach, in a statement outside the matched nodes (metadata reads aside)."""
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS):
+        if not is_metadata_call(node):
             super().visit_Call(node)
 
 
@@ -85,10 +80,7 @@ class _CallsBefore(cst.CSTVisitor):
         return not self.reached and id(node) not in self.matched and super().on_visit(node)
 
     def leave_Call(self, original_node: cst.Call) -> None:
-        func = original_node.func
-        if self.reached or id(original_node) in self.matched:
-            return
-        if isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS:
+        if self.reached or id(original_node) in self.matched or is_metadata_call(original_node):
             return
         read = {n.value for n in cstwalk.walk(original_node, lambda n: id(n) not in self.matched) if isinstance(n, cst.Name)}
         self.found = self.found or bool(read & self.roots)

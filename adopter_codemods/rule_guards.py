@@ -12,6 +12,7 @@ from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
+from .provider.syntax import METADATA_METHODS
 from .signatures import SIGNATURES
 from .structure import Def, DLNode, Site, Value
 
@@ -230,7 +231,6 @@ def _in_place_targets(small: cst.CSTNode) -> set[str]:
 _PROJECTION = "%projection"  # `_view_root` of an expression that may be a view of a matched projection's result
 # What a tensor answers about itself, never a view of it: `n = k.shape[-2]; n += 1` modifies no tensor.
 _METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
-_METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
 
 
 def _view_root(
@@ -254,7 +254,7 @@ def _view_root(
             expr = expr.value
         elif isinstance(expr, cst.Call):
             func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _METADATA_METHODS:
+            if isinstance(func, cst.Attribute) and func.attr.value in METADATA_METHODS:
                 return None
             receiver = _root_name(func.value) if isinstance(func, cst.Attribute) else None
             if isinstance(func, cst.Attribute) and (receiver is None or held(receiver)):

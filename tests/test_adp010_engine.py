@@ -140,7 +140,7 @@ REFUSALS = {
     "neg_probs_stored.py": ("        self.attention_map = probs\n", ""),
     "neg_probs_times_head_mask.py": ("        probs = probs * head_mask\n", ""),
     "neg_region_if_with_else.py": ("        else:\n            probs = probs * 2.0\n", ""),
-    "neg_scale_call_with_optional_mask.py": ("q.size(-1) ** -0.5", "0.5"),
+    "neg_scale_call_with_optional_mask.py": ("self.scale.exp()", "self.scale"),
     "neg_scale_local_of_helper.py": ("        d = self.head_dim\n        return d ** -0.5", "        return self.head_dim ** -0.5"),
     "neg_scores_reused.py": (", scores\n", "\n"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
@@ -189,6 +189,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "vit_pytorch_softmax_module.py": 1,
     "vit_pytorch_einsum.py": 1,
     "einsum_functional_softmax.py": 1,
+    "metadata_scale_with_optional_mask.py": 1,
 }
 
 

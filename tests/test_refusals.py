@@ -223,7 +223,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP010_fuse_attention_core/neg_region_if_with_else.py': [],
     'ADP010_fuse_attention_core/neg_scale_call_with_optional_mask.py': [
-        '22: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 22)',
+        '24: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 24)',
     ],
     'ADP010_fuse_attention_core/neg_scale_local_of_helper.py': [
         '22: not-placeable: `d ** -0.5` is computed inside a helper method, so the fused call could not name it where it goes (line 22)',

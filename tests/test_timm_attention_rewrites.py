@@ -1,9 +1,13 @@
-"""Real timm attention rewritten by ADP010 and run against the original: LeViT and EfficientFormer add attention
-biases that a helper method returns from a per-device cache (`get_attention_biases(x.device)`). The walk cannot
-follow that helper's result, so the fused call passes the call itself, evaluated where the fused call goes
-(flow/checks.py, `_moves_only_past_the_match`). The vision acceptance harness runs 64x64 inputs, which these
-fixed-resolution models do not take: this test builds them at 224x224, in float64, in a fresh process (the rewritten
-module registers timm's model names again)."""
+"""Real timm attention rewritten by ADP010 and run against the original, in float64, in a fresh process.
+
+* LeViT and EfficientFormer add attention biases that a helper method returns from a per-device cache
+  (`get_attention_biases(x.device)`). The walk cannot follow that helper's result, so the fused call passes the call
+  itself, evaluated where the fused call goes (flow/checks.py, `_moves_only_past_the_match`). The vision acceptance
+  harness runs 64x64 inputs, which these fixed-resolution models do not take: this test builds them at 224x224 (the
+  rewritten module registers timm's model names again).
+* `timm.layers.Attention2d` scales by `q.size(-1) ** -0.5` and adds an optional mask under `if attn_mask is not
+  None:`. The fused call goes after that `if`, so the scale is evaluated there: a metadata call, as pure as
+  `q.shape[-1]` (provider/syntax.py, `is_metadata_call`)."""
 
 from __future__ import annotations
 
@@ -78,3 +82,54 @@ def test_rewritten_timm_attention_is_equivalent(model: str, tmp_path: Path) -> N
         assert ok, f"{backend}: {text}"
         assert compared > 100
     assert outcome["sdpa_calls"] > 0  # the forced run took the SDPA path
+
+
+ATTENTION2D_WORKER = textwrap.dedent(
+    """\
+    import json, sys, types
+    sys.path.insert(0, sys.argv[1])
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    import torch, timm.layers
+    import adopter_kernels
+    from adopter_kernels.equivalence import compare_models, default_dtype, seeded
+
+    rewritten = types.ModuleType("timm.layers._adp010_attention2d")
+    rewritten.__package__ = "timm.layers"
+    with open(sys.argv[2], encoding="utf-8") as handle:
+        exec(compile(handle.read(), sys.argv[2], "exec"), rewritten.__dict__)
+    reports = {}
+    for masked in (False, True):
+        with default_dtype(torch.float64), seeded(0):
+            original = timm.layers.Attention2d(32, num_heads=4, attn_drop=0.25)
+            fused = rewritten.Attention2d(32, num_heads=4, attn_drop=0.25)
+            image = torch.randn(2, 32, 5, 6)
+            mask = torch.randn(2, 4, 30, 30) if masked else None
+        for model in (original, fused):
+            model.fused_attn = False  # the eager branch, where the rewrite is
+        for backend in ("auto", "attention_core=sdpa"):
+            with adopter_kernels.use_backend(backend):
+                report = compare_models(original, fused, (image,), {"attn_mask": mask})
+            reports[f"{backend} masked={masked}"] = [report.ok, report.compared, report.format()]
+    print(json.dumps(reports))
+    """
+)
+
+
+def test_rewritten_attention2d_with_optional_mask_is_equivalent(tmp_path: Path) -> None:
+    require(VISION_DIR)
+    source_path = VISION_DIR / "timm" / "layers" / "attention2d.py"
+    result = rewrite_source(source_path.read_text(encoding="utf-8"), ["ADP010"], path=str(source_path))
+    assert [f.cls for f in result.findings] == ["MultiQueryAttention2d", "Attention2d"]
+    assert "scale=q.size(-1) ** -0.5, mask=attn_mask, dropout=self.attn_drop" in result.code
+    rewritten = tmp_path / "attention2d.py"
+    rewritten.write_text(result.code, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("ADOPTER_KERNELS_BACKEND", None)
+    done = subprocess.run(
+        [sys.executable, "-c", ATTENTION2D_WORKER, str(VISION_DIR), str(rewritten)],
+        env=env, capture_output=True, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    for case, (ok, compared, text) in json.loads(done.stdout.strip().splitlines()[-1]).items():
+        assert ok, f"{case}: {text}"
+        assert compared > 10

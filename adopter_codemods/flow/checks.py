@@ -461,9 +461,6 @@ _RANDOM = frozenset({
     "torch.randperm", "torch.bernoulli", "torch.multinomial", "torch.normal", "torch.poisson",
 })
 _EFFECT_FREE_ROOTS = ("math.", "torch.", "operator.", "numpy.", "einops.")
-# Calls an opaque argument may hold without effects: tensor metadata and number conversions (`q.size(-1) ** -0.5`).
-_METADATA_METHODS = frozenset({"size", "dim", "numel"})
-_NUMBER_BUILTINS = frozenset({"float", "int", "len", "abs", "min", "max", "round"})
 
 
 def _moved_effect(graph: FlowGraph, value: "m.Value", deleted: set[int], anchor_stmt: int) -> Optional[DLNode]:
@@ -479,7 +476,7 @@ def _moved_effect(graph: FlowGraph, value: "m.Value", deleted: set[int], anchor_
         if node is None or id(node.site.small) not in deleted or id(node.site.small) == anchor_stmt:
             continue
         args = [*node.args, *(v for _, v in node.kwargs)]
-        if _may_have_effects(node) or any(a.kind == "expr" and not a.pure and not _metadata_only(a.expr) for a in args):
+        if _may_have_effects(node) or any(a.kind == "expr" and not a.pure for a in args):
             return node
         todo.extend(args)
     return None
@@ -540,20 +537,6 @@ def _may_have_effects(node: DLNode) -> bool:
     return (
         name in _RANDOM or "dropout" in name or name.endswith("_") or not name.startswith(_EFFECT_FREE_ROOTS)
     )
-
-
-def _metadata_only(expr: cst.BaseExpression) -> bool:
-    """Whether every call in `expr` reads tensor metadata or converts a number (no effects)."""
-    for sub in cstwalk.walk(expr):
-        if type(sub) is not cst.Call:
-            continue
-        func = sub.func  # type: ignore[attr-defined]
-        if type(func) is cst.Attribute and func.attr.value in _METADATA_METHODS:
-            continue
-        if type(func) is cst.Name and func.value in _NUMBER_BUILTINS:
-            continue
-        return False
-    return True
 
 
 def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: set[int]) -> bool:

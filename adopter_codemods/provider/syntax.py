@@ -53,8 +53,24 @@ def _not_self_attr(node: cst.CSTNode) -> bool:
     return not (type(node) is cst.Attribute and _is_self_attr(node) is not None)
 
 
+# Tensor methods that only read their receiver's metadata (`q.size(-1)`, `bsz, n, _ = x.size()`), and builtins that
+# only convert or compare numbers: calls without effects, whose result changes only with what they read.
+METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
+NUMBER_BUILTINS = frozenset({"float", "int", "len", "abs", "min", "max", "round"})
+
+
+def is_metadata_call(call: cst.Call) -> bool:
+    """A call that reads tensor metadata or converts a number: `q.size(-1)`, `int(n)` (its arguments aside)."""
+    func = call.func
+    kind = type(func)
+    return (kind is cst.Attribute and func.attr.value in METADATA_METHODS) or (  # type: ignore[attr-defined]
+        kind is cst.Name and func.value in NUMBER_BUILTINS  # type: ignore[attr-defined]
+    )
+
+
 def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
-    """Names read by an expression: plain names and ``self.<attr>``; and whether it calls (impure)."""
+    """Names read by an expression: plain names and ``self.<attr>``; and whether it calls (impure). Metadata calls
+    (`is_metadata_call`) do not count: `q.size(-1) ** -0.5` is as pure as `q.shape[-1] ** -0.5`."""
     names: list[str] = []
     has_call = False
     for sub in cstwalk.walk(node, _not_self_attr):
@@ -65,7 +81,9 @@ def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
             attr = _is_self_attr(sub)  # type: ignore[arg-type]
             if attr is not None:
                 names.append("self." + attr)
-        elif kind in (cst.Call, cst.Await, cst.NamedExpr):
+        elif kind is cst.Call:
+            has_call = has_call or not is_metadata_call(sub)  # type: ignore[arg-type]
+        elif kind in (cst.Await, cst.NamedExpr):
             has_call = True  # a walrus assigns inside: never move it either
     return names, has_call
 
