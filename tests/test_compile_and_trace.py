@@ -1,4 +1,5 @@
-"""Rewritten models under torch.fx, torch.compile (dynamo) and TorchScript tracing, against their originals.
+"""Rewritten models under torch.fx, torch.compile (dynamo), torch.export and TorchScript tracing, against their
+originals.
 
 Models are rewritten by the repository's own API (``rewrite_source``) from source text: a ResNet-style CNN
 (conv+BN as attributes and in ``nn.Sequential``: ADP007), a ViT/MaxViT-style encoder (attention core, softmax,
@@ -378,6 +379,54 @@ def test_dynamo_hugging_face_models_gain_no_graph_break(name: str) -> None:
                     if isinstance(a, torch.Tensor):
                         torch.testing.assert_close(b, a, **TOL, msg=path)
         torch._dynamo.reset()
+
+
+def _outputs_and_grads(model: nn.Module, args: Tuple[Any, ...], seed: int) -> Dict[str, torch.Tensor]:
+    """The output, and in training each parameter's gradient of a weighted sum of it, by parameter name."""
+    torch.manual_seed(seed)
+    out = model(*[a.detach().requires_grad_(a.is_floating_point()) for a in args])
+    found = {"output": out.detach()}
+    if torch.is_grad_enabled() and out.requires_grad:
+        weights = torch.linspace(-1.0, 1.0, out.numel(), dtype=out.dtype).reshape(out.shape)
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+        grads = torch.autograd.grad((out * weights).sum(), [dict(model.named_parameters())[n] for n in names],
+                                    allow_unused=True)
+        found.update({f"grad {n}": g for n, g in zip(names, grads) if g is not None})
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["auto", "fast"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torch_export_of_rewritten_model_is_equivalent(name: str, backend: str) -> None:
+    """``torch.export`` (what replaces TorchScript for deployment) exports each rewritten model, in eval and in
+    training; the exported program gives the eager original's outputs and parameter gradients (the same dropout
+    draws under the same seed). Exporting reads the backend decision once, as compiling does."""
+    original, rewritten, args = _pair(name)
+    for mode in (False, True):
+        original.train(mode)
+        rewritten.train(mode)
+        torch.export.export(original, args)  # the original exports: so must the rewrite
+        with ak.use_backend(backend):
+            exported = torch.export.export(rewritten, args).module()
+        expected = _outputs_and_grads(original, args, seed=7)
+        got = _outputs_and_grads(exported, args, seed=7)
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            torch.testing.assert_close(got[key], value, **TOL, msg=f"{'train' if mode else 'eval'} {key}")
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_torch_export_of_hugging_face_models(name: str) -> None:
+    """The rewritten tiny BERT and GPT-2 (ADP001/3/4/5/6) export as their originals do, and compute the same."""
+    for original, rewritten, args, kwargs in _hf_pair(name):
+        expected = original(*args, **kwargs)
+        torch.export.export(original, args, kwargs)
+        for backend in BACKENDS:
+            with ak.use_backend(backend):
+                exported = torch.export.export(rewritten, args, kwargs).module()
+            for (path, a), (_, b) in zip(iter_leaves(expected), iter_leaves(exported(*args, **kwargs))):
+                if isinstance(a, torch.Tensor):
+                    torch.testing.assert_close(b, a, **TOL, msg=f"{backend} {path}")
 
 
 @pytest.mark.parametrize("name", list(MODELS))
