@@ -119,9 +119,14 @@ def attention_core(draw: st.DrawFn, src: Source, var: str) -> list[str]:
         scores, output = f"{var} @ ({var} * 0.5).transpose(-2, -1)", f"{p} @ {var}"
     else:
         scores, output = f"{spelling}({var}, ({var} * 0.5).transpose(1, 2))", f"{spelling}({p}, {var})"
-    out = [f"{s} = {scores} * 0.3"]
-    if draw(st.booleans()):
+    # The scale may read the query's metadata: a metadata call moves to the fused call like a constant.
+    scale = draw(st.sampled_from(["0.3", f"{var}.size(-1) ** -0.5", f"{var}.shape[-1] ** -0.5"]))
+    out = [f"{s} = {scores} * {scale}"]
+    mask = draw(st.sampled_from(["none", "always", "optional"]))
+    if mask == "always":
         out.append(f"{s} = {s} + r[:, :, :1]")  # an additive mask
+    elif mask == "optional":  # the fused call goes after the `if`: the scale is evaluated there
+        out += ["if r is not None:", f"    {s} = {s} + r[:, :, 1:2]"]
     out += [f"{p} = {s}.softmax(dim=-1)", f"{p} = self.drop({p})", f"{var} = {output}"]
     if draw(st.integers(0, 3)) == 0:
         out.append(f"{var} = {var} + {p}.sum(-1, keepdim=True)")  # the probabilities are read again: refused
