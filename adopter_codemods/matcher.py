@@ -1601,10 +1601,15 @@ def _plan_fallback(
     `_plan_absorbing`."""
     anchor = block.anchor
     assert anchor is not None
-    if anchor.site.inline_stack or match.cls.node is None:
+    if anchor.site.inline_stack:
+        return None
+    # The class's methods; for the unit of the module's top-level functions, those functions.
+    owner = match.cls.node if match.cls.node is not None else match.cls.module
+    if owner is None:
         return None
     body = anchor.site.owner
-    methods = [fn for fn in _suite(match.cls.node.body) if isinstance(fn, cst.FunctionDef)]
+    methods = [fn for fn in (_suite(owner.body) if isinstance(owner, cst.ClassDef) else owner.body)
+               if isinstance(fn, cst.FunctionDef)]
     function = next((fn for fn in methods if fn.body is body), None)
     nested = function is None
     if nested and absorbed:

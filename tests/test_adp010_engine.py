@@ -190,6 +190,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "vit_pytorch_einsum.py": 1,
     "einsum_functional_softmax.py": 1,
     "metadata_scale_with_optional_mask.py": 1,
+    "function_optional_mask.py": 1,  # a module-level function
+    "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original
 }
 
 
