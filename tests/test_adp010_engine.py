@@ -289,3 +289,40 @@ def test_not_none_helper_is_exactly_the_test(source: str, name: str, exact: bool
     from adopter_codemods.structural_guards import is_not_none_helper
 
     assert is_not_none_helper(cst.parse_module(source), name) is exact
+
+
+METADATA_SCALE = """\
+import torch
+from torch import nn
+
+
+class A(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, q, k, v, lst, mask=None):
+        s = q @ k.transpose(-2, -1) * SCALE
+        if mask is not None:
+            s = s + mask
+        BETWEEN
+        p = s.softmax(dim=-1)
+        p = self.drop(p)
+        return p @ v
+
+    def grow(self, t):
+        t.resize_(2, 2)
+"""
+
+
+@pytest.mark.parametrize(
+    "scale,between",
+    [("len(lst) ** -0.5", "lst.append(0)"), ("q.size(-1) ** -0.5", "self.grow(q)"), ("q.size(-1) ** -0.5", "q.resize_(2, 2)")],
+)
+def test_metadata_call_moved_past_a_call_that_may_change_what_it_reads_is_refused(scale: str, between: str) -> None:
+    """A metadata call is pure (it moves to the fused call, after the mask's `if`), but what it reads must hold the
+    same value there: a call in between that may change it in place is refused."""
+    source = METADATA_SCALE.replace("SCALE", scale).replace("BETWEEN", between)
+    assert not rewrite_source(source, ["ADP010"]).findings
+    moved_freely = rewrite_source(source.replace(between, "n = 0"), ["ADP010"])
+    assert f"scale={scale}, mask=mask, dropout=self.drop" in moved_freely.code
