@@ -72,6 +72,26 @@ def forward(self, x):
     return output.type_as(x)
 """,
     ),
+    "olmo2": (
+        """
+def forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
+    return (self.WEIGHT * hidden_states).to(input_dtype)
+""",
+    ),
+    "helium": (
+        """
+def forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
+    return (self.WEIGHT.to(torch.float32) * hidden_states).to(input_dtype)
+""",
+    ),
 }
 
 # Methods an RMSNorm class may have besides the template's: the constructor (the subclass inherits it, and the

@@ -8,12 +8,17 @@ class whose forward it proved to be exactly the RMSNorm of ``cast``:
   the input dtype, then ``weight * x``;
 * ``"t5"`` (T5LayerNorm, Pix2Struct, Idefics, ...): mean of squares in float32, ``x * rsqrt(...)`` in the promoted
   dtype, cast to the weight's dtype only when that is float16/bfloat16, then ``weight * x``;
-* ``"gemma"`` (GemmaRMSNorm): ``x.float()`` normalised, times ``(1.0 + weight.float())``, cast back to ``x``'s type.
+* ``"gemma"`` (GemmaRMSNorm): ``x.float()`` normalised, times ``(1.0 + weight.float())``, cast back to ``x``'s type;
+* ``"olmo2"`` (Olmo2RMSNorm, OLMo3, GPT-OSS, DeepSeek-V4, ...): upcast to float32, normalised, ``weight * x`` in the
+  promoted dtype, then cast back to the input dtype (the weight multiplies before the cast, LLaMA's after it);
+* ``"helium"`` (HeliumRMSNorm, NemotronH): as ``"olmo2"``, with ``weight.to(torch.float32)``: the product is float32
+  whatever the weight's dtype (a float64 weight makes OLMo2's product float64).
 
 Reference path: exactly those expressions, in that casting order (the oracle in tests). Triton path (see
 Dispatch): a row kernel computing in float32 and, in training, a backward kernel giving the grads of ``x`` and the
 weight (``triton_kernels.rms_norm``), when the input is float16/bfloat16/float32 and the weight has the input's dtype
-(then the three casting orders reduce to the two the kernels implement) and a row has at most ``MAX_N`` (16384)
+(then the five casting orders reduce to the two the kernels implement: the weight after the rounding, LLaMA and T5,
+or before it, offset by 1 for Gemma and by 0 for OLMo2 and Helium) and a row has at most ``MAX_N`` (16384)
 elements. Dispatch: kernel ``rms_norm`` of ``_dispatch``: ``triton`` for CUDA inference, where it measured faster;
 ``reference`` in training (no faster on an H200) and on CPU; forcing ``triton`` takes the kernels in training too.
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -32,7 +37,9 @@ from ._dispatch import TRITON, register_kernel, select
 
 __all__ = ["rms_norm", "rms_norm_module", "RMS_NORM_CASTS"]
 
-RMS_NORM_CASTS = ("llama", "t5", "gemma")
+RMS_NORM_CASTS = ("llama", "t5", "gemma", "olmo2", "helium")
+# The Triton kernel's weight offset per casting order: None where the weight multiplies the rounded normalised value.
+_WEIGHT_OFFSETS: Dict[str, Optional[float]] = {"llama": None, "t5": None, "gemma": 1.0, "olmo2": 0.0, "helium": 0.0}
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 Eps = Union[float, torch.Tensor]
 
@@ -72,10 +79,28 @@ def _gemma(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
     return out.type_as(x)
 
 
+def _olmo2(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return (weight * h).to(input_dtype)
+
+
+def _helium(x: torch.Tensor, weight: torch.Tensor, eps: Eps) -> torch.Tensor:
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return (weight.to(torch.float32) * h).to(input_dtype)
+
+
 _REFERENCE: Dict[str, Callable[[torch.Tensor, torch.Tensor, Eps], torch.Tensor]] = {
     "llama": _llama,
     "t5": _t5,
     "gemma": _gemma,
+    "olmo2": _olmo2,
+    "helium": _helium,
 }
 
 
@@ -96,7 +121,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama
         from .triton_kernels.rms_norm import rms_norm as fused
 
         if x.shape[-1] <= MAX_N:
-            return fused(x, weight, float(eps), gemma=cast == "gemma")
+            return fused(x, weight, float(eps), _WEIGHT_OFFSETS[cast])
     return reference(x, weight, eps)
 
 

@@ -1,5 +1,5 @@
-"""Acceptance on transformers 5.x (``.cache/transformers-5.23.0``, installed by ``make model-zoo``): GPT-2, BART, MBart
-and LLaMA, whose layers derive from ``modeling_layers.GradientCheckpointingLayer`` (a class of another file, which
+"""Acceptance on transformers 5.x (``.cache/transformers-5.23.0``, installed by ``make model-zoo``): GPT-2, BART, MBart,
+LLaMA, OLMo2 and Helium, whose layers derive from ``modeling_layers.GradientCheckpointingLayer`` (a class of another file, which
 ``class_bases`` resolves from the modeling file's relative import). ``tests/transformers5_blocks.py`` runs in a
 subprocess (5.x cannot share a process with the pinned 4.34.1): module classes, the exact findings per
 ``CODE:Class.function``, AdoptAll's rewrite executed against the original in float64 (outputs, gradients and buffers
@@ -73,6 +73,32 @@ EXPECTED: dict[str, dict[str, object]] = {
         },
         "layers": ["LlamaDecoderLayer"],
         "kernel_modules": ["adopter_kernels.FusedLlamaRMSNorm"],
+    },
+    "olmo2": {
+        "findings": {
+            "ADP004:.eager_attention_forward": 1,
+            "ADP009:Olmo2Attention.forward": 1,
+            # OLMo2's casting order (the weight multiplies before the cast back): q/k norms, post-norms, final norm
+            "ADP011:Olmo2Attention.__init__": 2,
+            "ADP011:Olmo2DecoderLayer.__init__": 2,
+            "ADP011:Olmo2Model.__init__": 1,
+            "ADP012:Olmo2MLP.forward": 1,
+            "ADP013:.apply_rotary_pos_emb": 2,
+        },
+        "layers": ["Olmo2DecoderLayer"],
+        "kernel_modules": ["adopter_kernels.FusedOlmo2RMSNorm"],
+    },
+    "helium": {
+        "findings": {
+            "ADP004:.eager_attention_forward": 1,
+            "ADP009:HeliumAttention.forward": 1,
+            # Helium's casting order: OLMo2's with `weight.to(torch.float32)`
+            "ADP011:HeliumDecoderLayer.__init__": 2,
+            "ADP011:HeliumModel.__init__": 1,
+            "ADP012:HeliumMLP.forward": 1,
+        },
+        "layers": ["HeliumDecoderLayer"],
+        "kernel_modules": ["adopter_kernels.FusedHeliumRMSNorm"],
     },
 }
 

@@ -41,6 +41,13 @@ MODELS: dict[str, tuple[str, str, str, dict[str, Any], tuple[str, ...]]] = {
     "llama": ("llama", "LlamaModel", "LlamaConfig", dict(**SMALL, hidden_size=32, intermediate_size=48,
               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
               hidden_act="silu", attention_dropout=0.1), ("LlamaDecoderLayer",)),
+    # ADP011's OLMo2 and Helium casting orders (the weight multiplies before the cast back)
+    "olmo2": ("olmo2", "Olmo2Model", "Olmo2Config", dict(**SMALL, hidden_size=32, intermediate_size=48,
+              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+              hidden_act="silu", attention_dropout=0.1), ("Olmo2DecoderLayer",)),
+    "helium": ("helium", "HeliumModel", "HeliumConfig", dict(**SMALL, hidden_size=32, intermediate_size=48,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6,
+               hidden_act="silu", attention_dropout=0.1), ("HeliumDecoderLayer",)),
 }  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """ADP011-ADP013 reference paths against the code they replace, bit for bit, in every floating dtype (CPU):
-transformers 4.34.1's LlamaRMSNorm / T5LayerNorm / LlamaMLP / apply_rotary_pos_emb and the 4.57 Gemma RMSNorm
-(copied below), plus the RMSNorm subclass factory (constructor, keys, call forms, hooks)."""
+transformers 4.34.1's LlamaRMSNorm / T5LayerNorm / LlamaMLP / apply_rotary_pos_emb, the 4.57 Gemma RMSNorm and the
+5.23 OLMo2 and Helium RMSNorms (copied below), plus the RMSNorm subclass factory (constructor, keys, call forms,
+hooks)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,43 @@ class GemmaRMSNorm(nn.Module):  # transformers 4.57.6, verbatim
         return output.type_as(x)
 
 
+class Olmo2RMSNorm(nn.Module):  # transformers 5.23.0, verbatim (docstring aside)
+    def __init__(self, hidden_size, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight * hidden_states).to(input_dtype)
+
+
+class HeliumRMSNorm(nn.Module):  # transformers 5.23.0, verbatim
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)
+
+
 # T5LayerNorm may be apex's FusedRMSNorm; the hand-written class is what ADP011 would judge.
 T5_NORM = t5.T5LayerNorm if t5.T5LayerNorm.__module__ == t5.__name__ else None
 
 
 def _norm_cases() -> list:
-    cases = [("llama", llama.LlamaRMSNorm, "variance_epsilon"), ("gemma", GemmaRMSNorm, "eps")]
+    cases = [
+        ("llama", llama.LlamaRMSNorm, "variance_epsilon"), ("gemma", GemmaRMSNorm, "eps"),
+        ("olmo2", Olmo2RMSNorm, "variance_epsilon"), ("helium", HeliumRMSNorm, "variance_epsilon"),
+    ]
     if T5_NORM is not None:
         cases.append(("t5", T5_NORM, "variance_epsilon"))
     return cases
@@ -46,7 +78,7 @@ def _norm_cases() -> list:
 
 @pytest.mark.parametrize("cast,cls,eps_attr", _norm_cases())
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("weight_dtype", [None, torch.float32])
+@pytest.mark.parametrize("weight_dtype", [None, torch.float32, torch.float64])
 def test_rms_norm_reference_is_bitwise_the_original(
     cast: str, cls: type, eps_attr: str, dtype: torch.dtype, weight_dtype: torch.dtype | None
 ) -> None:
