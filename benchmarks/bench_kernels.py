@@ -207,6 +207,16 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
 
         rows = both(lambda _: (llama, lambda: ak.rms_norm(a, weight, 1e-6, "llama")))
         return [(m, o, k, _dispatch.select("rms_norm", a)) for m, o, k in rows]
+    if kernel == "rms_norm_olmo2":  # the weight multiplies before the cast back: the Triton kernel's other branch
+        a = x(b, s, h)
+        weight = torch.ones(h, **kw).requires_grad_()
+
+        def olmo2() -> torch.Tensor:
+            t = a.to(torch.float32)
+            return (weight * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))).to(a.dtype)
+
+        rows = both(lambda _: (olmo2, lambda: ak.rms_norm(a, weight, 1e-6, "olmo2")))
+        return [(m, o, k, _dispatch.select("rms_norm", a)) for m, o, k in rows]
     if kernel == "gated_linear_unit":
         a = x(b, s, h)
         gate, up = nn.Linear(h, 4 * h, bias=False).to(**kw), nn.Linear(h, 4 * h, bias=False).to(**kw)
@@ -231,7 +241,7 @@ CPU_FAST = ("conv_bn2d=folded,linear_bn1d=folded,packed_qkv_linear=packed,bert_s
 GPU_FAST = "triton," + CPU_FAST
 KERNELS = ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
            "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention", "attention_core", "rms_norm",
-           "gated_linear_unit", "rotary_embedding")
+           "rms_norm_olmo2", "gated_linear_unit", "rotary_embedding")
 
 
 def _sync(device: torch.device) -> None:
