@@ -52,7 +52,8 @@ TRITON_INFERENCE = dataclasses.replace(
     faster=lambda call: call.device == "cuda" and not call.grad,
 )
 register_kernel(
-    "rms_norm", TRITON_INFERENCE, doc="ADP011 RMSNorm (llama/t5/gemma casting orders); Triton forward + backward"
+    "rms_norm", TRITON_INFERENCE,
+    doc="ADP011 RMSNorm (llama/t5/gemma/olmo2/helium casting orders); Triton forward + backward",
 )
 
 
