@@ -3,8 +3,10 @@
 Sources hold ADP005 (dropout -> add -> LayerNorm, split or nested, either operand order, the residual from a
 helper method whose local has a namesake in forward), ADP004 (softmax), ADP006 (Linear -> activation), ADP009
 (q/k/v projections of one input) and ADP010 (an attention core, its products written with `@`, `torch.matmul`,
-`torch.bmm` or `torch.einsum`) next to aliases, reused intermediates, layers shared with other code, if/else,
-early returns, loops, helper methods, comments in odd places, both quote styles, tabs / 2 / 4 spaces and LF / CRLF.
+`torch.bmm` or `torch.einsum`, scaled by a constant or by the query's size, its mask always, never or under
+`if r is not None:`) next to aliases, reused intermediates, layers shared with other code, if/else, early returns,
+loops, helper methods, top-level functions, comments in odd places, both quote styles, tabs / 2 / 4 spaces and
+LF / CRLF.
 For every source and all rules together:
 
 * the output parses; a second run changes nothing; a source without findings comes back byte-identical;
@@ -45,6 +47,7 @@ class Source:
 
     lines: list[str] = field(default_factory=list)
     methods: list[list[str]] = field(default_factory=list)
+    functions: list[list[str]] = field(default_factory=list)  # top-level functions, before the class
     counter: itertools.count = field(default_factory=lambda: itertools.count())
 
     def fresh(self, stem: str) -> str:
@@ -151,7 +154,9 @@ def other_rule(draw: st.DrawFn, src: Source, var: str) -> list[str]:
 @st.composite
 def segment(draw: st.DrawFn, src: Source, depth: int) -> list[str]:
     """A statement group transforming `h`, possibly under control flow or in a helper method."""
-    choices = ["pattern", "pattern", "other"] + (["if", "loop", "helper", "early", "try", "with"] if depth < 2 else [])
+    choices = ["pattern", "pattern", "other"] + (
+        ["if", "loop", "helper", "function", "early", "try", "with"] if depth < 2 else []
+    )
     kind = draw(st.sampled_from(choices))
     if kind == "pattern":
         body = draw(dropout_ln(src, "h"))
@@ -173,6 +178,11 @@ def segment(draw: st.DrawFn, src: Source, depth: int) -> list[str]:
         body = ["with torch.enable_grad():"] + indent(draw(segment(src, depth + 1)))
     elif kind == "early":
         body = ["if r is None:", "    return " + draw(st.sampled_from(["h", "self.ln(h)"]))]
+    elif kind == "function":  # an attention core in a top-level function (no module: no dropout layer)
+        name = src.fresh("_core")
+        core = [line for line in draw(attention_core(src, "h")) if "self.drop" not in line]
+        src.functions.append([f"def {name}(h, r):", *indent(core), "    return h"])
+        body = [f"h = {name}(h, r)"]
     else:
         name = src.fresh("_block")
         helper_body = draw(segment(src, depth + 1))
@@ -198,6 +208,7 @@ def module_sources(draw: st.DrawFn) -> str:
         "import torch.nn.functional as F",
         "",
         "",
+        *(line for function in src.functions for line in (*function, "", "")),
         "class M(nn.Module):",
         f"    {quote}Generated module.{quote}",
         "",
@@ -254,15 +265,16 @@ def test_generated_modules(source: str) -> None:
 
 def test_the_generator_produces_rewrites_and_refusals() -> None:
     """The properties above are only meaningful if the generated sources exercise both outcomes."""
-    seen = {"rewritten": 0, "unchanged": 0, "codes": set()}
+    seen = {"rewritten": 0, "unchanged": 0, "codes": set(), "fused_in_a_function": 0}
 
-    @settings(SETTINGS, max_examples=40)
+    @settings(SETTINGS, max_examples=60)
     @given(module_sources())
     def collect(source: str) -> None:
         result = rewrite_source(source, ["all"])
         seen["rewritten" if result.findings else "unchanged"] += 1  # type: ignore[operator]
         seen["codes"] |= {f.code for f in result.findings}  # type: ignore[operator]
+        seen["fused_in_a_function"] += "attention_core(" in result.code.split("class M")[0]  # type: ignore[operator]
 
     collect()
-    assert seen["rewritten"] and seen["unchanged"]
+    assert seen["rewritten"] and seen["unchanged"] and seen["fused_in_a_function"]
     assert {"ADP005", "ADP004", "ADP006", "ADP010"} <= seen["codes"]  # type: ignore[operator]
