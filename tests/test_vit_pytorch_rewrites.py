@@ -113,5 +113,5 @@ def test_rewritten_vit_pytorch_models_are_equivalent(tmp_path: Path) -> None:
     for module, reports in outcome.items():
         for backend, (ok, compared, text, sdpa_calls) in reports.items():
             assert ok, f"{module}, {backend}: {text}"
-            assert compared > 5, (module, backend, compared)
+            assert compared > (5 if module == "levjepa_nd" else 20), (module, backend, compared)  # one layer there
         assert reports["attention_core=sdpa"][3] > 0, module  # the forced run took the SDPA path
