@@ -239,9 +239,11 @@ def _refusal(match: Match, placement: Optional[Placement], reason: Reason) -> Re
 
 def _name_of(vids: set[int], graph: FlowGraph, cls: ClassStructure) -> Optional[str]:
     """The variable one of `vids` was first assigned to in the function (not a later alias such as ``self.map =
-    probs``), or the parameter holding it on entry; an inlined helper's scope prefix dropped."""
+    probs``), or the parameter holding it on entry; a name of an inlined helper's scope (its prefix dropped) only
+    where the function itself has none: `q`, not the helper's parameter `t` that `self.grow(q)` binds it to."""
     names = [e.name for e in graph.events if isinstance(e, Def) and e.vid in vids and not e.name.startswith("%")]
-    names = names or [cls.entry_names[v] for v in vids if v in cls.entry_names]
+    own = [n for n in names if "::" not in n]
+    names = own or [cls.entry_names[v] for v in vids if v in cls.entry_names] or names
     return names[0].rsplit("::", 1)[-1] if names else None
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from adopter_codemods.api import rewrite_source
+from adopter_codemods.api import refused_sites, rewrite_source
 from adopter_codemods.dsl import RuleSyntaxError, parse_rule
 from adopter_codemods.engine import find_all, rewrite_module
 from adopter_codemods.provider import build_module_structure
@@ -324,5 +324,8 @@ def test_metadata_call_moved_past_a_call_that_may_change_what_it_reads_is_refuse
     same value there: a call in between that may change it in place is refused."""
     source = METADATA_SCALE.replace("SCALE", scale).replace("BETWEEN", between)
     assert not rewrite_source(source, ["ADP010"]).findings
+    if between == "self.grow(q)":  # the reason names the caller's variable, not the helper's parameter `t`
+        (site,) = refused_sites(source, ["ADP010"])
+        assert site.reason.startswith("a call here may modify `q` in place") and site.cause_line == 14
     moved_freely = rewrite_source(source.replace(between, "n = 0"), ["ADP010"])
     assert f"scale={scale}, mask=mask, dropout=self.drop" in moved_freely.code
