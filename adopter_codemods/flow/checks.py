@@ -408,6 +408,7 @@ def _check_complete(
         for rep_value, value in zip([*n.args, *(v for _, v in n.kwargs)], [*copy.args, *(v for _, v in copy.kwargs)]):
             twins[id(rep_value)] = value
     todo: list[tuple[str, int]] = []
+    inputs = _input_nodes(graph, instance)  # what the fused call re-renders: both effect-order checks read it
     for value in m._target_inputs(match):
         if value.kind == "expr" and not value.pure:
             moved_from = m._value_site_moves(match, value, anchor_stmt)
@@ -419,7 +420,7 @@ def _check_complete(
                 )
         copy_value = twins.get(id(value))
         effect = _moved_effect(graph, copy_value if copy_value is not None else value, deleted, anchor_stmt)
-        if effect is not None and not _effect_keeps_its_order(graph, instance, effect, anchor, deleted):
+        if effect is not None and not _effect_keeps_its_order(graph, instance, inputs, effect, anchor, deleted):
             return m.Reason(
                 m.RefusalCategory.NOT_PLACEABLE,
                 "an argument here calls a layer or a function that may have effects (random numbers, state), and the "
@@ -427,7 +428,7 @@ def _check_complete(
                 effect.site.line,
             )
         todo.extend(copy_value.uses if copy_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
-    late = _input_after_an_effect(graph, instance)
+    late = _input_after_an_effect(instance, inputs)
     if late is not None:
         return m.Reason(
             m.RefusalCategory.NOT_PLACEABLE,
@@ -483,7 +484,8 @@ def _moved_effect(graph: FlowGraph, value: "m.Value", deleted: set[int], anchor_
 
 
 def _effect_keeps_its_order(
-    graph: FlowGraph, instance: dict[Key, DLNode], effect: DLNode, anchor: DLNode, deleted: set[int]
+    graph: FlowGraph, instance: dict[Key, DLNode], inputs: dict[int, DLNode], effect: DLNode, anchor: DLNode,
+    deleted: set[int],
 ) -> bool:
     """Whether the call `effect`, written in a deleted statement, may run at the fused call instead: every statement
     from its own to the anchor's is deleted, and neither a matched call that ran before it nor another call of the
@@ -493,7 +495,6 @@ def _effect_keeps_its_order(
     if any(_may_have_effects(n) for n in instance.values() if n.index < effect.index):
         return False
     matched = {id(n) for n in instance.values()}
-    inputs = _input_nodes(graph, instance)
     return not any(
         _may_have_effects(n)
         for n in graph.nodes
@@ -517,14 +518,14 @@ def _input_nodes(graph: FlowGraph, instance: dict[Key, DLNode]) -> dict[int, DLN
     return found
 
 
-def _input_after_an_effect(graph: FlowGraph, instance: dict[Key, DLNode]) -> Optional[DLNode]:
+def _input_after_an_effect(instance: dict[Key, DLNode], inputs: dict[int, DLNode]) -> Optional[DLNode]:
     """An unmatched call with effects computing an input of the fused call that ran after a matched call with effects
     (`attn = self.drop(attn); out = attn @ self.value(v)`): the fused call evaluates its inputs before the matched
     computation, so the two would swap their random draws or state changes."""
     first = min((n.index for n in instance.values() if _may_have_effects(n)), default=None)
     if first is None:
         return None
-    late = [n for index, n in _input_nodes(graph, instance).items() if index > first and _may_have_effects(n)]
+    late = [n for index, n in inputs.items() if index > first and _may_have_effects(n)]
     return min(late, key=lambda n: n.index) if late else None
 
 
