@@ -3,8 +3,8 @@
 What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exactly what the rewritten code wrote::
 
     scores = query @ key_t          # key_t: the key as the code transposed it, [..., E, S]; torch.bmm if batched
-    scores = scores * scale                                           # if given
-    scores = scores / divisor                                         # if given
+    scores = scores * scale         # if given (given as None, it raises TypeError, as ``scores * None`` does)
+    scores = scores / divisor                                         # if given (idem)
     scores = scores + mask                                            # if given (additive mask, relative bias, ...)
     scores = scores.masked_fill(masked_inf, float("-inf"))            # if given
     scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)  # if given
@@ -65,7 +65,7 @@ from __future__ import annotations
 import functools
 import math
 from numbers import Real
-from typing import Optional, Union, cast
+from typing import Any, Optional, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +79,16 @@ __all__ = ["attention_core"]
 # An additive-mask entry at or above this keeps its key. Below it the entry swamps the scores (HF masks use
 # finfo.min, old GPT-2 code -1e4): a row without a kept key runs the reference path.
 _KEPT = -1e4
+
+
+class _NotGiven:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+# The default of scale and divisor: the code did not scale. None is a value the code computed (a `scale=None`
+# parameter left unset), which the original multiplied by and failed on.
+_NOT_GIVEN: Any = _NotGiven()
 
 
 # docs/KERNEL_PERFORMANCE.md. An H200 (benchmarks/bench_kernels.py): 0.36-0.42x in inference at 16 and 128 keys (the
@@ -114,8 +124,8 @@ def attention_core(
     key_t: Tensor,
     value: Tensor,
     *,
-    scale: Optional[Union[float, Tensor]] = None,
-    divisor: Optional[Union[float, Tensor]] = None,
+    scale: Union[float, Tensor] = _NOT_GIVEN,
+    divisor: Union[float, Tensor] = _NOT_GIVEN,
     mask: Optional[Tensor] = None,
     masked_inf: Optional[Tensor] = None,
     masked_min: Optional[Tensor] = None,
@@ -131,6 +141,11 @@ def attention_core(
     ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module), the probabilities are ``softmax(scores)``; with
     the equations given, the two products are ``torch.einsum(score_equation, query, key_t)`` and
     ``torch.einsum(output_equation, probs, value)`` (``key_t`` is then the key as the code passed it)."""
+    for factor, operator in ((scale, "*"), (divisor, "/")):
+        if factor is None:
+            raise TypeError(f"unsupported operand type(s) for {operator}: 'Tensor' and 'NoneType'")
+    scale = None if scale is _NOT_GIVEN else scale
+    divisor = None if divisor is _NOT_GIVEN else divisor
     args = (
         query, key_t, value, scale, divisor, mask, masked_inf, masked_min, softmax, dropout, dropout_p, training, batched
     )

@@ -130,6 +130,19 @@ def test_bmm_form_keeps_bmm_errors() -> None:
         attention_core(q, k.transpose(-2, -1), v, batched=True)
 
 
+@pytest.mark.parametrize("backend", ["reference", "attention_core=sdpa"])
+@pytest.mark.parametrize("name, operator", [("scale", "*"), ("divisor", "/")])
+def test_a_none_scale_fails_as_the_original(name: str, operator: str, backend: str) -> None:
+    """`scores * scale` with a `scale=None` parameter left unset raises; the rewrite must not compute unscaled."""
+    q, k, v = _qkv()
+    scores = q @ k.transpose(-2, -1)
+    with pytest.raises(TypeError) as original:
+        scores * None if operator == "*" else scores / None  # type: ignore[operator]
+    with use_backend(backend), pytest.raises(TypeError) as rewritten:
+        attention_core(q, k.transpose(-2, -1), v, **{name: None})
+    assert str(rewritten.value) == str(original.value)
+
+
 @pytest.mark.parametrize("row", [float("-inf"), torch.finfo(torch.float64).min, -1e20])
 def test_additive_mask_without_a_kept_key_runs_the_reference(row: float, sdpa_calls: list[int]) -> None:
     mask = torch.zeros(B, 1, L, S, dtype=torch.float64)
