@@ -144,10 +144,10 @@ def attention_core(
     for factor, operator in ((scale, "*"), (divisor, "/")):
         if factor is None:
             raise TypeError(f"unsupported operand type(s) for {operator}: 'Tensor' and 'NoneType'")
-    scale = None if scale is _NOT_GIVEN else scale
-    divisor = None if divisor is _NOT_GIVEN else divisor
+    given_scale = None if scale is _NOT_GIVEN else scale
+    given_divisor = None if divisor is _NOT_GIVEN else divisor
     args = (
-        query, key_t, value, scale, divisor, mask, masked_inf, masked_min, softmax, dropout, dropout_p, training, batched
+        query, key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax, dropout, dropout_p, training, batched
     )
     einsum = score_equation is not None or output_equation is not None
     # While compiling, the data checks of _sdpa would break the graph: the compiler gets the original ops.
