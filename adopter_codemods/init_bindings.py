@@ -58,6 +58,10 @@ class Constructor:
 # Whatever a caller passes: it hides no argument of the candidates it is joined with.
 UNKNOWN_CONSTRUCTOR = Constructor(UNKNOWN_TYPE, (), False, True)
 
+# nn.Module methods that move or cast the module's tensors in place and return it. Not `train`/`eval`/
+# `requires_grad_`: a fused replacement (ADP005's) also does the work of a layer the conversion did not touch.
+_RETURNS_THE_MODULE = frozenset({"to", "float", "double", "half", "bfloat16", "cuda", "cpu"})
+
 
 @dataclass(eq=False)
 class LayerList:
@@ -92,6 +96,20 @@ def _self_attr(node: cst.BaseExpression) -> Optional[str]:
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         return node.attr.value
     return None
+
+
+def converted_construction(value: cst.BaseExpression) -> Optional[cst.Call]:
+    """The construction in ``Norm(d).to(dtype=torch.float32)`` (DeepSeek-V4's norms), ``Layer(...).half()``, ...:
+    the layer bound is the one the inner call builds, and an edit of that call keeps the conversion."""
+    inner: Optional[cst.Call] = None
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _RETURNS_THE_MODULE
+        and isinstance(value.func.value, cst.Call)
+    ):
+        value = inner = value.func.value
+    return inner
 
 
 def factory_return(fn: cst.FunctionDef) -> Optional[cst.Call]:
@@ -279,6 +297,9 @@ class InitReader:
             return LayerBinding(attr, qualname, args, True, value, line, conditional, layer_type=layer_type)
         if not isinstance(value, cst.Call):
             return LayerBinding(attr, None, (), False, value, line, conditional, layer_type=UNKNOWN_TYPE, args_known=False)
+        construction = converted_construction(value)
+        if construction is not None:
+            return self.layer(attr, construction, line, conditional, env)
         external = self._external_call(value, env)
         if external is not None and external.layer.names:
             made = Constructor(external.layer.layer_type(), (), False, False)

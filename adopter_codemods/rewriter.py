@@ -15,6 +15,7 @@ import libcst as cst
 
 from . import cstwalk
 from .dsl import Atom, CallNode, Const, Var
+from .init_bindings import converted_construction
 from .matcher import InitArg, LayerRef, PlacedMatch, Placement, RestArgs, layers_to_delete
 from .qualnames import ImportTable
 from .structure import Value
@@ -290,7 +291,9 @@ def _plan_init(found: PlacedMatch, plan: EditPlan) -> None:
     for _, binding in layers_to_delete(match, found.placement):
         assert binding.statement is not None
         for small in binding.statement.body:
-            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is binding.value:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None and (
+                small.value is binding.value or converted_construction(small.value) is binding.value
+            ):
                 plan.delete.add(id(small))
                 plan.originals[id(small)] = small
                 plan.init_nodes.add(id(small))

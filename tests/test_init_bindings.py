@@ -67,6 +67,13 @@ HEADER = """
         ("norm = nn.BatchNorm2d\nif c:\n    norm = nn.GroupNorm\nself.bn = norm(c)", POSSIBLE,
          (BN, "torch.nn.GroupNorm"), False),
         ("self.bn = conv3x3(c, c)", CERTAIN, (CONV,), False),
+        # converted where built: the layer the inner call builds (DeepSeek-V4's `Norm(d).to(dtype=torch.float32)`)
+        ("self.bn = nn.BatchNorm2d(c).to(dtype=torch.float32)", CERTAIN, (BN,), True),
+        ("self.bn = nn.BatchNorm2d(c).half().cuda()", CERTAIN, (BN,), True),
+        ("self.bn = norm_layer(c).float()", POSSIBLE, (BN,), False),
+        # a mode change is no conversion: a fused replacement would also run the layers it absorbs in that mode
+        ("self.bn = nn.BatchNorm2d(c).eval()", UNKNOWN, (), False),
+        ("self.bn = nn.BatchNorm2d(c).requires_grad_(False)", UNKNOWN, (), False),
     ],
 )
 def test_layer_types(init: str, certainty: str, candidates: tuple[str, ...], direct: bool) -> None:
