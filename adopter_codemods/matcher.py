@@ -32,7 +32,7 @@ from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names, simple_condition
-from .provider.syntax import _call_receivers, _read_names
+from .provider.syntax import _call_receivers, _read_names, softmax_module_dim
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
@@ -348,6 +348,15 @@ def _is_method_call(node: DLNode) -> bool:
     return isinstance(func, cst.Attribute) and bool(node.args) and node.args[0].expr is func.value
 
 
+def _written_args(node: DLNode) -> tuple[cst.Arg, ...]:
+    """The node's arguments as the code wrote them; ``nn.Softmax(dim=-1)(x)``, read as ``F.softmax(x, dim=-1)``,
+    has its module's ``dim`` after the call's own."""
+    assert node.call is not None
+    inline = type(node.call.func) is cst.Call and node.qualname == "torch.nn.functional.softmax"
+    dim = softmax_module_dim(node.call) if inline else None
+    return (*node.call.args, dim) if dim is not None else tuple(node.call.args)
+
+
 def _match_call_args(
     pattern: CallNode, node: DLNode, qualname: Optional[str], env: dict[str, Binding]
 ) -> Optional[dict[str, Binding]]:
@@ -374,8 +383,8 @@ def _match_call_args(
         if pattern.args.rest is None or node.call is None:
             return None
         consumed = {id(v.expr) for n, v in _node_arguments(node, params).items() if n not in given}
-        rest = tuple(a for a in node.call.args if id(a.value) not in consumed)
-        call_args = tuple(node.call.args)
+        call_args = _written_args(node)
+        rest = tuple(a for a in call_args if id(a.value) not in consumed)
         if _is_method_call(node):  # the receiver is the first positional argument of `torch.Tensor.<name>`
             call_args = (cst.Arg(node.args[0].expr), *call_args)
         new = dict(env)

@@ -183,6 +183,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path
     "relative_position_bias.py": 1,
     "softmax_module_from_parameter.py": 1,  # the second block's softmax is another module: called
+    "softmax_module_built_and_called.py": 1,  # a fully padded row (reference path), no mask, probabilities asked
     "softmax_module_used_elsewhere.py": 1,
     "timm_attention.py": 1,
     "vit_self_attention.py": 1,  # the second call passes a head mask and asks for the probabilities

@@ -1,5 +1,5 @@
-"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of six families (ViT, BLIP, SegFormer,
-LeViT, RemBERT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
+"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of seven families (ViT, BLIP, SegFormer,
+LeViT, RemBERT, ViLT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
 tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
 training with dropout 0); the fused cores must really run SDPA (forced: on CPU ``auto`` keeps the hand-written
 core), and the fallback arm must still serve
@@ -103,6 +103,24 @@ CASES = [
         2,  # the padding mask is passed to the fused call
     ),
     Case(
+        "vilt",
+        ("ViltSelfAttention",),  # its softmax is `nn.Softmax(dim=-1)(attention_scores)`, a module built and called
+        lambda m: m.ViltModel(
+            m.ViltConfig(
+                vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                image_size=8, patch_size=4, max_image_length=-1, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            ),
+            add_pooling_layer=False,
+        ),
+        lambda: {
+            "input_ids": torch.randint(0, 50, (2, 6)),
+            "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]]),
+            "pixel_values": torch.randn(2, 3, 8, 8),
+        },
+        2,
+    ),
+    Case(
         "mobilevit",
         ("MobileViTSelfAttention",),
         lambda m: m.MobileViTModel(
@@ -162,7 +180,7 @@ def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]
     assert expected > 0 and len(sdpa_calls) == expected * len(report.modes)  # only the rewritten model calls SDPA
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert")], ids=lambda c: c.model_dir)
+@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert", "vilt")], ids=lambda c: c.model_dir)
 def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: list[int]) -> None:
     """The fallback arm: with output_attentions the probabilities are the original's, and SDPA is not called."""
     original, rewritten, _ = _load(case)
@@ -172,8 +190,11 @@ def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: lis
         models.append(case.build(module).double().eval())
     models[1].load_state_dict(models[0].state_dict(), strict=True)
     inputs = {k: v.double() if v.is_floating_point() else v for k, v in case.inputs().items()}
-    with torch.no_grad():
-        outs = [m(**inputs, output_attentions=True) for m in models]
+    outs = []
+    for model in models:
+        torch.manual_seed(2)  # ViLT's visual embedding samples patches
+        with torch.no_grad():
+            outs.append(model(**inputs, output_attentions=True))
     assert not sdpa_calls
     assert len(outs[0].attentions) == len(outs[1].attentions) > 0
     for a, b in zip(outs[0].attentions, outs[1].attentions):

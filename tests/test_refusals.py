@@ -41,6 +41,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP003_fuse_gpt2_attention/neg_similar_names.py': [],
     'ADP004_fast_softmax/neg_arguments_do_not_fit.py': [],
     'ADP004_fast_softmax/neg_compiled_and_unpacked.py': [],
+    'ADP004_fast_softmax/neg_softmax_module_legacy_dim.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
     'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [

@@ -112,6 +112,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 if callee is not None:
                     callee = canonical_torch_name(callee)
                     scan.callees.add(callee)
+                    if callee == "torch.nn.Softmax":  # `nn.Softmax(dim=-1)(x)` walks as F.softmax (unchain.py)
+                        scan.callees.add("torch.nn.functional.softmax")
                     if callee in _CONTAINERS:
                         builds.add(id(unit))
                 else:

@@ -175,6 +175,26 @@ def _tensor_method(call: cst.Call) -> Optional[str]:
     return func.attr.value  # type: ignore[attr-defined]
 
 
+def softmax_module_dim(call: cst.Call) -> Optional[cst.Arg]:
+    """``dim=D`` for ``Softmax(dim=D)(x)`` or ``Softmax(D)(x)``, a module built and called at once (BERT-era code's
+    ``nn.Softmax(dim=-1)(attention_scores)``), D a literal other than None; None for any other shape. The caller
+    checks that the inner callee is ``torch.nn.Softmax``: such a call is then ``F.softmax(x, dim=D)``, its forward
+    (a module built here has no hooks of its own)."""
+    inner = call.func
+    if type(inner) is not cst.Call or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    if len(inner.args) != 1 or inner.args[0].star:  # type: ignore[attr-defined]
+        return None
+    arg: cst.Arg = inner.args[0]  # type: ignore[attr-defined]
+    if arg.keyword is not None and arg.keyword.value != "dim":
+        return None
+    if _const_text(arg.value) in (None, "None"):  # Softmax(dim=None) picks a legacy dim by rank and warns
+        return None
+    if arg.keyword is not None:
+        return arg
+    return cst.Arg(arg.value, keyword=cst.Name("dim"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
 def simple_condition(test: cst.BaseExpression) -> bool:
     """Names, `x is None`, `x is not None`, `not`, `and`/`or`: a value no call or attribute can change."""
     if isinstance(test, cst.Name):

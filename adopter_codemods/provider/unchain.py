@@ -13,7 +13,15 @@ from .. import cstwalk
 from ..qualnames import canonical_torch_name
 from ..structure import OPAQUE, Def, DLNode, LayerBinding, NodeKind, Use, Value
 from .state import _Ctx, _Cursor, _Partial, _WalkState
-from .syntax import _BINARY_OPS, _const_text, _is_self_attr, _sub_expressions, _suite_body, _tensor_method
+from .syntax import (
+    _BINARY_OPS,
+    _const_text,
+    _is_self_attr,
+    _sub_expressions,
+    _suite_body,
+    _tensor_method,
+    softmax_module_dim,
+)
 
 
 class _Unchainer(_WalkState, ABC):
@@ -161,14 +169,19 @@ class _Unchainer(_WalkState, ABC):
             if qualname is not None:
                 qualname = canonical_torch_name(qualname)
         positional = [a.value for a in call.args if a.keyword is None]
+        keyword = [a for a in call.args if a.keyword is not None]
         tensor_method = _tensor_method(call) if kind == "func" and qualname is None else None
         if tensor_method is not None:
             qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
+        dim = softmax_module_dim(call) if kind == "func" and qualname is None else None
+        if dim is not None:
+            module = self.table.resolve(call.func.func)  # type: ignore[attr-defined]
+            if module is not None and canonical_torch_name(module) == "torch.nn.Softmax":
+                qualname, keyword = "torch.nn.functional.softmax", [dim]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, at, p, parent)
         if kind == "layer" and len(bindings) == 1 and bindings[0].elements and _fixed_order(bindings[0]):
             return self.walk_sequential(bindings[0], call, at, p, parent, whole)
-        keyword = [a for a in call.args if a.keyword is not None]
         out = []
         for q, vals in self.walk_values(positional + [a.value for a in keyword], at, p, call):
             if q.status != "open":
