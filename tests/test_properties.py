@@ -4,7 +4,8 @@ Sources hold ADP005 (dropout -> add -> LayerNorm, split or nested, either operan
 helper method whose local has a namesake in forward), ADP004 (softmax), ADP006 (Linear -> activation), ADP009
 (q/k/v projections of one input) and ADP010 (an attention core, its products written with `@`, `torch.matmul`,
 `torch.bmm` or `torch.einsum`, scaled by a constant or by the query's size, its mask always, never or under
-`if r is not None:`) next to aliases, reused intermediates, layers shared with other code, if/else, early returns,
+`if r is not None:`, its softmax a function, a method or `nn.Softmax(dim=-1)(s)`) next to layers converted where
+`__init__` builds them (`.to(...)`), aliases, reused intermediates, layers shared with other code, if/else, early returns,
 loops, helper methods, top-level functions, comments in odd places, both quote styles, tabs / 2 / 4 spaces and
 LF / CRLF.
 For every source and all rules together:
@@ -130,7 +131,8 @@ def attention_core(draw: st.DrawFn, src: Source, var: str) -> list[str]:
         out.append(f"{s} = {s} + r[:, :, :1]")  # an additive mask
     elif mask == "optional":  # the fused call goes after the `if`: the scale is evaluated there
         out += ["if r is not None:", f"    {s} = {s} + r[:, :, 1:2]"]
-    out += [f"{p} = {s}.softmax(dim=-1)", f"{p} = self.drop({p})", f"{var} = {output}"]
+    softmax = draw(st.sampled_from([f"{s}.softmax(dim=-1)", f"F.softmax({s}, dim=-1)", f"nn.Softmax(dim=-1)({s})"]))
+    out += [f"{p} = {softmax}", f"{p} = self.drop({p})", f"{var} = {output}"]
     if draw(st.integers(0, 3)) == 0:
         out.append(f"{var} = {var} + {p}.sum(-1, keepdim=True)")  # the probabilities are read again: refused
     return out
@@ -142,7 +144,7 @@ def other_rule(draw: st.DrawFn, src: Source, var: str) -> list[str]:
     if kind == "attention":
         return draw(attention_core(src, var))
     if kind == "softmax":
-        return [f"{var} = F.softmax({var}, dim=-1)"]
+        return [draw(st.sampled_from([f"{var} = F.softmax({var}, dim=-1)", f"{var} = nn.Softmax(dim=-1)({var})"]))]
     if kind == "dense_act":
         return [f"{var} = self.act(self.dense({var}))"]
     if kind == "qkv":
@@ -201,6 +203,8 @@ def module_sources(draw: st.DrawFn) -> str:
     init = list(INIT_LINES)
     if draw(st.integers(0, 5)) == 0:
         init[0] = "self.drop = nn.Identity()"  # no Dropout: nothing of that layer matches
+    if draw(st.booleans()):  # converted where built (no-ops in float64): the layers are the inner calls'
+        init[1], init[3] = init[1] + ".cpu()", init[3] + ".to(dtype=torch.float64)"
     quote = draw(st.sampled_from(['"""', "'''"]))
     lines = [
         "import torch",

@@ -192,7 +192,8 @@ def softmax_module_dim(call: cst.Call) -> Optional[cst.Arg]:
         return None
     if arg.keyword is not None:
         return arg
-    return cst.Arg(arg.value, keyword=cst.Name("dim"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+    return cst.Arg(arg.value, keyword=cst.Name("dim"), equal=tight)
 
 
 def simple_condition(test: cst.BaseExpression) -> bool:
