@@ -100,6 +100,12 @@ _HF_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
         "base": dict(hidden_size=768, num_layers=12, num_heads=12, vocab_size=50257, max_position_embeddings=2048,
                      attention_types=[[["global", "local"], 6]], window_size=256),
     },
+    "vilt": {  # base: ViLT-B/32 (dandelin/vilt-b32-mlm): 40 text tokens and 144 patches of a 384x384 image
+        "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     vocab_size=128, max_position_embeddings=16, image_size=32, patch_size=16),
+        "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                     vocab_size=30522, max_position_embeddings=40, image_size=384, patch_size=32),
+    },
     "llama": {  # base: TinyLlama-1.1B shapes (grouped-query attention, SwiGLU, RMSNorm, rotary)
         "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=64),
@@ -115,6 +121,7 @@ _HF_DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
     "t5": ("dropout_rate",),
     "gpt_neo": ("embed_dropout", "attention_dropout", "resid_dropout"),
     "llama": ("attention_dropout",),  # 4.34.1 has none; later 4.x add this one
+    "vilt": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
 }
 
 
@@ -154,6 +161,14 @@ def _text_inputs(key: str, *, decoder: bool = False) -> InputsFn:
     return inputs
 
 
+def _vilt_inputs(module: types.ModuleType, size: str, batch_size: int, seq_len: int | None) -> Inputs:
+    """Text as `_text_inputs` gives it (at most the config's 40 positions) and an image of the config's size."""
+    (input_ids,), kwargs = _text_inputs("vilt")(module, size, batch_size, seq_len)
+    side = _HF_CONFIGS["vilt"][size]["image_size"]
+    kwargs["pixel_values"] = torch.randn(batch_size, 3, side, side)
+    return (input_ids,), kwargs
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Reference models (gpu_bench/models/*.py)
 # --------------------------------------------------------------------------------------------------------------
@@ -189,6 +204,10 @@ SUITE: dict[str, ModelSpec] = {
                   "transformers.models.llama.modeling_llama",
                   _hf_builder("llama", "LlamaConfig", "LlamaModel"), _text_inputs("llama"),
                   batch_size={"tiny": 2, "base": 4}, seq_len={"tiny": 16, "base": 1024}),
+        ModelSpec("vilt", "ViLT vision-and-language encoder (ViltModel; its softmax a module built and called)",
+                  "transformers.models.vilt.modeling_vilt",
+                  _hf_builder("vilt", "ViltConfig", "ViltModel"), _vilt_inputs,
+                  batch_size={"tiny": 2, "base": 4}, seq_len={"tiny": 8, "base": 40}),
         ModelSpec("resnet", "ResNet-style CNN (reference; ResNet-18 layout at base)", "gpu_bench.models.resnet_cnn",
                   _reference_build, _reference_inputs,
                   batch_size={"tiny": 2, "base": 64}, seq_len={"tiny": None, "base": None}),
