@@ -1,5 +1,5 @@
-"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of seven families (ViT, BLIP, SegFormer,
-LeViT, RemBERT, ViLT, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
+"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of eight families (ViT, BLIP, SegFormer,
+LeViT, RemBERT, ViLT, Perceiver, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
 tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
 training with dropout 0); the fused cores must really run SDPA (forced: on CPU ``auto`` keeps the hand-written
 core), and the fallback arm must still serve
@@ -121,6 +121,18 @@ CASES = [
         2,
     ),
     Case(
+        "perceiver",
+        ("PerceiverSelfAttention",),  # `nn.Softmax(dim=-1)(attention_scores)`; cross- and self-attention
+        lambda m: m.PerceiverModel(
+            m.PerceiverConfig(
+                num_latents=8, d_latents=16, d_model=12, num_blocks=1, num_self_attends_per_block=2,
+                num_self_attention_heads=2, num_cross_attention_heads=1, attention_probs_dropout_prob=0.0,
+            )
+        ),
+        lambda: {"inputs": torch.randn(2, 6, 12), "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])},
+        3,  # the cross-attention (with the padding mask) and two self-attentions
+    ),
+    Case(
         "mobilevit",
         ("MobileViTSelfAttention",),
         lambda m: m.MobileViTModel(
@@ -180,7 +192,7 @@ def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]
     assert expected > 0 and len(sdpa_calls) == expected * len(report.modes)  # only the rewritten model calls SDPA
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert", "vilt")], ids=lambda c: c.model_dir)
+@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert", "vilt", "perceiver")], ids=lambda c: c.model_dir)
 def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: list[int]) -> None:
     """The fallback arm: with output_attentions the probabilities are the original's, and SDPA is not called."""
     original, rewritten, _ = _load(case)
