@@ -1,9 +1,10 @@
 """ADP004 FastSoftmax, ADP006 FuseBiasGeLU and ADP009 FuseQKV on real transformers 4.34.1 modeling files.
 
 Each rule runs alone over modeling files where it should fire: the findings are the expected classes, the output
-parses and a second run changes nothing. For one model per rule, a tiny model built from the rewritten source
-loads the original's state_dict strictly and computes the same outputs and gradients in eval and in training (with
-dropout on: none of the three kernels draws random numbers, so the same seed gives the same masks).
+parses and a second run changes nothing. For one model per rule (ADP004: two, CodeGen writing
+`nn.Softmax(dim=-1)(x)`), a tiny model built from the rewritten source loads the original's state_dict strictly and
+computes the same outputs and gradients in eval and in training (with dropout on: none of the three kernels draws
+random numbers, so the same seed gives the same masks).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("ADP004", "bert"): {"BertSelfAttention": 1},
     ("ADP004", "gpt_neo"): {"GPTNeoSelfAttention": 1},
     ("ADP004", "prophetnet"): {"": 2, "ProphetNetAttention": 1},  # "": its top-level `def softmax(...)` helper
+    ("ADP004", "codegen"): {"CodeGenAttention": 1},  # `nn.Softmax(dim=-1)(attn_weights)`, built and called
     ("ADP006", "bert"): {"BertIntermediate": 1, "BertPredictionHeadTransform": 1},
     ("ADP006", "vit"): {"ViTIntermediate": 1},
     ("ADP006", "clip"): {"CLIPMLP": 1},
@@ -57,7 +59,8 @@ def _source(model: str) -> tuple[str, str]:
 
 
 def _softmax_calls(source: str) -> int:
-    """Calls of torch.nn.functional.softmax in a file, by qualified name (what FastSoftmax must find)."""
+    """Calls of torch.nn.functional.softmax in a file, by qualified name, and of a torch.nn.Softmax built and called
+    at once (what FastSoftmax must find)."""
     module = cst.parse_module(source)
     table = ImportTable.from_module(module)
 
@@ -65,8 +68,9 @@ def _softmax_calls(source: str) -> int:
         n = 0
 
         def visit_Call(self, node: cst.Call) -> None:
-            name = table.resolve(node.func)
-            if name is not None and qualname_matches("torch.nn.functional.softmax", name):
+            name = table.resolve(node.func.func if isinstance(node.func, cst.Call) else node.func)
+            wanted = "torch.nn.Softmax" if isinstance(node.func, cst.Call) else "torch.nn.functional.softmax"
+            if name is not None and qualname_matches(wanted, name):
                 self.n += 1
 
     counter = Count()
@@ -117,6 +121,19 @@ def test_fast_softmax_bert_equivalent() -> None:
     )  # fmt: skip
     inputs = lambda: ((), {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": MASK})  # noqa: E731
     _compare("bert", code, "BertModel", config, inputs).raise_if_failed()
+
+
+def test_fast_softmax_codegen_equivalent() -> None:
+    """CodeGen's softmax is a module built and called at once, `nn.Softmax(dim=-1)(attn_weights)` (4 heads: its
+    projection splits them in 4 model-parallel groups)."""
+    code = _rewrite("ADP004", "codegen")
+    assert "adopter_kernels.softmax(attn_weights, dim=-1)" in code
+    config = transformers.CodeGenConfig(
+        vocab_size=40, n_positions=16, n_ctx=16, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, resid_pdrop=0.1,
+        embd_pdrop=0.1, attn_pdrop=0.1,
+    )  # fmt: skip
+    inputs = lambda: ((), {"input_ids": torch.randint(0, 40, (2, 7)), "attention_mask": MASK})  # noqa: E731
+    _compare("codegen", code, "CodeGenModel", config, inputs).raise_if_failed()
 
 
 def test_fuse_bias_gelu_vit_equivalent() -> None:
