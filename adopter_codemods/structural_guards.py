@@ -166,7 +166,7 @@ class _ParsedModule:
                 self.defs.setdefault(stmt.name.value, []).append(stmt)
         # memo of the guards' checks per definition: a verdict (bool) or a method count (int)
         self.verdicts: dict[tuple[object, ...], int] = {}
-        # ADP001-003: why an attention class does not fit the drop-in (None: it fits), per class and rule
+        # ADP001-003, ADP014: why an attention class does not fit the drop-in (None: it fits), per class and rule
         self.drop_in_misfits: dict[tuple[str, str, str], Optional[str]] = {}
         self._asts: dict[str, ast.AST] = {}
         self._rotations: Optional[set[str]] = None
@@ -583,7 +583,7 @@ def _defines_rotation(cls: ClassStructure) -> bool:
 rotate_half_is_exact.may_match = _defines_rotation  # type: ignore[attr-defined]
 
 
-# ------------------------------------------------------------------------------------------ ADP001-003 attention drop-ins
+# ----------------------------------------------------------------------------------- ADP001-003, ADP014 attention drop-ins
 
 # What the SDPA subclasses of adopter_kernels/attention.py need of the class they extend (kept equal to the kernels'
 # `_forward_parameters(mixin)` and `_*_ATTRIBUTES` by tests/test_attention_class_guard.py): the mixin's forward
@@ -608,12 +608,18 @@ ATTENTION_DROP_INS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("c_attn", "c_proj", "attn_dropout", "resid_dropout", "num_heads", "split_size", "scale_attn_weights",
          "scale_attn_by_inverse_layer_idx", "layer_idx", "reorder_and_upcast_attn", "is_cross_attention", "bias"),
     ),
+    "ADP014": (
+        ("hidden_states", "key_value_states", "past_key_value", "attention_mask", "layer_head_mask",
+         "output_attentions"),
+        ("embed_dim", "num_heads", "dropout", "head_dim", "scaling", "is_decoder", "k_proj", "v_proj", "q_proj",
+         "out_proj"),
+    ),
 }  # fmt: skip
 
 
 @guard
 def attention_class_fits_drop_in(match: Match, placement: Placement) -> Union[bool, Refused]:
-    """ADP001-003: the attention class must fit the drop-in: ``forward`` takes exactly the parameters the SDPA
+    """ADP001-003, ADP014: the attention class must fit the drop-in: ``forward`` takes exactly the parameters the SDPA
     forward takes (no decorator, no ``*args``/``**kwargs``) and the class sets every attribute it reads. Otherwise
     the subclass would warn and run the original forward: a finding that cannot run the fast path. The class and its
     bases are read in this file or, when imported (``from transformers.models.bert.modeling_bert import

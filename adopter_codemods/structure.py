@@ -205,7 +205,7 @@ class ClassStructure:
     container_graphs: list["FlowGraph"] = field(default_factory=list)
     # The module the class is defined in: guards that judge other top-level definitions (ADP011/ADP013) read it.
     module: Optional[cst.Module] = field(default=None, repr=False)
-    # Resolves the module's imported classes in other files (ADP001-003 judge an imported attention class).
+    # Resolves the module's imported classes in other files (ADP001-003, ADP014 judge an imported attention class).
     resolver: Optional[BaseResolver] = field(default=None, repr=False)
     # The answers of the guards' cheap tests, by guard name (`matcher._guards_may_match`).
     guard_may_match: dict[str, bool] = field(default_factory=dict, repr=False)

@@ -25,6 +25,7 @@ available, why not, and what ``auto`` selects;
 | ADP011 | ``rms_norm_module(cls, cast, weight, eps)``, ``rms_norm``  |
 | ADP012 | ``gated_linear_unit(input, gate, up, activation, **kw)``   |
 | ADP013 | ``rotary_embedding(x, cos, sin)``                          |
+| ADP014 | ``bart_attention_sdpa(cls)``                               |
 """
 
 try:
@@ -38,7 +39,7 @@ except ImportError as exc:  # rewritten model code deployed without PyTorch: say
 from ._cache import clear_weight_cache
 from ._dispatch import BACKEND_ENV, backends, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
-from .attention import bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
+from .attention import bart_attention_sdpa, bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
 from .attention_core import attention_core
 from .batch_norm import FusedSequential, conv_bn2d, fold_bn, linear_bn1d
 from .layer_norm import (
@@ -69,6 +70,7 @@ __all__ = [
     "FusedSequential",
     "attention_core",
     "backends",
+    "bart_attention_sdpa",
     "bert_self_attention_sdpa",
     "classify_activation",
     "clear_weight_cache",

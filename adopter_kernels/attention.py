@@ -1,8 +1,8 @@
-"""SDPA drop-in subclasses for Hugging Face-style attention classes (rules ADP001, ADP002, ADP003).
+"""SDPA drop-in subclasses for Hugging Face-style attention classes (rules ADP001, ADP002, ADP003, ADP014).
 
-What: ``bert_self_attention_sdpa(cls)``, ``t5_attention_sdpa(cls)`` and ``gpt2_attention_sdpa(cls)`` each
-return a cached subclass of ``cls`` (named ``"SDPA" + cls.__name__``) whose attention core is
-``torch.nn.functional.scaled_dot_product_attention``. Rewritten model code reads::
+What: ``bert_self_attention_sdpa(cls)``, ``t5_attention_sdpa(cls)``, ``gpt2_attention_sdpa(cls)`` and
+``bart_attention_sdpa(cls)`` each return a cached subclass of ``cls`` (named ``"SDPA" + cls.__name__``) whose
+attention core is ``torch.nn.functional.scaled_dot_product_attention``. Rewritten model code reads::
 
     self.self = bert_self_attention_sdpa(BertSelfAttention)(config, position_embedding_type=...)
 
@@ -18,12 +18,13 @@ fully masked rows behave as in eager; dropout is applied only when ``self.traini
 (``past_key_value`` / ``present`` / ``position_bias``) are the original's.
 
 Fallback to the original ``forward`` (``super().forward``) when the fast path cannot give the same result:
-attention probabilities requested (``output_attentions``), a head mask given, BERT relative position
-embeddings, T5 pruned heads, GPT-2 ``reorder_and_upcast_attn``, or an instance that lacks an attribute the fast
-path reads.
+attention probabilities requested (``output_attentions``), a head mask (BART: ``layer_head_mask``) given, BERT
+relative position embeddings, T5 pruned heads, GPT-2 ``reorder_and_upcast_attn``, or an instance that lacks an
+attribute the fast path reads.
 
 Limitations:
-- The fast path mirrors the eager forward of transformers 4.34.1 (tested). The forward signatures are the same in
+- The fast path mirrors the eager forward of transformers 4.34.1 (tested; BART's with its cache in both
+  attentions, and the mask-size check with the original's message). The forward signatures are the same in
   4.20.1 and, for BERT and GPT-2, in 4.46.3 (BertSelfAttention's code is identical there); T5Attention gained
   ``cache_position`` in 4.4x. If ``cls.forward`` does not have exactly the supported parameter names, the factory
   warns once and the subclass keeps the original forward (correct, not faster). Older GPT-2 code masked the
@@ -53,7 +54,7 @@ from torch import Tensor, nn
 from ._dispatch import select
 from .attention_backends import fast_attention
 
-__all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa"]
+__all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa", "bart_attention_sdpa"]
 
 M = TypeVar("M", bound=nn.Module)
 KeyValue = Tuple[Tensor, Tensor]
@@ -438,3 +439,103 @@ def gpt2_attention_sdpa(cls: type[M]) -> type[M]:
     ``bias`` buffer is the lower-triangular mask GPT2Attention builds (it is not in the state dict).
     """
     return cast("type[M]", _sdpa_subclass(cast(type, cls), _GPT2AttentionSDPA, "ADP003"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ADP014: BartAttention and its copies (MBart, Marian, Pegasus, Whisper, Wav2Vec2, HuBERT, ... in 4.x)
+# ---------------------------------------------------------------------------------------------------------------
+
+_BART_ATTRIBUTES = (
+    "embed_dim", "num_heads", "dropout", "head_dim", "scaling", "is_decoder", "k_proj", "v_proj", "q_proj",
+    "out_proj",
+)  # fmt: skip
+
+
+class _BartAttentionSDPA(nn.Module):
+    """Mixin placed before a BartAttention-style class in the MRO; ``super()`` is that class."""
+
+    embed_dim: int
+    num_heads: int
+    dropout: float
+    head_dim: int
+    scaling: float
+    is_decoder: bool
+    k_proj: nn.Module
+    v_proj: nn.Module
+    q_proj: nn.Module
+    out_proj: nn.Module
+
+    def forward(
+        self,
+        hidden_states: Tensor,
+        key_value_states: Optional[Tensor] = None,
+        past_key_value: Optional[KeyValue] = None,
+        attention_mask: Optional[Tensor] = None,
+        layer_head_mask: Optional[Tensor] = None,
+        output_attentions: bool = False,
+    ) -> Tuple[Any, ...]:
+        backend = select("bart_attention", hidden_states, training=torch.is_grad_enabled())
+        if (
+            backend == "reference"
+            or output_attentions
+            or layer_head_mask is not None
+            or not _has_attributes(self, _BART_ATTRIBUTES)
+        ):
+            return super().forward(
+                hidden_states, key_value_states, past_key_value, attention_mask, layer_head_mask, output_attentions
+            )
+        # As the original: the query scaled before the product (so SDPA's scale is 1.0), the keys and values of
+        # the four cases (cross-attention reusing its cache, cross-attention, self-attention extending its cache,
+        # self-attention), each [B, H, S, D] and contiguous, as `_shape` makes them; a decoder returns them.
+        bsz, tgt_len, _ = hidden_states.size()
+        query = self._heads(self.q_proj(hidden_states) * self.scaling, bsz)
+        if (
+            key_value_states is not None
+            and past_key_value is not None
+            and past_key_value[0].shape[2] == key_value_states.shape[1]
+        ):
+            key, value = past_key_value[0], past_key_value[1]
+        elif key_value_states is not None:
+            key = self._heads(self.k_proj(key_value_states), bsz)
+            value = self._heads(self.v_proj(key_value_states), bsz)
+        else:
+            key = self._heads(self.k_proj(hidden_states), bsz)
+            value = self._heads(self.v_proj(hidden_states), bsz)
+            if past_key_value is not None:
+                key = torch.cat([past_key_value[0], key], dim=2)
+                value = torch.cat([past_key_value[1], value], dim=2)
+        if self.is_decoder:
+            past_key_value = (key, value)
+        src_len = key.size(2)
+        if attention_mask is not None and attention_mask.size() != (bsz, 1, tgt_len, src_len):
+            raise ValueError(  # the original's check, word for word
+                f"Attention mask should be of size {(bsz, 1, tgt_len, src_len)}, but is {attention_mask.size()}"
+            )
+        context = fast_attention(
+            "bart_attention",
+            backend,
+            query,
+            key,
+            value,
+            _additive_mask(attention_mask, query.dtype),
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=False,
+            scale=1.0,
+        )
+        attn_output = self.out_proj(context.transpose(1, 2).reshape(bsz, tgt_len, self.embed_dim))
+        return attn_output, None, past_key_value
+
+    def _heads(self, x: Tensor, bsz: int) -> Tensor:
+        """``_shape(x, -1, bsz)`` of the original: ``[B, S, H*D] -> [B, H, S, D]``, contiguous."""
+        return x.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2).contiguous()
+
+
+def bart_attention_sdpa(cls: type[M]) -> type[M]:
+    """ADP014: cached SDPA subclass of a BartAttention-style class (same constructor, same parameters).
+
+    Expects the attributes of ``_BART_ATTRIBUTES`` and ``forward(hidden_states, key_value_states, past_key_value,
+    attention_mask, layer_head_mask, output_attentions)``; returns ``(attn_output, None, past_key_value)`` like the
+    original without ``output_attentions``, and falls back to it for ``output_attentions`` and a
+    ``layer_head_mask``.
+    """
+    return cast("type[M]", _sdpa_subclass(cast(type, cls), _BartAttentionSDPA, "ADP014"))

@@ -30,7 +30,7 @@ from ._dispatch import Backend, Call, _never, forced, register_kernel
 
 __all__ = ["ATTENTION_KERNELS", "fast_attention", "xformers_ops"]
 
-ATTENTION_KERNELS = ("bert_self_attention", "t5_attention", "gpt2_attention")
+ATTENTION_KERNELS = ("bert_self_attention", "t5_attention", "gpt2_attention", "bart_attention")
 
 
 def xformers_ops() -> Optional[types.ModuleType]:
@@ -97,6 +97,9 @@ XFORMERS_FORCED_ONLY = dataclasses.replace(
 )
 register_kernel("t5_attention", XFORMERS_FORCED_ONLY, SDPA_T5, doc="ADP002 attention core of the SDPA subclass")
 register_kernel("gpt2_attention", XFORMERS, SDPA, doc="ADP003 attention core of the SDPA subclass")
+# BART's core is BERT's (scaled scores plus an additive [B, 1, T, S] float mask, no position bias), so the SDPA call
+# is the one measured for ADP001/ADP003; on CPU it was also measured on BART itself (docs/KERNEL_PERFORMANCE.md).
+register_kernel("bart_attention", XFORMERS, SDPA, doc="ADP014 attention core of the SDPA subclass")
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], p: float, causal: bool, scale: float) -> Tensor:

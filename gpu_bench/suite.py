@@ -100,6 +100,14 @@ _HF_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
         "base": dict(hidden_size=768, num_layers=12, num_heads=12, vocab_size=50257, max_position_embeddings=2048,
                      attention_types=[[["global", "local"], 6]], window_size=256),
     },
+    "bart": {  # base: facebook/bart-base
+        "tiny": dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128,
+                     max_position_embeddings=64),
+        "base": dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                     decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50265,
+                     max_position_embeddings=1024),
+    },
     "vilt": {  # base: ViLT-B/32 (dandelin/vilt-b32-mlm): 40 text tokens and 144 patches of a 384x384 image
         "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      vocab_size=128, max_position_embeddings=16, image_size=32, patch_size=16),
@@ -122,6 +130,7 @@ _HF_DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
     "gpt_neo": ("embed_dropout", "attention_dropout", "resid_dropout"),
     "llama": ("attention_dropout",),  # 4.34.1 has none; later 4.x add this one
     "vilt": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    "bart": ("dropout", "attention_dropout", "activation_dropout"),
 }
 
 
@@ -204,6 +213,10 @@ SUITE: dict[str, ModelSpec] = {
                   "transformers.models.llama.modeling_llama",
                   _hf_builder("llama", "LlamaConfig", "LlamaModel"), _text_inputs("llama"),
                   batch_size={"tiny": 2, "base": 4}, seq_len={"tiny": 16, "base": 1024}),
+        ModelSpec("bart", "BART encoder-decoder (BartModel; its attention class and the copies of it: ADP014)",
+                  "transformers.models.bart.modeling_bart",
+                  _hf_builder("bart", "BartConfig", "BartModel"), _text_inputs("bart", decoder=True),
+                  batch_size={"tiny": 2, "base": 8}, seq_len={"tiny": 16, "base": 512}),
         ModelSpec("vilt", "ViLT vision-and-language encoder (ViltModel; its softmax a module built and called)",
                   "transformers.models.vilt.modeling_vilt",
                   _hf_builder("vilt", "ViltConfig", "ViltModel"), _vilt_inputs,

@@ -1,9 +1,10 @@
-"""ADP001-ADP003 on the real transformers 4.34.1 sources: rewrite modeling_bert/t5/gpt2.py, load the rewritten file as
-a module of the transformers package, and compare a tiny model built from it with the original (strict checkpoint
-load, outputs and gradients in eval and training with dropout 0); the attention must really run through SDPA.
+"""ADP001-ADP003 and ADP014 on the real transformers 4.34.1 sources: rewrite modeling_bert/t5/gpt2/bart/whisper.py,
+load the rewritten file as a module of the transformers package, and compare a tiny model built from it with the
+original (strict checkpoint load, outputs and gradients in eval and training with dropout 0); the attention must
+really run through SDPA. BART also decodes step by step from its cache, and asks for the attention probabilities.
 
 Also checks the claim the rule files make about the "Copied from" classes they list: in the installed transformers,
-each one's ``__init__`` and ``forward`` are the reference class's up to the class-name prefix.
+each one's ``__init__`` and ``forward`` (ADP014: ``forward``) are the reference class's up to the class-name prefix.
 """
 
 from __future__ import annotations
@@ -126,6 +127,67 @@ CASES = [
         },
         4,  # 2 self- and 2 cross-attentions
     ),
+    Case(
+        "ADP014",
+        "bart",
+        ("BartEncoderLayer", "BartDecoderLayer", "BartDecoderLayer"),
+        "BartAttention",
+        lambda m: m.BartModel(
+            m.BartConfig(
+                vocab_size=50,
+                d_model=8,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=16,
+                decoder_ffn_dim=16,
+                max_position_embeddings=16,
+                dropout=0.0,
+                attention_dropout=0.0,
+                activation_dropout=0.0,
+            )
+        ),
+        lambda: {
+            "input_ids": torch.randint(0, 50, (2, 6)),
+            "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]]),
+            "decoder_input_ids": torch.randint(0, 50, (2, 4)),
+        },
+        6,  # 2 encoder self-attentions, 2 decoder self- (causal mask) and 2 cross-attentions (padding mask)
+    ),
+    Case(
+        "ADP014",
+        "whisper",
+        ("WhisperEncoderLayer", "WhisperDecoderLayer", "WhisperDecoderLayer"),
+        "WhisperAttention",
+        lambda m: m.WhisperModel(
+            m.WhisperConfig(
+                vocab_size=50,
+                pad_token_id=1,
+                bos_token_id=0,
+                eos_token_id=2,
+                decoder_start_token_id=0,
+                num_mel_bins=8,
+                d_model=8,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=16,
+                decoder_ffn_dim=16,
+                max_source_positions=6,
+                max_target_positions=16,
+                dropout=0.0,
+                attention_dropout=0.0,
+                activation_dropout=0.0,
+            )
+        ),
+        lambda: {
+            "input_features": torch.randn(2, 8, 12),  # two convolutions, the second of stride 2: 6 frames
+            "decoder_input_ids": torch.randint(0, 50, (2, 4)),
+        },
+        6,
+    ),
 ]
 
 
@@ -134,7 +196,9 @@ def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count F.scaled_dot_product_attention calls (the kernels look it up at call time).
 
     SDPA is forced: ``auto`` picks it only where it measured faster, and these float64 checks are about it."""
-    monkeypatch.setenv("ADOPTER_KERNELS_BACKEND", "bert_self_attention=sdpa,t5_attention=sdpa,gpt2_attention=sdpa")
+    monkeypatch.setenv(
+        "ADOPTER_KERNELS_BACKEND", "bert_self_attention=sdpa,t5_attention=sdpa,gpt2_attention=sdpa,bart_attention=sdpa"
+    )
     calls: list[int] = []
     real = torch.nn.functional.scaled_dot_product_attention
 
@@ -173,8 +237,77 @@ def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]
     assert len(sdpa_calls) == case.sdpa_calls * len(report.modes)  # only the rewritten model calls SDPA
 
 
+def _bart_pair() -> tuple[Any, Any]:
+    """The original and the ADP014-rewritten BartModel of CASES, in float64 with the same weights, in eval."""
+    (case,) = [c for c in CASES if c.model_dir == "bart"]
+    package = "transformers.models.bart"
+    original = importlib.import_module(f"{package}.modeling_bart")
+    result = rewrite_source(Path(original.__file__ or "").read_text(encoding="utf-8"), ["ADP014"], path="modeling_bart.py")
+    rewritten = load_source_as_module(result.code, f"{package}.modeling_bart_adopted_pair", package=package)
+    models = []
+    for module in (original, rewritten):
+        with default_dtype(torch.float64), seeded(0):
+            models.append(case.build(module).eval())
+    models[1].load_state_dict(models[0].state_dict(), strict=True)
+    return models[0], models[1]
+
+
+def test_bart_decodes_from_its_cache(sdpa_calls: list[int]) -> None:
+    """The cache branches: self-attention extends its keys and values, cross-attention reuses them."""
+    models = _bart_pair()
+    with seeded(1):
+        ids = torch.randint(0, 50, (2, 6))
+        mask = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
+        decoder_ids = torch.randint(0, 50, (2, 5))
+    outputs = []
+    with torch.no_grad(), default_dtype(torch.float64):  # BART's causal mask is built in the default dtype
+        for model in models:
+            first = model(ids, attention_mask=mask, decoder_input_ids=decoder_ids[:, :3], use_cache=True)
+            step = model(
+                attention_mask=mask, decoder_input_ids=decoder_ids[:, 3:], encoder_outputs=(first.encoder_last_hidden_state,),
+                past_key_values=first.past_key_values, use_cache=True,
+            )  # fmt: skip
+            outputs.append((first.last_hidden_state, step.last_hidden_state, step.past_key_values))
+    assert len(sdpa_calls) == 6 + 4  # the first call as in CASES; the step's decoder: 2 self- and 2 cross-attentions
+    for a, b in zip(outputs[0][:2], outputs[1][:2]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    for layer_a, layer_b in zip(outputs[0][2], outputs[1][2]):
+        for a, b in zip(layer_a, layer_b):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_bart_output_attentions_keeps_the_original_forward(sdpa_calls: list[int]) -> None:
+    models = _bart_pair()
+    with seeded(1):
+        inputs = {"input_ids": torch.randint(0, 50, (2, 6)), "decoder_input_ids": torch.randint(0, 50, (2, 4))}
+    with torch.no_grad(), default_dtype(torch.float64):
+        outs = [m(**inputs, output_attentions=True) for m in models]
+    assert not sdpa_calls
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        for a, b in zip(getattr(outs[0], name), getattr(outs[1], name)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_bart_mask_of_the_wrong_size_fails_as_the_original(sdpa_calls: list[int]) -> None:
+    from transformers.models.bart.modeling_bart import BartAttention
+
+    import adopter_kernels
+
+    with seeded(0):
+        original = BartAttention(8, 2)
+        rewritten = adopter_kernels.bart_attention_sdpa(BartAttention)(8, 2)
+        hidden, mask = torch.randn(2, 5, 8), torch.zeros(2, 1, 5, 4)
+    errors = []
+    for module in (original, rewritten):
+        with pytest.raises(ValueError) as error:
+            module(hidden, attention_mask=mask)
+        errors.append(str(error.value))
+    assert errors[0] == errors[1] and "Attention mask should be of size (2, 1, 5, 5)" in errors[0]
+    assert not sdpa_calls
+
+
 POSITIVE_FIXTURES = [
-    c for c in fixture_cases() if not is_negative(c) and rule_code(c) in ("ADP001", "ADP002", "ADP003")
+    c for c in fixture_cases() if not is_negative(c) and rule_code(c) in ("ADP001", "ADP002", "ADP003", "ADP014")
 ]
 
 
@@ -220,16 +353,43 @@ COPIES_MODULES = {
     "Pop2PianoAttention": "pop2piano.modeling_pop2piano",
     "SwitchTransformersAttention": "switch_transformers.modeling_switch_transformers",
     "DecisionTransformerGPT2Attention": "decision_transformer.modeling_decision_transformer",
+    "BigBirdPegasusDecoderAttention": "bigbird_pegasus.modeling_bigbird_pegasus",
+    "BioGptAttention": "biogpt.modeling_biogpt",
+    "BlenderbotAttention": "blenderbot.modeling_blenderbot",
+    "BlenderbotSmallAttention": "blenderbot_small.modeling_blenderbot_small",
+    "Data2VecAudioAttention": "data2vec.modeling_data2vec_audio",
+    "GPTSanJapaneseAttention": "gptsan_japanese.modeling_gptsan_japanese",
+    "HubertAttention": "hubert.modeling_hubert",
+    "InformerAttention": "informer.modeling_informer",
+    "M2M100Attention": "m2m_100.modeling_m2m_100",
+    "MBartAttention": "mbart.modeling_mbart",
+    "MarianAttention": "marian.modeling_marian",
+    "MusicgenAttention": "musicgen.modeling_musicgen",
+    "PLBartAttention": "plbart.modeling_plbart",
+    "PegasusAttention": "pegasus.modeling_pegasus",
+    "PegasusXAttention": "pegasus_x.modeling_pegasus_x",
+    "SEWAttention": "sew.modeling_sew",
+    "Speech2Text2Attention": "speech_to_text_2.modeling_speech_to_text_2",
+    "Speech2TextAttention": "speech_to_text.modeling_speech_to_text",
+    "TimeSeriesTransformerAttention": "time_series_transformer.modeling_time_series_transformer",
+    "UniSpeechAttention": "unispeech.modeling_unispeech",
+    "UniSpeechSatAttention": "unispeech_sat.modeling_unispeech_sat",
+    "Wav2Vec2Attention": "wav2vec2.modeling_wav2vec2",
+    "WhisperAttention": "whisper.modeling_whisper",
 }
 REFERENCES = {  # rule -> (reference class, its module, the name prefix copies replace)
     "ADP001": ("BertSelfAttention", "bert.modeling_bert", "Bert"),
     "ADP002": ("T5Attention", "t5.modeling_t5", "T5"),
     "ADP003": ("GPT2Attention", "gpt2.modeling_gpt2", "GPT2"),
+    "ADP014": ("BartAttention", "bart.modeling_bart", "Bart"),
 }
+# The methods each copy must share with its reference. ADP014's drop-in replaces only `forward`; it reads the
+# attributes `__init__` sets (checked by the rule's guard), and Whisper's `__init__` builds k_proj without a bias.
+COMPARED = {"ADP014": ("forward",)}
 
 
-def _methods(module: str, cls: str, prefix: str) -> dict[str, str]:
-    """``__init__`` and ``forward`` of a class, as AST dumps with the class-name prefix replaced by ``@``."""
+def _methods(module: str, cls: str, prefix: str, names: tuple[str, ...] = ("__init__", "forward")) -> dict[str, str]:
+    """Methods of a class (`__init__` and `forward`), as AST dumps with the class-name prefix replaced by ``@``."""
     spec = importlib.util.find_spec(f"transformers.models.{module}")  # locates the file without importing torch code
     assert spec is not None and spec.origin is not None
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
@@ -237,7 +397,7 @@ def _methods(module: str, cls: str, prefix: str) -> dict[str, str]:
     return {
         f.name: ast.dump(f).replace(prefix, "@")
         for f in node.body
-        if isinstance(f, ast.FunctionDef) and f.name in ("__init__", "forward")
+        if isinstance(f, ast.FunctionDef) and f.name in names
     }
 
 
@@ -250,10 +410,11 @@ def test_listed_copies_are_verbatim(code: str) -> None:
     reference, module, prefix = REFERENCES[code]
     listed = [t.removeprefix("*.") for t in pattern.types]
     assert listed[0] == reference
-    expected = _methods(module, reference, prefix)
-    assert set(expected) == {"__init__", "forward"}
+    names = COMPARED.get(code, ("__init__", "forward"))
+    expected = _methods(module, reference, prefix, names)
+    assert set(expected) == set(names)
     suffix = reference.removeprefix(prefix)
     for name in listed[1:]:
         copy_prefix = name.removesuffix(suffix)
         assert copy_prefix != name, name
-        assert _methods(COPIES_MODULES[name], name, copy_prefix) == expected, name
+        assert _methods(COPIES_MODULES[name], name, copy_prefix, names) == expected, name

@@ -264,6 +264,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         "37: guard: guard rotate_half_is_exact: swap_only is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two (the variants' rotations) (line 18)",
         "50: guard: guard rotate_half_is_exact: every_two_3d is not defined once in this file as exactly Hugging Face's rotate_half or GPT-J's rotate_every_two (the variants' rotations) (line 41)",
     ],
+    'ADP014_fuse_bart_attention/neg_other_forward.py': [
+        "27: guard: guard attention_class_fits_drop_in: `BartAttention.forward` takes (self, hidden_states, attention_mask=None), not the drop-in's (hidden_states, key_value_states, past_key_value, attention_mask, layer_head_mask, output_attentions); it would run the original forward (line 27)",
+    ],
 }
 
 

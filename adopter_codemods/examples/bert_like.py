@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, GPT2Config, T5Config
+from transformers.models.bart.modeling_bart import BartAttention
 from transformers.models.bert.modeling_bert import BertSelfAttention
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 from transformers.models.t5.modeling_t5 import T5Attention
@@ -152,11 +153,13 @@ class HubAttentions(nn.Module):
         self.t5 = T5Attention(t5_config, has_relative_attention_bias=True)
         gpt2_config = GPT2Config(n_embd=config.hidden_size, n_head=config.num_attention_heads, attn_pdrop=0.0)
         self.gpt2 = GPT2Attention(gpt2_config)
+        self.bart = BartAttention(config.hidden_size, config.num_attention_heads)
 
     def forward(self, hidden_states):
         hidden_states = self.bert(hidden_states)[0]
         hidden_states = self.t5(hidden_states)[0]
-        return self.gpt2(hidden_states)[0]
+        hidden_states = self.gpt2(hidden_states)[0]
+        return self.bart(hidden_states)[0]
 
 
 def rotate_half(x):
