@@ -112,10 +112,13 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 if callee is not None:
                     callee = canonical_torch_name(callee)
                     scan.callees.add(callee)
-                    if callee == "torch.nn.Softmax":  # `nn.Softmax(dim=-1)(x)` walks as F.softmax (unchain.py)
-                        scan.callees.add("torch.nn.functional.softmax")
                     if callee in _CONTAINERS:
                         builds.add(id(unit))
+                elif type(node.func) is cst.Call:  # type: ignore[attr-defined]
+                    # `nn.Softmax(dim=-1)(x)`, a module built and called, walks as F.softmax (unchain.py)
+                    built = table.resolve(node.func.func)  # type: ignore[attr-defined]
+                    if built is not None and canonical_torch_name(built) == "torch.nn.Softmax":
+                        scan.callees.add("torch.nn.functional.softmax")
                 else:
                     method = _tensor_method(node)  # type: ignore[arg-type]
                     if method is not None:
