@@ -488,7 +488,8 @@ class _BartAttentionSDPA(nn.Module):
         # the four cases (cross-attention reusing its cache, cross-attention, self-attention extending its cache,
         # self-attention), each [B, H, S, D] and contiguous, as `_shape` makes them; a decoder returns them.
         bsz, tgt_len, _ = hidden_states.size()
-        query = self._heads(self.q_proj(hidden_states) * self.scaling, bsz)
+        heads = functools.partial(_bart_heads, bsz=bsz, num_heads=self.num_heads, head_dim=self.head_dim)
+        query = heads(self.q_proj(hidden_states) * self.scaling)
         if (
             key_value_states is not None
             and past_key_value is not None
@@ -496,11 +497,11 @@ class _BartAttentionSDPA(nn.Module):
         ):
             key, value = past_key_value[0], past_key_value[1]
         elif key_value_states is not None:
-            key = self._heads(self.k_proj(key_value_states), bsz)
-            value = self._heads(self.v_proj(key_value_states), bsz)
+            key = heads(self.k_proj(key_value_states))
+            value = heads(self.v_proj(key_value_states))
         else:
-            key = self._heads(self.k_proj(hidden_states), bsz)
-            value = self._heads(self.v_proj(hidden_states), bsz)
+            key = heads(self.k_proj(hidden_states))
+            value = heads(self.v_proj(hidden_states))
             if past_key_value is not None:
                 key = torch.cat([past_key_value[0], key], dim=2)
                 value = torch.cat([past_key_value[1], value], dim=2)
@@ -525,9 +526,11 @@ class _BartAttentionSDPA(nn.Module):
         attn_output = self.out_proj(context.transpose(1, 2).reshape(bsz, tgt_len, self.embed_dim))
         return attn_output, None, past_key_value
 
-    def _heads(self, x: Tensor, bsz: int) -> Tensor:
-        """``_shape(x, -1, bsz)`` of the original: ``[B, S, H*D] -> [B, H, S, D]``, contiguous."""
-        return x.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2).contiguous()
+
+def _bart_heads(x: Tensor, bsz: int, num_heads: int, head_dim: int) -> Tensor:
+    """BartAttention's ``_shape(x, -1, bsz)``: ``[B, S, H*D] -> [B, H, S, D]``, contiguous. A function, not a method
+    of the mixin: a method would shadow any of that name the attention class has."""
+    return x.view(bsz, -1, num_heads, head_dim).transpose(1, 2).contiguous()
 
 
 def bart_attention_sdpa(cls: type[M]) -> type[M]:
