@@ -60,7 +60,9 @@ def test_guard_constants_are_the_kernels_requirements() -> None:
         "ADP001": (attention._BertSelfAttentionSDPA, attention._BERT_ATTRIBUTES),
         "ADP002": (attention._T5AttentionSDPA, attention._T5_ATTRIBUTES),
         "ADP003": (attention._GPT2AttentionSDPA, attention._GPT2_ATTRIBUTES),
+        "ADP014": (attention._BartAttentionSDPA, attention._BART_ATTRIBUTES),
     }
+    assert set(kernels) == set(ATTENTION_DROP_INS)
     for code, (mixin, attributes) in kernels.items():
         assert ATTENTION_DROP_INS[code] == (attention._forward_parameters(mixin), attributes)
 

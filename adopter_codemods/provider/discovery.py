@@ -12,7 +12,7 @@ from .. import cstwalk
 from ..class_bases import BaseResolver, ClassRef
 from ..qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from ..structure import LayerBinding
-from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method
+from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, built_softmax_dim
 
 
 @dataclass
@@ -115,9 +115,7 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                     if callee in _CONTAINERS:
                         builds.add(id(unit))
                 elif type(node.func) is cst.Call:  # type: ignore[attr-defined]
-                    # `nn.Softmax(dim=-1)(x)`, a module built and called, walks as F.softmax (unchain.py)
-                    built = table.resolve(node.func.func)  # type: ignore[attr-defined]
-                    if built is not None and canonical_torch_name(built) == "torch.nn.Softmax":
+                    if built_softmax_dim(node, table) is not None:  # type: ignore[arg-type]
                         scan.callees.add("torch.nn.functional.softmax")
                 else:
                     method = _tensor_method(node)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from .. import cstwalk
+from ..qualnames import ImportTable, canonical_torch_name
 
 _BINARY_OPS: dict[type, str] = {
     cst.Add: "+",
@@ -178,8 +179,8 @@ def _tensor_method(call: cst.Call) -> Optional[str]:
 def softmax_module_dim(call: cst.Call) -> Optional[cst.Arg]:
     """``dim=D`` for ``Softmax(dim=D)(x)`` or ``Softmax(D)(x)``, a module built and called at once (BERT-era code's
     ``nn.Softmax(dim=-1)(attention_scores)``), D a literal other than None; None for any other shape. The caller
-    checks that the inner callee is ``torch.nn.Softmax``: such a call is then ``F.softmax(x, dim=D)``, its forward
-    (a module built here has no hooks of its own)."""
+    checks that the inner callee is ``torch.nn.Softmax`` (`built_softmax_dim`): such a call is then
+    ``F.softmax(x, dim=D)``, its forward (a module built here has no hooks of its own)."""
     inner = call.func
     if type(inner) is not cst.Call or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
         return None
@@ -194,6 +195,16 @@ def softmax_module_dim(call: cst.Call) -> Optional[cst.Arg]:
         return arg
     tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
     return cst.Arg(arg.value, keyword=cst.Name("dim"), equal=tight)
+
+
+def built_softmax_dim(call: cst.Call, table: ImportTable) -> Optional[cst.Arg]:
+    """`softmax_module_dim` where the module built is ``torch.nn.Softmax`` under the file's imports: the walk reads
+    such a call as ``F.softmax`` (unchain.py), so class discovery counts it among the callees."""
+    dim = softmax_module_dim(call)
+    if dim is None:
+        return None
+    built = table.resolve(call.func.func)  # type: ignore[attr-defined]  # softmax_module_dim saw a Call there
+    return dim if built is not None and canonical_torch_name(built) == "torch.nn.Softmax" else None
 
 
 def simple_condition(test: cst.BaseExpression) -> bool:

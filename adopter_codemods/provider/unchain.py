@@ -20,7 +20,7 @@ from .syntax import (
     _sub_expressions,
     _suite_body,
     _tensor_method,
-    softmax_module_dim,
+    built_softmax_dim,
 )
 
 
@@ -173,11 +173,9 @@ class _Unchainer(_WalkState, ABC):
         tensor_method = _tensor_method(call) if kind == "func" and qualname is None else None
         if tensor_method is not None:
             qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
-        dim = softmax_module_dim(call) if kind == "func" and qualname is None else None
+        dim = built_softmax_dim(call, self.table) if kind == "func" and qualname is None else None
         if dim is not None:
-            module = self.table.resolve(call.func.func)  # type: ignore[attr-defined]
-            if module is not None and canonical_torch_name(module) == "torch.nn.Softmax":
-                qualname, keyword = "torch.nn.functional.softmax", [dim]
+            qualname, keyword = "torch.nn.functional.softmax", [dim]
         if kind == "func" and qualname is None:
             return self.walk_opaque_expr(call, at, p, parent)
         if kind == "layer" and len(bindings) == 1 and bindings[0].elements and _fixed_order(bindings[0]):
