@@ -29,6 +29,7 @@ from . import cstwalk
 from . import guards as guard_registry
 from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .feeders import feeder_statements
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names, simple_condition
@@ -146,6 +147,8 @@ class Placement:
     # plan "fallback" with absorbed `if`s: value id of an argument computed only under an absorbed `if` -> (the `if`'s
     # test, the argument): the fused call passes `(<argument> if <test> else None)` (`_plan_absorbing`)
     conditional: Mapping[int, tuple[cst.BaseExpression, cst.BaseExpression]] = field(default_factory=dict)
+    # statements among `deleted` that only fed an argument the target does not pass (feeders.py)
+    feeders: tuple[cst.CSTNode, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", MappingProxyType(dict(self.names)))  # read-only copies, as Match's
@@ -894,7 +897,9 @@ def _plan(match: Match) -> Union[Placement, Reason]:
         )
     anchor_block = anchor.site.block
     if all(s.block is anchor_block for s in deleted):
-        return Placement("block", anchor, removed, names, output_copies)
+        before = anchor_block[: anchor_block.index(anchor.site.line)] if anchor.site.line in anchor_block else ()
+        fed = tuple(feeder_statements(match, anchor, before, {id(s) for s in removed}))
+        return Placement("block", anchor, (*removed, *fed), names, output_copies, feeders=fed)
     # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
     prefix_lines = [s.line for s in deleted]
     outer = deleted[0]
@@ -1605,11 +1610,12 @@ def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int
 
 
 def _plan_fallback(
-    match: Match, block: Placement, twin: Optional[PlacedMatch] = None, absorbed: tuple[cst.If, ...] = ()
+    match: Match, block: Placement, twin: Optional[PlacedMatch] = None, absorbed: tuple[cst.If, ...] = (),
+    kept_ifs: frozenset[int] = frozenset(),
 ) -> Union[Placement, Reason, None]:
     """The fallback placement of a match whose `block` placement fails the path checks, if it is safe: else the
-    reason the fused copy fails the path checks, if one is worth listing, or None. `twin`/`absorbed`: see
-    `_plan_absorbing`."""
+    reason the fused copy fails the path checks, if one is worth listing, or None. `twin`/`absorbed`/`kept_ifs` (ids
+    of the absorbed `if`s that keep statements): see `_plan_absorbing`."""
     anchor = block.anchor
     assert anchor is not None
     if anchor.site.inline_stack:
@@ -1653,7 +1659,7 @@ def _plan_fallback(
                 return None
             if not is_absorbed:
                 region_ifs.append(line)
-            assigned.update(_written(line.body))
+            assigned.update(_written_by(line, deleted) if id(line) in kept_ifs else _written(line.body))
     if not region_ifs and not assigned:
         return None
     anchor_names = _written(anchor.site.small)
@@ -1673,8 +1679,15 @@ def _plan_fallback(
     if not tests and not absorbed or nested and tests:
         return None
     written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
-    if any(name in written_from_region for t in [*tests, *(i.test for i in absorbed)] for name in _names_in_node(t)):
+    if any(name in written_from_region for t in tests for name in _names_in_node(t)):
         return None
+    for absorbed_if in absorbed:
+        # Its own kept statements may assign X (`_retested_name_kept` vetted them); nothing else from the region on.
+        written = set().union(*(
+            _written_by(s, deleted) if s is absorbed_if and id(s) in kept_ifs else _written(s) for s in region + after
+        ))
+        if _names_in_node(absorbed_if.test) & written:
+            return None
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
     for stmt in after:
         for sub in cstwalk.walk(stmt):
@@ -1683,9 +1696,15 @@ def _plan_fallback(
     failed = _check_fused_paths(match, block, frozenset(skip), frozenset(guarded_statements), twin)
     if failed is not None:
         return failed if failed.listed else None
+    dropped = (*region_ifs, *(i for i in absorbed if id(i) not in kept_ifs))
     return dataclasses.replace(
-        block, plan="fallback", region=tuple(region), region_ifs=(*region_ifs, *absorbed), fallback_tests=tuple(tests)
+        block, plan="fallback", region=tuple(region), region_ifs=dropped, fallback_tests=tuple(tests)
     )
+
+
+def _written_by(if_stmt: cst.If, deleted: set[int]) -> set[str]:
+    """The names the `deleted` statements in the body of `if_stmt` assign."""
+    return set().union(*(_written(n) for n in cstwalk.walk(if_stmt.body) if id(n) in deleted))
 
 
 def _check_fused_paths(
@@ -1771,6 +1790,11 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     anchor = max(match.nodes, key=lambda n: n.index)
     absorbed_ifs: list[cst.If] = []
     absorbed_nodes: set[int] = set()
+    # What goes from the absorbed `if`s: each step's statement and its feeders; an `if` keeping other statements
+    # stays without them.
+    removed: list[cst.CSTNode] = []
+    fed: list[cst.CSTNode] = []
+    kept_ifs: set[int] = set()
     conditional: dict[int, tuple[cst.BaseExpression, cst.BaseExpression]] = {}
     twin_env = dict(match.env)
     twin_skipped = set(match.skipped)
@@ -1783,7 +1807,7 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         found = _absorbing_if(node, anchor, match.cls.module)
         if not isinstance(pattern, (CallNode, OpNode)) or not pattern.optional or found is None:
             return None
-        if_stmt, tested = found
+        if_stmt, tested, prefix = found
         test = _code(if_stmt.test)
         if tested is None:
             return Reason(
@@ -1799,12 +1823,20 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         others = [a for a in unbound if a.name in passed]
         if not others:
             return None
+        feeders = feeder_statements(match, anchor, prefix, {id(node.site.small)})
+        kept = [line for line in prefix if not any(f in line.body for f in feeders)]
+        reason = _retested_name_kept(match, kept, tested, test)
+        if reason is not None:
+            return reason
+        # The argument reads X, or names the kept statements bound for it (`dots_mask = ...`): they hold the same
+        # at the fused call (the path checks), where the test still tells whether the `if` ran.
+        allowed = {tested, *(name for line in kept for name in _written(line))}
         for a in others:
             bound = match.env.get(a.name)
-            if _bound_name(bound) == tested:
+            if _bound_name(bound) in allowed:
                 continue
             if not (isinstance(bound, Value) and bound.kind == "expr" and bound.pure and bound.uses
-                    and {name for name, _ in bound.uses} == {tested}):
+                    and {name for name, _ in bound.uses} <= allowed):
                 text = _code(bound.expr) if isinstance(bound, Value) else f"${a.name}"
                 why = "makes a call" if isinstance(bound, Value) and not bound.pure else f"reads more than `{tested}`"
                 return Reason(
@@ -1816,6 +1848,12 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
             conditional[bound.vid] = (if_stmt.test, bound.expr)
         absorbed_ifs.append(if_stmt)
         absorbed_nodes.add(id(node))
+        removed += [node.site.small, *feeders]
+        fed += feeders
+        if kept:
+            kept_ifs.add(id(if_stmt))
+        else:
+            removed.append(if_stmt)
         twin_skipped.add(i)
         for a in unbound:
             twin_env.pop(a.name, None)
@@ -1824,8 +1862,8 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     if not absorbed_ifs:
         return None
     assert match.graph is not None
-    kept = [n for n in match.nodes if id(n) not in absorbed_nodes]
-    rebound = tuple(flow_checks.rebound(match.graph, kept, twin_env))
+    kept_nodes = [n for n in match.nodes if id(n) not in absorbed_nodes]
+    rebound = tuple(flow_checks.rebound(match.graph, kept_nodes, twin_env))
     twin = Match(rule, match.cls, match.graph, rebound, twin_env, skipped=frozenset(twin_skipped))
     twin_placement = _plan(twin)
     if not isinstance(twin_placement, Placement) or twin_placement.plan != "block":
@@ -1836,14 +1874,64 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     # environment), with the names it reads taken there.
     assert twin_placement.anchor is not None and twin_placement.anchor.index == anchor.index
     names = _names_at_anchor(match, anchor, twin_placement.deleted)
-    # The fused copy drops the absorbed statements and their `if`s too: what they read for the node alone (a fill
-    # value reading the scores) is no read of a hidden result, and their tests (`exists(X)`) run in the fused call.
-    absorbed_statements = (*(n.site.small for n in match.nodes if id(n) in absorbed_nodes), *absorbed_ifs)
+    # The fused copy drops the absorbed statements and their feeders, and the `if`s left empty: what they read for
+    # the node alone (a fill value reading the scores) is no read of a hidden result, and their tests (`exists(X)`)
+    # run in the fused call.
     block = dataclasses.replace(
         twin_placement, anchor=anchor, names=names, conditional=conditional,
-        deleted=(*twin_placement.deleted, *absorbed_statements),
+        deleted=(*twin_placement.deleted, *removed), feeders=(*twin_placement.feeders, *fed),
     )
-    return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs))
+    return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs), frozenset(kept_ifs))
+
+
+def _retested_name_kept(
+    match: Match, kept: Sequence[cst.SimpleStatementLine], tested: str, test: str
+) -> Optional[Reason]:
+    """Where statements kept in an absorbed `if` assign X, the X its test reads (``mask = rearrange(mask, ...)``):
+    the fused call tests X again after them, so each must give X a value that is never None when the `if` ran, or
+    the test would answer otherwise. A subscript, an operator, a call of torch or einops or a tensor method that
+    reshapes or converts (they return tensors) do; anything else is refused."""
+    graph = match.graph
+    assert graph is not None
+    for line in kept:
+        for small in line.body:
+            if tested not in _written(small):
+                continue
+            value = small.value if isinstance(small, cst.Assign) and _assigned_name(small) == tested else None
+            if value is not None and _never_none(value, graph):
+                continue
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                f"`{tested}` is assigned here, under `if {test}:`, and the fused call would test it again: only a "
+                "subscript, an operator, a call of torch or einops or a tensor method that reshapes or converts is "
+                "sure not to make it None",
+                line,
+            )
+    return None
+
+
+# Tensor methods that return None rather than a tensor.
+_RETURNS_NONE = frozenset({"torch.Tensor.backward", "torch.Tensor.retain_grad", "torch.Tensor.record_stream"})
+# Tensor methods that reshape or convert a mask (the walk keeps them opaque): on a tensor they return one.
+_MASK_METHODS = frozenset({
+    "reshape", "view", "flatten", "unsqueeze", "squeeze", "expand", "expand_as", "repeat", "repeat_interleave",
+    "permute", "transpose", "contiguous", "bool", "to", "float", "long", "int", "type_as", "logical_not",
+})
+
+
+def _never_none(value: cst.BaseExpression, graph: FlowGraph) -> bool:
+    """Whether `value`, computed from a tensor, is never None: see `_retested_name_kept`. (Where the `if`'s X is not
+    a tensor, its masked_fill fails in the original anyway.)"""
+    if isinstance(value, (cst.Subscript, cst.UnaryOperation, cst.BinaryOperation, cst.Comparison)):
+        return True
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _MASK_METHODS and not _self_attr_name(func):
+        return True
+    node = next((n for n in graph.nodes if n.expr is value), None)
+    name = node.qualname if node is not None and node.kind == "func" else None
+    return name is not None and name.startswith(("torch.", "einops.")) and name not in _RETURNS_NONE
 
 
 def _atom_names(target: CallNode) -> set[str]:
@@ -1854,18 +1942,26 @@ def _atom_names(target: CallNode) -> set[str]:
 
 def _absorbing_if(
     node: DLNode, anchor: DLNode, module: Optional[cst.Module]
-) -> Optional[tuple[cst.If, Optional[str]]]:
-    """The ``if`` of the anchor's block (no else) whose whole body is `node`'s statement ``name = node``, and X when
-    its test is ``X is not None`` (or ``exists(X)``, see above), else None."""
+) -> Optional[tuple[cst.If, Optional[str], list[cst.SimpleStatementLine]]]:
+    """The ``if`` of the anchor's block (no else) whose body ends with `node`'s statement ``name = node``, alone on
+    its line, after simple statements that assign or call (vit-pytorch's ``mask = rearrange(mask, ...)``), with X
+    when its test is ``X is not None`` (or ``exists(X)``, see above), and those statements; else None."""
     if not node.whole_statement or node.site.inline_stack != anchor.site.inline_stack or not _deletable(node.site.small):
         return None
     for stmt in anchor.site.block:
         if not isinstance(stmt, cst.If) or stmt.body is not node.site.owner or stmt.orelse is not None:
             continue
         body = _suite(stmt.body)
-        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or list(body[0].body) != [node.site.small]:
+        if not body or not isinstance(body[-1], cst.SimpleStatementLine) or list(body[-1].body) != [node.site.small]:
             return None
-        return stmt, _not_none_test(stmt.test, module)
+        prefix = body[:-1]
+        if not all(
+            isinstance(line, cst.SimpleStatementLine)
+            and all(isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Expr)) for small in line.body)
+            for line in prefix
+        ):
+            return None
+        return stmt, _not_none_test(stmt.test, module), list(prefix)  # type: ignore[arg-type]
     return None
 
 

@@ -198,8 +198,9 @@ def _plan_fallback(placement: Placement, call: cst.Call, plan: EditPlan) -> None
             fused.append(placeholder)
         else:
             fused.append(line.visit(apply))  # type: ignore[arg-type]
-    fused_lines, _ = _drop_empty_lines(fused, apply.emptied)  # type: ignore[arg-type]
     region = [*placement.region]
+    # The region may start mid-block: lines before it keep their spacing.
+    fused_lines, _ = _drop_empty_lines(fused, apply.emptied, top=region[0] is placement.anchor.site.block[0])  # type: ignore[arg-type]
     head = region[0]
     if not placement.fallback_tests:  # only absorbed ifs: the fused copy is all there is
         _put(plan, head, cst.FlattenSentinel(fused_lines))
@@ -414,30 +415,34 @@ class _Apply(cst.CSTTransformer):
 
 
 def _drop_empty_lines(
-    body: Sequence[cst.BaseStatement], emptied: dict[int, cst.CSTNode]
+    body: Sequence[cst.BaseStatement], emptied: dict[int, cst.CSTNode], top: bool = True
 ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
     """Remove the placeholders (ids in `emptied`) of lines whose small statements were all deleted; their comments
-    move to the next statement (or, after the last one, to the block's footer), and so does the blank line that
-    separated the first of them from the lines before. Where they open the block without a blank line, the next
-    statement opens it without one too."""
+    move to the next statement (or, after the last one, to the block's footer), with the blank lines around them
+    (a run of blank lines kept as one). A comment written right above a deleted line stays right above the next
+    statement; one separated from it by a blank line stays separated. Where removed lines open the block (`top`:
+    `body` is a whole block) without a blank line, the next statement opens it without one too."""
     out: list[cst.BaseStatement] = []
     carry: list[cst.EmptyLine] = []
     tight_top = False  # removed lines open the block, the first with no blank line above
     for stmt in body:
         if emptied.get(id(stmt)) is stmt:
             lines = list(_leading_lines(stmt))
-            if not out and not carry and not tight_top:
+            if top and not out and not carry and not tight_top:
                 tight_top = not (lines and lines[0].comment is None)
-            if not carry and lines and lines[0].comment is None:
-                carry.append(lines[0])
-            carry.extend(ln for ln in lines if ln.comment is not None)
+            for ln in lines:
+                if ln.comment is not None or not carry or carry[-1].comment is not None:
+                    carry.append(ln)
             continue
         if carry or tight_top:
             own = list(_leading_lines(stmt))
             if tight_top:
                 carry, own = [ln for ln in carry if ln.comment is not None], [ln for ln in own if ln.comment is not None]
-            if carry and carry[0].comment is None and own and own[0].comment is None:
-                carry = carry[1:]  # one separating blank line is enough
+            elif carry and carry[-1].comment is not None:
+                # the comment was written for the deleted code, which the next statement now does (or follows)
+                own = own[next((i for i, ln in enumerate(own) if ln.comment is not None), len(own)):]
+            elif carry and own and own[0].comment is None:
+                carry = carry[:-1]  # one separating blank line is enough
             stmt = stmt.with_changes(leading_lines=[*carry, *own])  # type: ignore[attr-defined]
             carry, tight_top = [], False
         out.append(stmt)

@@ -368,10 +368,11 @@ def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Ref
         if value is None:
             continue  # that masked_fill is absent
         assert isinstance(value, Value)
-        text = _normalised(value.expr)
         filled = next((n for n in match.nodes if n.qualname == "torch.Tensor.masked_fill" and n.args[2] is value), None)
         receiver = filled.args[0] if filled is not None else None
         named = receiver is not None and receiver.kind == "var" and not receiver.text.startswith("%")
+        expr = _fed_value(match, placement, value, receiver) if value.kind == "var" else value.expr
+        text = _normalised(expr if expr is not None else value.expr)
         minimum = f"torch.finfo({receiver.text}.dtype).min" if receiver is not None and named else None
         minima = (minimum, f"-torch.finfo({receiver.text}.dtype).max") if receiver is not None and named else ()
         if text not in _MINUS_INF if kind == "inf" else text not in minima:
@@ -379,6 +380,29 @@ def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Ref
             kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
             return Refused(f"masked_fill fills with {text}; the fused kernel fills with -inf or {kernel} (its negated max) only")
     return True
+
+
+def _fed_value(
+    match: Match, placement: Placement, value: Value, receiver: Optional[Value]
+) -> Optional[cst.BaseExpression]:
+    """The expression a fill value named in a removed feeder statement (``mask_value = -torch.finfo(dots.dtype).max``,
+    feeders.py) was assigned, where every name it reads holds there what it holds at the masked_fill (so
+    ``dots`` is the filled tensor); None otherwise."""
+    graph = match.graph
+    definitions = graph.definitions.get(value.vid, []) if graph is not None else []
+    smalls = {id(d.site.small) for d in definitions}
+    feeder = definitions[0].site.small if definitions else None
+    if graph is None or len(smalls) != 1 or not any(f is feeder for f in placement.feeders):
+        return None
+    assert isinstance(feeder, cst.Assign)
+    filled_state = {name: vid for name, vid in (receiver.uses if receiver is not None else ())}
+    for pos in graph.by_statement.get(id(feeder), ()):
+        event = graph.events[pos]
+        if isinstance(event, DLNode):
+            for arg in (*event.args, *(v for _, v in event.kwargs)):
+                if any(filled_state.get(name, vid) != vid for name, vid in arg.uses):
+                    return None  # `dots` held another tensor there
+    return feeder.value
 
 
 # The two einsums of a core SDPA computes (kept in step with adopter_kernels/attention_core.py's

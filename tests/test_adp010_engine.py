@@ -134,6 +134,8 @@ REFUSALS = {
     "neg_absorbed_mask_reads_another_name.py": ("~(attn_mask & keep),", "~attn_mask,"),
     "neg_fill_min_of_other_tensor.py": ("ref.dtype", "scores.dtype"),
     "neg_fill_unknown_value.py": ("-10000.0", "float('-inf')"),
+    "neg_fill_value_read_again.py": ("return out.clamp(min=mask_value)", "return out"),
+    "neg_retested_mask_from_helper.py": ("= key_padding(mask)", "= mask[:, None, None, :]"),
     "neg_helper_does_more.py": ("        self.bias_reads += 1\n", ""),
     "neg_mixed_matmul_spellings.py": ("torch.bmm", "torch.matmul"),
     "neg_probs_returned.py": ("return context, probs", "return context"),
@@ -179,6 +181,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "exists_masked_fill.py": 4,  # both classes, with and without their masks
     "exists_mask_in_else_branch.py": 2,
     "mask_under_if_only.py": 2,
+    "mask_prepared_under_if.py": 6,  # three classes, with and without their masks
     "nanogpt_block.py": 1,
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path
     "relative_position_bias.py": 1,

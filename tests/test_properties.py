@@ -4,7 +4,7 @@ Sources hold ADP005 (dropout -> add -> LayerNorm, split or nested, either operan
 helper method whose local has a namesake in forward), ADP004 (softmax), ADP006 (Linear -> activation), ADP009
 (q/k/v projections of one input) and ADP010 (an attention core, its products written with `@`, `torch.matmul`,
 `torch.bmm` or `torch.einsum`, scaled by a constant or by the query's size, its mask always, never or under
-`if r is not None:`, its softmax a function, a method or `nn.Softmax(dim=-1)(s)`) next to layers converted where
+`if r is not None:` (added, or prepared there and filled with a named `-finfo.max`, also in place), its softmax a function, a method or `nn.Softmax(dim=-1)(s)`) next to layers converted where
 `__init__` builds them (`.to(...)`), aliases, reused intermediates, layers shared with other code, if/else, early returns,
 loops, helper methods, top-level functions, comments in odd places, both quote styles, tabs / 2 / 4 spaces and
 LF / CRLF.
@@ -126,11 +126,19 @@ def attention_core(draw: st.DrawFn, src: Source, var: str) -> list[str]:
     # The scale may read the query's metadata: a metadata call moves to the fused call like a constant.
     scale = draw(st.sampled_from(["0.3", f"{var}.size(-1) ** -0.5", f"{var}.shape[-1] ** -0.5"]))
     out = [f"{s} = {scores} * {scale}"]
-    mask = draw(st.sampled_from(["none", "always", "optional"]))
+    mask = draw(st.sampled_from(["none", "always", "optional", "prepared", "named_fill"]))
+    # A boolean mask filled in, by a method or in place (read as the method), with a fill value named first.
+    fill, keep = src.fresh("fill"), src.fresh("keep")
+    masked_fill = draw(st.sampled_from([f"{s} = {s}.masked_fill(~{keep}, {fill})", f"{s}.masked_fill_(~{keep}, {fill})"]))
     if mask == "always":
         out.append(f"{s} = {s} + r[:, :, :1]")  # an additive mask
     elif mask == "optional":  # the fused call goes after the `if`: the scale is evaluated there
         out += ["if r is not None:", f"    {s} = {s} + r[:, :, 1:2]"]
+    elif mask == "prepared":  # the `if` keeps the mask's preparation; the fill value's statement goes
+        out += ["if r is not None:", f"    {keep} = r[:, :, 2:3].transpose(1, 2) > 0", f"    {fill} = -torch.finfo({s}.dtype).max",
+                f"    {masked_fill}"]
+    elif mask == "named_fill":
+        out += [f"{keep} = r[:, :, 2:3].transpose(1, 2) > 0", f"{fill} = -torch.finfo({s}.dtype).max", masked_fill]
     softmax = draw(st.sampled_from([f"{s}.softmax(dim=-1)", f"F.softmax({s}, dim=-1)", f"nn.Softmax(dim=-1)({s})"]))
     out += [f"{p} = {softmax}", f"{p} = self.drop({p})", f"{var} = {output}"]
     if draw(st.integers(0, 3)) == 0:

@@ -190,6 +190,12 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_condition_with_call.py': [
         '22: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 25)',
     ],
+    'ADP010_fuse_attention_core/neg_fill_value_read_again.py': [
+        '19: intermediate-used-elsewhere: `dots`, an intermediate result the fused call hides, is used here (line 20)',
+    ],
+    'ADP010_fuse_attention_core/neg_retested_mask_from_helper.py': [
+        '28: not-placeable: `mask` is assigned here, under `if exists(mask):`, and the fused call would test it again: only a subscript, an operator, a call of torch or einops or a tensor method that reshapes or converts is sure not to make it None (line 31)',
+    ],
     'ADP010_fuse_attention_core/neg_einsum_equation_not_literal.py': [
         '18: guard: guard attention_einsum_equations: the einsum equation `self.score_equation` is not a string literal, so what it computes is not known (line 18)',
     ],

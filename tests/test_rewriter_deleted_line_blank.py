@@ -48,6 +48,10 @@ class Block(nn.Module):
         ("\n        y = self.a(x)\n\n        z = self.b(y)\n", "x = x + 1\n\n        z = kernels"),
         # a comment in between keeps its place after the blank line
         ("\n        # project\n        y = self.a(x)\n        z = self.b(y)\n", "x = x + 1\n\n        # project\n        z = kernels"),
+        # a comment right above the deleted statement stays right above the fused call
+        ("\n        # project\n        y = self.a(x)\n\n        z = self.b(y)\n", "x = x + 1\n\n        # project\n        z = kernels"),
+        # a comment set apart by a blank line stays apart
+        ("\n        # project\n\n        y = self.a(x)\n\n        z = self.b(y)\n", "x = x + 1\n\n        # project\n\n        z = kernels"),
         # no blank line: none appears
         ("        y = self.a(x)\n        z = self.b(y)\n", "x = x + 1\n        z = kernels"),
     ],

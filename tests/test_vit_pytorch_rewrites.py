@@ -3,7 +3,7 @@ of its attention cores write both products with `torch.einsum` (ADP010's einsum 
 form with an `nn.Softmax` layer. Each model file is rewritten here, executed as a module of the installed package
 in a fresh process, built in float64 with the original's weights (`strict=True`), and compared in eval and training
 (outputs, gradients), under `auto` and with SDPA forced. LeVJEPA-ND's attention core is a module-level function
-with an optional mask (`nd_attention`)."""
+with an optional mask (`nd_attention`); ViTDetPool's prepares its mask under the `if` that applies it."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ IMAGE = [2, 3, 32, 32]
 # LeVJEPA-ND's Attention calls the module-level `nd_attention`, whose optional dense mask is absorbed: its inputs
 # (x, rotary_emb, pos, block_mask, dense_mask), an expression the worker evaluates (each query sees itself).
 LEVJEPA_INPUTS = "(torch.randn(2, 6, 32), None, None, None, (torch.rand(2, 6, 6) > 0.4) | torch.eye(6, dtype=torch.bool))"
+# ViTDetPool's Attention prepares its optional key mask under `if exists(mask):` (rearrange, a named fill value):
+# its inputs (x, mask), the second sample padding its last two keys.
+DETPOOL_INPUTS = "(torch.randn(2, 6, 32), torch.arange(6) < torch.tensor([[6], [4]]))"
 # module -> (class, constructor keywords, input shape or inputs expression, ADP010 sites, of which einsum cores)
 MODELS: dict[str, tuple[str, dict[str, object], list[int] | str, int, int]] = {
     "vit": ("ViT", dict(image_size=32, patch_size=8, num_classes=10, dim=32, depth=2, heads=2, mlp_dim=64,
@@ -48,6 +51,7 @@ MODELS: dict[str, tuple[str, dict[str, object], list[int] | str, int, int]] = {
     "rvt": ("RvT", dict(image_size=32, patch_size=8, num_classes=10, dim=32, depth=2, heads=2, mlp_dim=64,
                         dropout=0.1, use_rotary=True, use_ds_conv=True, use_glu=True), IMAGE, 1, 1),
     "levjepa_nd": ("Attention", dict(dim=32, heads=2, dim_head=16, dropout=0.1), LEVJEPA_INPUTS, 1, 0),
+    "vit_detpool": ("Attention", dict(dim=32, heads=2, dim_head=16, dropout=0.1), DETPOOL_INPUTS, 1, 0),
 }
 
 WORKER = textwrap.dedent(
@@ -113,5 +117,6 @@ def test_rewritten_vit_pytorch_models_are_equivalent(tmp_path: Path) -> None:
     for module, reports in outcome.items():
         for backend, (ok, compared, text, sdpa_calls) in reports.items():
             assert ok, f"{module}, {backend}: {text}"
-            assert compared > (5 if module == "levjepa_nd" else 20), (module, backend, compared)  # one layer there
+            # one attention layer there
+            assert compared > (5 if module in ("levjepa_nd", "vit_detpool") else 20), (module, backend, compared)
         assert reports["attention_core=sdpa"][3] > 0, module  # the forced run took the SDPA path

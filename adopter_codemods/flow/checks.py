@@ -373,6 +373,7 @@ def _check_complete(
     anchor once the deleted statements are gone; (iv) `_moved_reads_touched` finds nothing. The first failure's
     reason, if any."""
     assert placement.anchor is not None
+    ignore = ignore | {id(s) for s in placement.feeders}  # removed with the match: their reads go too
     keys = set(instance)
     anchor = instance[key(placement.anchor)]
     chain = sorted(n.index for n in instance.values())
@@ -444,7 +445,7 @@ def _check_complete(
                 for arg in [*producer.args, *(v for _, v in producer.kwargs)]:
                     todo.extend(arg.uses)
             continue
-        if state.get(name, vid) != vid:
+        if state.get(name, vid) != vid and not _holds_on_chain(reach, state[name], vid, chain, anchor.index):
             definition = _definition(graph, name, state[name], vid)
             return m.Reason(
                 m.RefusalCategory.INPUT_REDEFINED,
@@ -453,6 +454,23 @@ def _check_complete(
                 definition.site.line if definition is not None else None,
             )
     return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain)
+
+
+def _holds_on_chain(reach: Reach, phi: int, vid: int, chain: list[int], pos: int) -> bool:
+    """Whether reading the phi `phi` at `pos` reads `vid` on every path through `chain`: `vid` is carried into it on
+    such a path and no other operand is (a name assigned in an `if` whose body the chain goes through:
+    ``if exists(mask): mask = rearrange(mask, ...); s = s.masked_fill(~mask, ...)``)."""
+    operands = reach.graph.phis.get(phi)
+    if operands is None or vid not in operands:
+        return False
+    joins = reach.carried({vid}, chain).get(phi)
+    if not joins or not reach.reads_at(pos, chain, joins):
+        return False
+    for other in operands - {vid}:
+        joins = reach.carried({other}, chain).get(phi)
+        if joins and reach.reads_at(pos, chain, joins):
+            return False
+    return True
 
 
 # Functions whose calls an argument may carry to another statement: they only compute. Anything else under `torch`

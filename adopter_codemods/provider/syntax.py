@@ -164,16 +164,31 @@ def _call_receivers(node: cst.CSTNode) -> set[str]:
     return names
 
 
-def _tensor_method(call: cst.Call) -> Optional[str]:
+def _tensor_method(call: cst.Call, in_place: bool = False) -> Optional[str]:
     """``name`` for ``<expr>.name(...)`` with ``name`` in TENSOR_METHODS and a receiver other than ``self`` (whose
-    methods are helpers or layers); the caller has checked the callee is no imported name (``torch.transpose``)."""
+    methods are helpers or layers); the caller has checked the callee is no imported name (``torch.transpose``).
+    With `in_place` (a statement ``x.masked_fill_(...)``, `in_place_masked_fill`), ``masked_fill``."""
     func = call.func
+    if in_place:
+        return "masked_fill" if in_place_masked_fill(call) is not None else None
     if type(func) is not cst.Attribute or func.attr.value not in TENSOR_METHODS:  # type: ignore[attr-defined]
         return None
     receiver = func.value  # type: ignore[attr-defined]
     if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
         return None
     return func.attr.value  # type: ignore[attr-defined]
+
+
+def in_place_masked_fill(expr: cst.BaseExpression) -> Optional[cst.Name]:
+    """``x`` for a statement ``x.masked_fill_(m, v)`` (Stable Diffusion's and perceiver-pytorch's ``sim.masked_fill_(~mask,
+    max_neg_value)``): the walk reads it as ``x = x.masked_fill(m, v)``, what it leaves in ``x``. None for any other
+    expression."""
+    if type(expr) is not cst.Call or type(expr.func) is not cst.Attribute:  # type: ignore[attr-defined]
+        return None
+    func = expr.func  # type: ignore[attr-defined]
+    if func.attr.value != "masked_fill_" or type(func.value) is not cst.Name or func.value.value == "self":
+        return None
+    return func.value  # type: ignore[no-any-return]
 
 
 def softmax_module_dim(call: cst.Call) -> Optional[cst.Arg]:

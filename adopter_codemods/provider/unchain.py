@@ -148,7 +148,10 @@ class _Unchainer(_WalkState, ABC):
         p: _Partial,
         parent: Optional[cst.BaseExpression],
         whole: bool,
+        in_place: bool = False,
     ) -> list[tuple[_Partial, Value]]:
+        """`in_place`: the call is a statement ``x.masked_fill_(m, v)``, walked as the ``x.masked_fill(m, v)`` whose
+        result the caller assigns to ``x`` (syntax.in_place_masked_fill)."""
         if any(a.star for a in call.args):
             return self.walk_opaque_expr(call, at, p, parent)
         attr = _is_self_attr(call.func)
@@ -170,7 +173,7 @@ class _Unchainer(_WalkState, ABC):
                 qualname = canonical_torch_name(qualname)
         positional = [a.value for a in call.args if a.keyword is None]
         keyword = [a for a in call.args if a.keyword is not None]
-        tensor_method = _tensor_method(call) if kind == "func" and qualname is None else None
+        tensor_method = _tensor_method(call, in_place) if kind == "func" and qualname is None else None
         if tensor_method is not None:
             qualname, positional = "torch.Tensor." + tensor_method, [call.func.value, *positional]  # type: ignore[attr-defined]
         dim = built_softmax_dim(call, self.table) if kind == "func" and qualname is None else None

@@ -274,16 +274,15 @@ class _ClassWalker(_Unchainer):
     ) -> list[_Partial]:
         at = ctx.at(small, line)
         if isinstance(small, (cst.Assign, cst.AnnAssign)):
-            value = small.value
-            if value is None:
+            if small.value is None:
                 return [p]
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-            out = []
-            for q, val in self.walk_expr(value, at, p, None, whole=True):
-                if q.status == "open":
-                    self.assign(targets, val, at, q)
-                out.append(q)
-            return out
+            return self.assign_each(targets, self.walk_expr(small.value, at, p, None, whole=True), at)
+        receiver = syntax.in_place_masked_fill(small.value) if isinstance(small, cst.Expr) else None
+        if receiver is not None:
+            assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+            walked = self.walk_call(small.value, at, p, None, whole=True, in_place=True)
+            return self.assign_each([receiver], walked, at)
         if isinstance(small, cst.Return):
             if small.value is None:
                 p.status = "return"
@@ -322,6 +321,17 @@ class _ClassWalker(_Unchainer):
             p.status = "continue"
             return [p]
         return [self.opaque(at, p)]
+
+    def assign_each(
+        self, targets: Sequence[cst.BaseAssignTargetExpression], walked: list[tuple[_Partial, Value]], at: _Cursor
+    ) -> list[_Partial]:
+        """The partial paths after assigning each alternative value of an expression to `targets`."""
+        out = []
+        for q, val in walked:
+            if q.status == "open":
+                self.assign(targets, val, at, q)
+            out.append(q)
+        return out
 
     def walk_expr_stmt(self, expr: cst.BaseExpression, at: _Cursor, p: _Partial) -> list[_Partial]:
         """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads."""
