@@ -1873,6 +1873,14 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     # The match goes where its twin goes: at its own last node (the twin's is a copy of it, read under the twin's
     # environment), with the names it reads taken there.
     assert twin_placement.anchor is not None and twin_placement.anchor.index == anchor.index
+    # A fill value named before the absorbed `if`s (DALL-E 2's `max_neg_value = -torch.finfo(sim.dtype).max`) feeds
+    # their steps alone: it goes too, on the twin's paths as well, where nothing reads it.
+    block_lines = anchor.site.block[: anchor.site.block.index(anchor.site.line)]
+    outer = feeder_statements(match, anchor, block_lines, {id(s) for s in (*twin_placement.deleted, *removed)})
+    if outer:
+        twin_placement = dataclasses.replace(
+            twin_placement, deleted=(*twin_placement.deleted, *outer), feeders=(*twin_placement.feeders, *outer)
+        )
     names = _names_at_anchor(match, anchor, twin_placement.deleted)
     # The fused copy drops the absorbed statements and their feeders, and the `if`s left empty: what they read for
     # the node alone (a fill value reading the scores) is no read of a hidden result, and their tests (`exists(X)`)

@@ -181,7 +181,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "exists_masked_fill.py": 4,  # both classes, with and without their masks
     "exists_mask_in_else_branch.py": 2,
     "mask_under_if_only.py": 2,
-    "mask_prepared_under_if.py": 6,  # three classes, with and without their masks
+    "mask_prepared_under_if.py": 8,  # four classes, with and without their masks
     "nanogpt_block.py": 1,
     "padding_masked_fill_min.py": 1,  # the second call masks every key: reference path
     "relative_position_bias.py": 1,

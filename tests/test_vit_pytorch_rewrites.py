@@ -52,6 +52,9 @@ MODELS: dict[str, tuple[str, dict[str, object], list[int] | str, int, int]] = {
                         dropout=0.1, use_rotary=True, use_ds_conv=True, use_glu=True), IMAGE, 1, 1),
     "levjepa_nd": ("Attention", dict(dim=32, heads=2, dim_head=16, dropout=0.1), LEVJEPA_INPUTS, 1, 0),
     "vit_detpool": ("Attention", dict(dim=32, heads=2, dim_head=16, dropout=0.1), DETPOOL_INPUTS, 1, 0),
+    # its relative position bias is added under `if exists(rel_pos_bias):` (passed to the call as the mask)
+    "regionvit": ("RegionViT", dict(dim=(16, 16, 16, 16), depth=(1, 1, 1, 1), window_size=2, num_classes=10,
+                                    local_patch_size=4, attn_dropout=0.1), [2, 3, 64, 64], 1, 1),
 }
 
 WORKER = textwrap.dedent(

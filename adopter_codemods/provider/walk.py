@@ -375,10 +375,13 @@ class _ClassWalker(_Unchainer):
 
 
 def _guards_ops(node: cst.CSTNode) -> bool:
-    """An ``if`` with a simple test (`simple_condition`), no else, that updates a name by a tensor op on it, such as
+    """An ``if`` with a simple test (`simple_condition`, or a helper's ``exists(x)``, which ADP010's absorbing reads
+    as ``x is not None`` when the helper is exactly that), no else, that updates a name by a tensor op on it, such as
     ``if head_mask is not None: probs = probs * head_mask``: walked as separate paths, so a rule can tell the paths
     that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
-    if type(node) is not cst.If or node.orelse is not None or not simple_condition(node.test):  # type: ignore[attr-defined]
+    if type(node) is not cst.If or node.orelse is not None:
+        return False
+    if not (simple_condition(node.test) or _names_call(node.test)):  # type: ignore[attr-defined]
         return False
     for line in _suite_body(node.body):  # type: ignore[attr-defined]
         if type(line) is not cst.SimpleStatementLine:
@@ -391,6 +394,14 @@ def _guards_ops(node: cst.CSTNode) -> bool:
                 ):
                     return True
     return False
+
+
+def _names_call(test: cst.BaseExpression) -> bool:
+    """``f(x)``: a plain function of one plain name."""
+    return (
+        type(test) is cst.Call and type(test.func) is cst.Name and len(test.args) == 1  # type: ignore[attr-defined]
+        and test.args[0].keyword is None and not test.args[0].star and type(test.args[0].value) is cst.Name  # type: ignore[attr-defined]
+    )
 
 
 def _not_a_scope(node: cst.CSTNode) -> bool:
