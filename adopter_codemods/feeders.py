@@ -12,7 +12,8 @@ statements are, where that is certain:
 
 * it is a statement of its own (``name = <expression>`` alone on its line) in the block where the matcher looks
   for it, and in the matched function itself (not an inlined helper);
-* every call it makes is free of effects (the checks' `_may_have_effects`: `torch.finfo` is, a layer is not);
+* every call it makes is a DSL node free of effects (the checks' `_may_have_effects`: `torch.finfo` is, a layer
+  or a function the walk leaves opaque is not);
 * every read of the value it assigns, on any path (through joins too), is an argument of a matched node in a
   statement the rewrite removes, bound to a ``$variable`` the target does not pass.
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 
+from . import cstwalk
 from .dsl import CallNode
 from .flow import checks as flow_checks
 from .structure import Def, DLNode, Value
@@ -62,11 +64,17 @@ def feeder_statements(
             for e in events
         ):
             continue
-        if any(isinstance(e, DLNode) and flow_checks._may_have_effects(e) for e in events):
+        if not _calls_without_effects(small, events):
             continue
         if all(_read_only_unpassed(match, d, by_key, passed, removed) for d in defs):
             out.append(small)
     return out
+
+
+def _calls_without_effects(small: cst.BaseSmallStatement, events: Sequence[object]) -> bool:
+    """Whether every call `small` makes is a DSL node free of effects (a call the walk left opaque may have any)."""
+    pure = {id(e.expr) for e in events if isinstance(e, DLNode) and not flow_checks._may_have_effects(e)}
+    return all(id(node) in pure for node in cstwalk.walk(small) if isinstance(node, cst.Call))
 
 
 def _assigns_one_name(small: cst.BaseSmallStatement) -> bool:
