@@ -423,11 +423,20 @@ def _batch_rank(equation: str, form: re.Pattern[str]) -> Optional[int]:
     return (-1 if batch.startswith("...") else len(batch)) if len(set(names)) == len(names) else None
 
 
+_EINSUMS = frozenset({"torch.einsum", "einops.einsum"})
+
+
+def _single_letter_axes(equation: str) -> bool:
+    """Whether every axis of an einops equation is one letter (or ``...``): then it is also torch.einsum's."""
+    axes = re.split(r"\s+|,|->", equation)
+    return all(len(axis) == 1 or axis == "..." for axis in axes if axis)
+
+
 @guard
 def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool, Refused]:
-    """ADP010 einsum variants: both equations are string literals of batched matrix products over the same leading
-    dims (``b h i d, b h j d -> b h i j`` and ``b h i j, b h j d -> b h i d``), the only ones the kernel's fast path
-    takes; anything else (a key shared across heads, ``b h i d, b j d -> b h i j``) would always run the
+    """ADP010 einsum variants (torch's, or einops' with one-letter axes): both equations are string literals of
+    batched matrix products over the same leading dims (``b h i d, b h j d -> b h i j`` and ``b h i j, b h j d -> b h
+    i d``), the only ones the kernel's fast path takes; anything else (a key shared across heads, ``b h i d, b j d -> b h i j``) would always run the
     hand-written computation. So would tensors of 2 dims or more than 4 (no leading letter, or three or more)."""
     ranks = []
     for var, form in (("score_equation", _SCORES_EINSUM), ("output_equation", _OUTPUT_EINSUM)):
@@ -435,12 +444,18 @@ def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool
         if value is None:
             return True  # a matmul variant
         assert isinstance(value, Value)
-        einsum = next((n for n in match.nodes if n.qualname == "torch.einsum" and n.args[0] is value), None)
+        einsum = next((n for n in match.nodes if n.qualname in _EINSUMS and any(a is value for a in n.args)), None)
         line = einsum.site.line if einsum is not None else None
         equation = value.expr.evaluated_value if isinstance(value.expr, cst.SimpleString) else None
         if not isinstance(equation, str):
             return Refused(
                 f"the einsum equation `{value.text}` is not a string literal, so what it computes is not known", line
+            )
+        if einsum is not None and einsum.qualname == "einops.einsum" and not _single_letter_axes(equation):
+            return Refused(
+                f"the einops equation `{value.text}` names an axis with more than one letter, which torch.einsum "
+                "(the fused kernel's) does not read so",
+                line,
             )
         rank = _batch_rank(equation, form)
         if rank is None:

@@ -152,6 +152,7 @@ REFUSALS = {
     "neg_softmax_upcast.py": (", dtype=torch.float32).to(q.dtype)", ")"),
     "neg_einsum_equation_not_literal.py": ("self.score_equation, q, k", '"b h i d, b h j d -> b h i j", q, k'),
     "neg_einsum_five_dims.py": ("B G H ", "B H "),
+    "neg_einops_axis_names.py": ("batch heads ", "b h "),
     "neg_einsum_key_shared_across_heads.py": ("b j d", "b h j d"),
     "neg_random_scale_moved_past_a_draw.py": (
         "        attn = (q @ k) / (torch.rand(1) + 1)\n        noise = torch.randn_like(v)\n",
@@ -193,6 +194,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "vit_pytorch_softmax_module.py": 1,
     "vit_pytorch_einsum.py": 1,
     "einsum_functional_softmax.py": 1,
+    "einops_einsum.py": 2,
     "metadata_scale_with_optional_mask.py": 1,
     "function_optional_mask.py": 1,  # a module-level function
     "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original

@@ -196,6 +196,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_retested_mask_from_helper.py': [
         '28: not-placeable: `mask` is assigned here, under `if exists(mask):`, and the fused call would test it again: only a subscript, an operator, a call of torch or einops or a tensor method that reshapes or converts is sure not to make it None (line 31)',
     ],
+    'ADP010_fuse_attention_core/neg_einops_axis_names.py': [
+        "18: guard: guard attention_einsum_equations: the einops equation `'batch heads i d, batch heads j d -> batch heads i j'` names an axis with more than one letter, which torch.einsum (the fused kernel's) does not read so (line 18)",
+    ],
     'ADP010_fuse_attention_core/neg_einsum_equation_not_literal.py': [
         '18: guard: guard attention_einsum_equations: the einsum equation `self.score_equation` is not a string literal, so what it computes is not known (line 18)',
     ],
