@@ -3,7 +3,8 @@ of its attention cores write both products with `torch.einsum` (ADP010's einsum 
 form with an `nn.Softmax` layer. Each model file is rewritten here, executed as a module of the installed package
 in a fresh process, built in float64 with the original's weights (`strict=True`), and compared in eval and training
 (outputs, gradients), under `auto` and with SDPA forced. LeVJEPA-ND's attention core is a module-level function
-with an optional mask (`nd_attention`); ViTDetPool's prepares its mask under the `if` that applies it."""
+with an optional mask (`nd_attention`); ViTDetPool's prepares its mask under the `if` that applies it; the
+sparse-gating ViT's writes both products with einops' `einsum(q, k, pattern)`."""
 
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ MODELS: dict[str, tuple[str, dict[str, object], list[int] | str, int, int]] = {
                         dropout=0.1, use_rotary=True, use_ds_conv=True, use_glu=True), IMAGE, 1, 1),
     "levjepa_nd": ("Attention", dict(dim=32, heads=2, dim_head=16, dropout=0.1), LEVJEPA_INPUTS, 1, 0),
     "vit_detpool": ("Attention", dict(dim=32, heads=2, dim_head=16, dropout=0.1), DETPOOL_INPUTS, 1, 0),
+    # both products written with einops' tensor-first `einsum(q, k, pattern)`, a learned log-mask added
+    "simple_vit_with_sparse_gating": (
+        "Attention", dict(dim=32, heads=2, dim_head=16, dim_mask=4, num_register_tokens=2), [2, 6, 32], 1, 1
+    ),
     # its relative position bias is added under `if exists(rel_pos_bias):` (passed to the call as the mask)
     "regionvit": ("RegionViT", dict(dim=(16, 16, 16, 16), depth=(1, 1, 1, 1), window_size=2, num_classes=10,
                                     local_patch_size=4, attn_dropout=0.1), [2, 3, 64, 64], 1, 1),
@@ -121,5 +126,6 @@ def test_rewritten_vit_pytorch_models_are_equivalent(tmp_path: Path) -> None:
         for backend, (ok, compared, text, sdpa_calls) in reports.items():
             assert ok, f"{module}, {backend}: {text}"
             # one attention layer there
-            assert compared > (5 if module in ("levjepa_nd", "vit_detpool") else 20), (module, backend, compared)
+            layer = module in ("levjepa_nd", "vit_detpool", "simple_vit_with_sparse_gating")
+            assert compared > (5 if layer else 20), (module, backend, compared)
         assert reports["attention_core=sdpa"][3] > 0, module  # the forced run took the SDPA path
