@@ -435,9 +435,10 @@ def _single_letter_axes(equation: str) -> bool:
 @guard
 def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP010 einsum variants (torch's, or einops' with one-letter axes): both equations are string literals of
-    batched matrix products over the same leading dims (``b h i d, b h j d -> b h i j`` and ``b h i j, b h j d -> b h
-    i d``), the only ones the kernel's fast path takes; anything else (a key shared across heads, ``b h i d, b j d -> b h i j``) would always run the
-    hand-written computation. So would tensors of 2 dims or more than 4 (no leading letter, or three or more)."""
+    batched matrix products over the same leading dims (``b h i d, b h j d -> b h i j`` and
+    ``b h i j, b h j d -> b h i d``), the only ones the kernel's fast path takes; anything else (a key shared across
+    heads, ``b h i d, b j d -> b h i j``) would always run the hand-written computation. So would tensors of 2 dims
+    or more than 4 (no leading letter, or three or more)."""
     ranks = []
     for var, form in (("score_equation", _SCORES_EINSUM), ("output_equation", _OUTPUT_EINSUM)):
         value = match.env.get(var)
