@@ -1678,14 +1678,14 @@ def _plan_fallback(
             guarded_statements.update(_statement_ids(stmt))
     if not tests and not absorbed or nested and tests:
         return None
-    written_from_region = set().union(*(_written(s) for s in region + after)) if region + after else set()
+    writes = {id(s): _written(s) for s in region + after}
+    written_from_region = set().union(*writes.values())
     if any(name in written_from_region for t in tests for name in _names_in_node(t)):
         return None
     for absorbed_if in absorbed:
         # Its own kept statements may assign X (`_retested_name_kept` vetted them); nothing else from the region on.
-        written = set().union(*(
-            _written_by(s, deleted) if s is absorbed_if and id(s) in kept_ifs else _written(s) for s in region + after
-        ))
+        own = _written_by(absorbed_if, deleted) if id(absorbed_if) in kept_ifs else writes[id(absorbed_if)]
+        written = set().union(own, *(w for key, w in writes.items() if key != id(absorbed_if)))
         if _names_in_node(absorbed_if.test) & written:
             return None
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
@@ -1937,8 +1937,8 @@ def _never_none(value: cst.BaseExpression, graph: FlowGraph) -> bool:
     func = value.func
     if isinstance(func, cst.Attribute) and func.attr.value in _MASK_METHODS and not _self_attr_name(func):
         return True
-    node = next((n for n in graph.nodes if n.expr is value), None)
-    name = node.qualname if node is not None and node.kind == "func" else None
+    nodes = graph.by_key.get((id(value), None), [])
+    name = nodes[0].qualname if nodes and nodes[0].kind == "func" else None
     return name is not None and name.startswith(("torch.", "einops.")) and name not in _RETURNS_NONE
 
 
