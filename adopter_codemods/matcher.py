@@ -32,8 +32,8 @@ from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
 from .feeders import feeder_statements
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
-from .provider import _const_text, _written_names, simple_condition
-from .provider.syntax import _call_receivers, _read_names, softmax_module_dim
+from .provider import _const_text, _written_names
+from .provider.syntax import _call_receivers, _is_self_attr, _read_names, fallback_condition, softmax_module_dim
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
@@ -1655,7 +1655,7 @@ def _plan_fallback(
                     assigned.update(_written(small))
         elif isinstance(line, cst.If):
             is_absorbed = any(line is i for i in absorbed)  # its test was checked by `_not_none_test`
-            if line.orelse is not None or not (is_absorbed or simple_condition(line.test)):
+            if line.orelse is not None or not (is_absorbed or _fallback_test(line.test, match.cls)):
                 return None
             if not is_absorbed:
                 region_ifs.append(line)
@@ -1670,7 +1670,7 @@ def _plan_fallback(
     tests: list[cst.BaseExpression] = [i.test for i in region_ifs]
     guarded_statements: set[int] = set()  # statements after the region whose reads of `hidden` are all guarded
     for stmt in after:
-        reads = _guarded_reads(stmt, hidden)
+        reads = _guarded_reads(stmt, hidden, match.cls)
         if reads is None:
             return None
         if reads:
@@ -1689,6 +1689,9 @@ def _plan_fallback(
         if _names_in_node(absorbed_if.test) & written:
             return None
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
+    # An `if` the walk folds (no call in it) is one statement on every path, holding its body's reads: they happen
+    # only where its test is true, and the fused copy drops it.
+    guarded_statements.update(id(i) for i in region_ifs)
     for stmt in after:
         for sub in cstwalk.walk(stmt):
             if isinstance(sub, cst.If) and any(sub.test.deep_equals(t) for t in tests):
@@ -1731,9 +1734,23 @@ def _statement_ids(node: cst.CSTNode) -> set[int]:
     return {id(n) for n in cstwalk.walk(node) if isinstance(n, (cst.BaseStatement, cst.BaseSmallStatement))}
 
 
-def _guarded_reads(stmt: cst.CSTNode, names: set[str]) -> Optional[list[cst.BaseExpression]]:
-    """The simple tests guarding every read of `names` in `stmt` (true arm of an `if`/conditional expression);
-    None when some read is not guarded that way (or sits in a nested scope, which may run later)."""
+def _fallback_test(test: cst.BaseExpression, cls: ClassStructure) -> bool:
+    """Whether a fallback plan may evaluate `test` before its region (`fallback_condition`): the ``self.<attr>`` it
+    reads keep their value while forward runs, no method but ``__init__`` storing them (in the unit of top-level
+    functions `self` is any object: never)."""
+    if not fallback_condition(test):
+        return False
+    attributes = {attr for n in cstwalk.walk(test) if (attr := _is_self_attr(n)) is not None}  # type: ignore[arg-type]
+    if not attributes:
+        return True
+    stored = cls.stored_outside_init
+    return cls.node is not None and "*" not in stored and not attributes & stored
+
+
+def _guarded_reads(stmt: cst.CSTNode, names: set[str], cls: ClassStructure) -> Optional[list[cst.BaseExpression]]:
+    """The fallback tests (`_fallback_test`) guarding every read of `names` in `stmt` (true arm of an
+    `if`/conditional expression); None when some read is not guarded that way (or sits in a nested scope, which may
+    run later)."""
     tests: list[cst.BaseExpression] = []
 
     def visit(node: cst.CSTNode, guard: Optional[cst.BaseExpression]) -> bool:
@@ -1742,13 +1759,13 @@ def _guarded_reads(stmt: cst.CSTNode, names: set[str]) -> Optional[list[cst.Base
         if isinstance(node, cst.If):
             return (
                 visit(node.test, guard)
-                and visit(node.body, node.test if simple_condition(node.test) else guard)
+                and visit(node.body, node.test if _fallback_test(node.test, cls) else guard)
                 and (node.orelse is None or visit(node.orelse, guard))
             )
         if isinstance(node, cst.IfExp):
             return (
                 visit(node.test, guard)
-                and visit(node.body, node.test if simple_condition(node.test) else guard)
+                and visit(node.body, node.test if _fallback_test(node.test, cls) else guard)
                 and visit(node.orelse, guard)
             )
         if isinstance(node, cst.Attribute):

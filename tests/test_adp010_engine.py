@@ -128,6 +128,7 @@ ADP010 = FIXTURES / "ADP010_fuse_attention_core"
 REFUSALS = {
     "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),
     "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
+    "neg_condition_attribute_stored.py": ("        self.save_attention = not self.training\n", ""),
     "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
     "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),
     "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
@@ -177,6 +178,8 @@ def test_refusal_is_for_its_reason(name: str) -> None:
 POSITIVE = sorted(p for p in ADP010.glob("*.py") if not p.name.startswith("neg_") and not p.name.endswith(".expected.py"))
 SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback arm or the reference path runs
     "bert_mask_under_if.py": 1,  # calls: a fully padded row (reference path), no mask, head mask (as written)
+    "bert_relative_position_fallback.py": 2,  # self- and cross-attention; the other four calls run as written
+    "probabilities_saved_under_flag.py": 1,  # the saving attention runs as written
     "bmm_functional_dropout.py": 1,
     "cached_bias_helper.py": 1,
     "exists_masked_fill.py": 4,  # both classes, with and without their masks

@@ -1,5 +1,6 @@
-"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of eight families (ViT, BLIP, SegFormer,
-LeViT, RemBERT, ViLT, Perceiver, MobileViT): rewrite the file through the API, load it as a module of the transformers package, and compare a
+"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of twelve families (ViT, BLIP, SegFormer,
+LeViT, RemBERT, ViLT, Perceiver, MobileViT; ALBERT, ESM, BEiT and BLIP-2's Q-Former, whose relative-position switches
+become fallback tests): rewrite the file through the API, load it as a module of the transformers package, and compare a
 tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
 training with dropout 0); the fused cores must really run SDPA (forced: on CPU ``auto`` keeps the hand-written
 core), and the fallback arm must still serve
@@ -31,11 +32,55 @@ class Case:
     classes: tuple[str, ...]  # classes holding a finding, in file order
     build: Callable[[Any], Any]
     inputs: Callable[[], dict[str, Any]]
-    sdpa_calls: int  # per forward without output_attentions
+    sdpa_calls: int  # per forward without output_attentions (0: every call takes the arm kept as written)
+    name: str = ""  # the test id, when not model_dir
+
+    @property
+    def id(self) -> str:
+        return self.name or self.model_dir
 
 
 def _image(size: int, channels: int = 3) -> Callable[[], dict[str, Any]]:
     return lambda: {"pixel_values": torch.randn(2, channels, size, size)}
+
+
+def _tokens(vocab: int = 50, low: int = 0) -> Callable[[], dict[str, Any]]:
+    return lambda: {
+        "input_ids": torch.randint(low, vocab, (2, 6)),
+        "attention_mask": torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]]),
+    }
+
+
+def _albert(position_embedding_type: str) -> Callable[[Any], Any]:
+    return lambda m: m.AlbertModel(
+        m.AlbertConfig(
+            vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            position_embedding_type=position_embedding_type,
+        )
+    )
+
+
+def _esm(position_embedding_type: str) -> Callable[[Any], Any]:
+    return lambda m: m.EsmModel(
+        m.EsmConfig(
+            vocab_size=33, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+            max_position_embeddings=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=1,
+            mask_token_id=32, position_embedding_type=position_embedding_type,
+        ),
+        add_pooling_layer=False,
+    )
+
+
+def _beit(layer_bias: bool) -> Callable[[Any], Any]:
+    return lambda m: m.BeitModel(
+        m.BeitConfig(
+            hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32, image_size=8,
+            patch_size=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+            use_relative_position_bias=layer_bias, use_shared_relative_position_bias=not layer_bias,
+        ),
+        add_pooling_layer=False,
+    )
 
 
 CASES = [
@@ -144,6 +189,31 @@ CASES = [
         _image(32),
         -1,  # counted from the model: one per transformer layer
     ),
+    # BERT copies with the relative-position switch `if self.position_embedding_type == "relative_key" or ...:`
+    Case("albert", ("AlbertAttention",), _albert("absolute"), _tokens(), 2),
+    Case("albert", ("AlbertAttention",), _albert("relative_key"), _tokens(), 0, name="albert-relative_key"),
+    Case("esm", ("EsmSelfAttention",), _esm("rotary"), _tokens(30, low=4), 2),
+    Case("esm", ("EsmSelfAttention",), _esm("relative_key_query"), _tokens(30, low=4), 0, name="esm-relative_key_query"),
+    # `if self.relative_position_bias is not None:` (a layer's bias: as written); the shared bias is the mask
+    Case("beit", ("BeitSelfAttention",), _beit(layer_bias=False), _image(8), 2),
+    Case("beit", ("BeitSelfAttention",), _beit(layer_bias=True), _image(8), 0, name="beit-layer_bias"),
+    Case(
+        "blip_2",
+        ("Blip2Attention", "Blip2QFormerMultiHeadAttention"),
+        lambda m: m.Blip2QFormerModel(
+            m.Blip2QFormerConfig(
+                vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                cross_attention_frequency=1, encoder_hidden_size=12,
+            )
+        ),
+        lambda: {
+            "query_embeds": torch.randn(2, 4, 16),
+            "encoder_hidden_states": torch.randn(2, 5, 12),
+            "encoder_attention_mask": torch.tensor([[1] * 5, [1, 1, 1, 0, 0]]),
+        },
+        4,  # the Q-Former's self- and cross-attention in both layers
+    ),
 ]
 
 
@@ -174,7 +244,7 @@ def _load(case: Case) -> tuple[Any, Any, list[Any]]:
     return original, rewritten, result.findings
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.model_dir for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]) -> None:
     original, rewritten, findings = _load(case)
     assert [f.cls for f in findings] == list(case.classes)
@@ -189,10 +259,14 @@ def test_rewritten_modeling_file_is_equivalent(case: Case, sdpa_calls: list[int]
     expected = case.sdpa_calls
     if expected < 0:
         expected = sum(type(m).__name__ == "MobileViTSelfAttention" for m in rewritten_model.modules())
-    assert expected > 0 and len(sdpa_calls) == expected * len(report.modes)  # only the rewritten model calls SDPA
+    assert len(sdpa_calls) == expected * len(report.modes)  # only the rewritten model calls SDPA
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert", "vilt", "perceiver")], ids=lambda c: c.model_dir)
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c.model_dir in ("vit", "blip", "segformer", "rembert", "vilt", "perceiver", "albert", "esm", "beit")],
+    ids=lambda c: c.id,
+)
 def test_output_attentions_keeps_the_code_as_written(case: Case, sdpa_calls: list[int]) -> None:
     """The fallback arm: with output_attentions the probabilities are the original's, and SDPA is not called."""
     original, rewritten, _ = _load(case)

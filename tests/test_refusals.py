@@ -187,6 +187,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
         '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
     ],
+    'ADP010_fuse_attention_core/neg_condition_attribute_stored.py': [
+        '21: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
+    ],
     'ADP010_fuse_attention_core/neg_condition_with_call.py': [
         '22: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 25)',
     ],

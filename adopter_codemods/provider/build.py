@@ -13,7 +13,7 @@ from ..gc_pause import collector_paused
 from ..init_bindings import InitReader
 from ..qualnames import ImportTable, dotted_name
 from ..structure import ClassStructure, ModuleStructure
-from .discovery import _ClassInfo, _family, _is_module_class, _rebound, _scan
+from .discovery import _ClassInfo, _family, _is_module_class, _rebound, _scan, _stored_outside_init
 from .syntax import _suite_body
 from .walk import _ClassWalker
 
@@ -79,6 +79,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
                 self_refs.setdefault(attr, []).extend(nodes)
         structure = ClassStructure(name, info.node, walker.bindings, None, self_refs, walker.entry_names)
         structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
+        structure.stored_outside_init = _stored_outside_init([scans[c] for c in family])
         structure.foreign_stores = foreign_stores
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.
@@ -89,6 +90,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
             # one they bind is not relied on (they are not walked, so their uses cannot be checked).
             reads, stores = resolver.attributes(external)
             structure.rebound |= stores
+            structure.stored_outside_init |= stores
             structure.foreign_attributes |= reads
         structure.callees = frozenset().union(*(scans[c].callees for c in bases))
         structure.operators = frozenset().union(*(scans[c].operators for c in bases))

@@ -60,6 +60,7 @@ class _Scan:
 
     refs: dict[str, list[cst.Attribute]] = field(default_factory=dict)  # every `self.<attr>`
     stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
+    stored_outside_init: set[str] = field(default_factory=set)  # attrs of `stores` stored by a unit but `__init__`
     # `setattr(self, name, ...)` with a computed name (the first): any attribute may be rebound
     dynamic: Optional[cst.CSTNode] = None
     callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
@@ -88,6 +89,7 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     stored: list[tuple[str, cst.BaseExpression, cst.CSTNode, cst.CSTNode]] = []
     builds: set[int] = set()  # ids of the units calling a container constructor (`nn.Sequential()`)
     for unit in _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,):
+        in_init = type(unit) is cst.FunctionDef and unit.name.value == "__init__"  # type: ignore[attr-defined]
         for node in cstwalk.walk(unit, prune=cstwalk.LEAVES):
             kind = type(node)
             if kind not in _SCANNED:
@@ -105,6 +107,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 for attr, sub in _attribute_targets(target):
                     if _is_self_attr(sub) is not None:
                         scan.stores.setdefault(attr, []).append(sub)
+                        if not in_init:
+                            scan.stored_outside_init.add(attr)
                     else:
                         stored.append((attr, sub.value, sub, unit))
             elif kind is cst.Call:
@@ -128,6 +132,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                         stored.append((name or "*", receiver, node, unit))
                     elif name:
                         scan.stores.setdefault(name, []).append(node)
+                        if not in_init:
+                            scan.stored_outside_init.add(name)
                     else:
                         scan.dynamic = node
             elif kind is cst.BinaryOperation:
@@ -303,6 +309,15 @@ def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set
     for root in roots:
         family.extend(c for c in _descendants(root, subclasses) if c not in family)
     return family
+
+
+def _stored_outside_init(scans: list[_Scan]) -> frozenset[str]:
+    """Attributes some method of the family other than an ``__init__`` stores on `self` ("*": any, through a computed
+    setattr name)."""
+    stored = set().union(*(scan.stored_outside_init for scan in scans))
+    if any(scan.dynamic is not None for scan in scans):
+        stored.add("*")
+    return frozenset(stored)
 
 
 def _rebound(bindings: dict[str, list[LayerBinding]], scans: list[_Scan]) -> frozenset[str]:

@@ -1,0 +1,130 @@
+"""Which tests a fallback plan may evaluate before its region (`provider.syntax.fallback_condition`), and the
+attributes a class stores outside ``__init__`` (`ClassStructure.stored_outside_init`), which such a test must not
+read."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from adopter_codemods.api import rewrite_source
+from adopter_codemods.provider import build_module_structure
+from adopter_codemods.provider.syntax import fallback_condition
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "output_attentions",
+        "head_mask is not None",
+        "self.save_attention",
+        'self.position_embedding_type == "relative_key"',
+        'self.kind in ("relative_key", "relative_key_query")',
+        "is_cross_attention and self.save_attention",
+        "not self.training or mask is None",
+        "layer_idx >= 2",
+    ],
+)
+def test_accepted(test: str) -> None:
+    assert fallback_condition(cst.parse_expression(test))
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "self.use_head_mask()",  # a call may do anything
+        "self.config.output_attentions",  # an attribute of another object
+        'self.kind == other.kind',
+        "mask[0] is None",
+        "self.kind == kinds[0]",
+        "exists(mask)",  # only as an absorbed `if`'s test, which the matcher checks apart
+        "True",
+    ],
+)
+def test_refused(test: str) -> None:
+    assert not fallback_condition(cst.parse_expression(test))
+
+
+def _stored(source: str) -> dict[str, frozenset[str]]:
+    module = cst.parse_module(source)
+    return {c.name: c.stored_outside_init for c in build_module_structure(module, None).classes}
+
+
+def test_stores_outside_init_are_collected_over_the_family() -> None:
+    stored = _stored(
+        "import torch.nn as nn\n"
+        "class A(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.flag = False\n"
+        "        self.steps = 0\n"
+        "    def forward(self, x):\n"
+        "        self.steps += 1\n"
+        "        return x\n"
+        "    def reset(self):\n"
+        "        del self.cache\n"
+        "class B(A):\n"
+        "    def enable(self):\n"
+        "        setattr(self, 'flag', True)\n"
+        "class C(nn.Module):\n"
+        "    def load(self, name):\n"
+        "        setattr(self, name, 1)\n"
+    )
+    assert stored["A"] == {"steps", "cache", "flag"}  # B's method stores `flag` on A's instances too
+    assert stored["B"] == {"steps", "cache", "flag"}
+    assert stored["C"] == {"*"}  # a computed name: any attribute
+
+
+ATTENTION = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.save_attention = False
+
+    def forward(self, q, k, v):
+        probs = F.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)
+        if self.save_attention:
+            self.attention_map = probs
+        return torch.matmul(probs, v)
+'''
+
+
+def test_a_flag_only_init_stores_is_a_fallback_test() -> None:
+    result = rewrite_source(ATTENTION, ["ADP010"])
+    assert len(result.findings) == 1
+    assert "    if self.save_attention:\n            probs = F.softmax" in result.code
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "    def enable(self):\n        self.save_attention = True\n",  # another method: may run during forward
+        "    def enable(self, name):\n        setattr(self, name, True)\n",
+    ],
+)
+def test_a_flag_stored_by_another_method_is_not(method: str) -> None:
+    assert not rewrite_source(ATTENTION + "\n" + method, ["ADP010"]).findings
+
+
+def test_a_subclass_storing_the_flag_counts() -> None:
+    subclass = "\n\nclass Saving(Attn):\n    def enable(self):\n        self.save_attention = True\n"
+    assert not rewrite_source(ATTENTION + subclass, ["ADP010"]).findings
+
+
+def test_no_attribute_test_in_a_top_level_function() -> None:
+    """Outside a class `self` is any object: what stores its attributes is unknown."""
+    source = (
+        "import torch\nimport torch.nn.functional as F\n\n\n"
+        "def attend(self, q, k, v):\n"
+        "    probs = F.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)\n"
+        "    if self.save_attention:\n"
+        "        self.attention_map = probs\n"
+        "    return torch.matmul(probs, v)\n"
+    )
+    assert not rewrite_source(source, ["ADP010"]).findings
+    assert len(rewrite_source(source.replace("self.save_attention", "save_attention"), ["ADP010"]).findings) == 1
