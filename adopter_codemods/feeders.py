@@ -12,7 +12,7 @@ statements are, where that is certain:
 
 * it is a statement of its own (``name = <expression>`` alone on its line) in the block where the matcher looks
   for it, and in the matched function itself (not an inlined helper);
-* every call it makes is a DSL node free of effects (the checks' `_may_have_effects`: `torch.finfo` is, a layer
+* every call it makes is a DSL node free of effects (the checks' `may_have_effects`: `torch.finfo` is, a layer
   or a function the walk leaves opaque is not);
 * every read of the value it assigns, on any path (through joins too), is an argument of a matched node in a
   statement the rewrite removes, bound to a ``$variable`` the target does not pass.
@@ -73,7 +73,7 @@ def feeder_statements(
 
 def _calls_without_effects(small: cst.BaseSmallStatement, events: Sequence[object]) -> bool:
     """Whether every call `small` makes is a DSL node free of effects (a call the walk left opaque may have any)."""
-    pure = {id(e.expr) for e in events if isinstance(e, DLNode) and not flow_checks._may_have_effects(e)}
+    pure = {id(e.expr) for e in events if isinstance(e, DLNode) and not flow_checks.may_have_effects(e)}
     return all(id(node) in pure for node in cstwalk.walk(small) if isinstance(node, cst.Call))
 
 

@@ -1736,15 +1736,16 @@ def _statement_ids(node: cst.CSTNode) -> set[int]:
 
 def _fallback_test(test: cst.BaseExpression, cls: ClassStructure) -> bool:
     """Whether a fallback plan may evaluate `test` before its region (`fallback_condition`): the ``self.<attr>`` it
-    reads keep their value while forward runs, no method but ``__init__`` storing them (in the unit of top-level
-    functions `self` is any object: never)."""
+    reads keep their value while forward runs, no method but ``__init__`` storing them and none a method of the class
+    (a property runs code); in the unit of top-level functions `self` is any object: never."""
     if not fallback_condition(test):
         return False
     attributes = {attr for n in cstwalk.walk(test) if (attr := _is_self_attr(n)) is not None}  # type: ignore[arg-type]
     if not attributes:
         return True
-    stored = cls.stored_outside_init
-    return cls.node is not None and "*" not in stored and not attributes & stored
+    if cls.node is None or "*" in cls.stored_outside_init or attributes & cls.stored_outside_init:
+        return False
+    return not any(type(s) is cst.FunctionDef and s.name.value in attributes for s in _suite(cls.node.body))
 
 
 def _guarded_reads(stmt: cst.CSTNode, names: set[str], cls: ClassStructure) -> Optional[list[cst.BaseExpression]]:

@@ -128,3 +128,11 @@ def test_no_attribute_test_in_a_top_level_function() -> None:
     )
     assert not rewrite_source(source, ["ADP010"]).findings
     assert len(rewrite_source(source.replace("self.save_attention", "save_attention"), ["ADP010"]).findings) == 1
+
+
+def test_a_property_is_not_a_flag() -> None:
+    """A property runs code, which may read what forward changes."""
+    source = ATTENTION.replace("        self.save_attention = False\n", "") + (
+        "\n    @property\n    def save_attention(self):\n        return not self.training\n"
+    )
+    assert not rewrite_source(source, ["ADP010"]).findings

@@ -495,7 +495,7 @@ def _moved_effect(graph: FlowGraph, value: "m.Value", deleted: set[int], anchor_
         if node is None or id(node.site.small) not in deleted or id(node.site.small) == anchor_stmt:
             continue
         args = [*node.args, *(v for _, v in node.kwargs)]
-        if _may_have_effects(node) or any(a.kind == "expr" and not a.pure for a in args):
+        if may_have_effects(node) or any(a.kind == "expr" and not a.pure for a in args):
             return node
         todo.extend(args)
     return None
@@ -510,11 +510,11 @@ def _effect_keeps_its_order(
     anchor's statement that runs before the fused call has effects (their order with it would change)."""
     if not _only_deleted_up_to_the_anchor(effect.site.line, anchor, deleted):
         return False
-    if any(_may_have_effects(n) for n in instance.values() if n.index < effect.index):
+    if any(may_have_effects(n) for n in instance.values() if n.index < effect.index):
         return False
     matched = {id(n) for n in instance.values()}
     return not any(
-        _may_have_effects(n)
+        may_have_effects(n)
         for n in graph.nodes
         if id(n) not in matched and n.index not in inputs and n.site.small is anchor.site.small
         and effect.index < n.index < anchor.index
@@ -540,14 +540,17 @@ def _input_after_an_effect(instance: dict[Key, DLNode], inputs: dict[int, DLNode
     """An unmatched call with effects computing an input of the fused call that ran after a matched call with effects
     (`attn = self.drop(attn); out = attn @ self.value(v)`): the fused call evaluates its inputs before the matched
     computation, so the two would swap their random draws or state changes."""
-    first = min((n.index for n in instance.values() if _may_have_effects(n)), default=None)
+    first = min((n.index for n in instance.values() if may_have_effects(n)), default=None)
     if first is None:
         return None
-    late = [n for index, n in inputs.items() if index > first and _may_have_effects(n)]
+    late = [n for index, n in inputs.items() if index > first and may_have_effects(n)]
     return min(late, key=lambda n: n.index) if late else None
 
 
-def _may_have_effects(node: DLNode) -> bool:
+def may_have_effects(node: DLNode) -> bool:
+    """Whether the node may do more than compute its result: a layer (it may hold a dropout or change state), a
+    call the walk could not resolve, a random draw, dropout, an in-place method (`add_`), a function outside `math`,
+    `torch`, `operator`, `numpy` and `einops`. Operators never do."""
     if node.kind == "op":
         return False
     if node.kind == "layer" or node.qualname is None:
