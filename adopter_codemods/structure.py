@@ -183,8 +183,9 @@ class ClassStructure:
     # Attributes (re)bound in the class family other than by this class's __init__ bindings (`"*"`: any, through
     # a computed setattr name): a forward rewrite must not rely on what such a layer is.
     rebound: frozenset[str] = frozenset()
-    # Attributes a method of the class family other than `__init__` (or a base in another file) stores on `self`
-    # (`"*"`: any): the others hold, while forward runs, what `__init__` (or the caller) left in them.
+    # Attributes a method of the class family other than `__init__` (or a function `__init__` defines, such as a hook,
+    # or a base in another file) stores on `self` (`"*"`: any): the others hold, while forward runs, what `__init__`
+    # (or the caller) left in them.
     stored_outside_init: frozenset[str] = frozenset()
     # Attribute names the module reads on objects other than `self` (`self.embeddings.dropout`): such a layer may
     # be used from outside the class, so it is not removed.

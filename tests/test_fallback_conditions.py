@@ -75,6 +75,26 @@ def test_stores_outside_init_are_collected_over_the_family() -> None:
     assert stored["C"] == {"*"}  # a computed name: any attribute
 
 
+def test_init_defining_a_function_may_store_later() -> None:
+    """A hook `__init__` defines and registers runs during forward: its stores, and `__init__`'s, count."""
+    stored = _stored(
+        "import torch.nn as nn\n"
+        "class A(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.flag = False\n"
+        "        def hook(module, args, out):\n"
+        "            self.flag = True\n"
+        "        self.register_forward_hook(hook)\n"
+        "class B(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.flag = False\n"
+    )
+    assert stored["A"] == {"flag"}
+    assert stored["B"] == set()
+
+
 ATTENTION = '''
 import torch
 import torch.nn as nn

@@ -60,7 +60,9 @@ class _Scan:
 
     refs: dict[str, list[cst.Attribute]] = field(default_factory=dict)  # every `self.<attr>`
     stores: dict[str, list[cst.CSTNode]] = field(default_factory=dict)  # attr -> target node / setattr-like call
-    stored_outside_init: set[str] = field(default_factory=set)  # attrs of `stores` stored by a unit but `__init__`
+    # attrs of `stores` stored by a unit other than `__init__`, or by an `__init__` that defines a function (a hook
+    # it registers may store them while forward runs)
+    stored_outside_init: set[str] = field(default_factory=set)
     # `setattr(self, name, ...)` with a computed name (the first): any attribute may be rebound
     dynamic: Optional[cst.CSTNode] = None
     callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
@@ -74,7 +76,10 @@ _STORE_BUILTINS = ("setattr", "delattr")
 _STORE_METHODS = ("add_module", "register_module", "register_buffer", "register_parameter")
 _STORE_KINDS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.Del, cst.For)
 # The node types `_scan` looks at.
-_SCANNED = frozenset({cst.Attribute, *_STORE_KINDS, cst.WithItem, cst.Call, cst.BinaryOperation, cst.UnaryOperation})
+_SCANNED = frozenset({
+    cst.Attribute, *_STORE_KINDS, cst.WithItem, cst.Call, cst.BinaryOperation, cst.UnaryOperation, cst.FunctionDef,
+    cst.Lambda,
+})
 # What `seq = nn.Sequential()` and the like build: a torch container, never an instance of a class of the file.
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Module"})
 
@@ -90,6 +95,9 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     builds: set[int] = set()  # ids of the units calling a container constructor (`nn.Sequential()`)
     for unit in _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,):
         in_init = type(unit) is cst.FunctionDef and unit.name.value == "__init__"  # type: ignore[attr-defined]
+        # `__init__`'s stores, and whether it defines a function (a hook may run one during forward)
+        init_stores: list[str] = []
+        defines_function = False
         for node in cstwalk.walk(unit, prune=cstwalk.LEAVES):
             kind = type(node)
             if kind not in _SCANNED:
@@ -107,7 +115,9 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 for attr, sub in _attribute_targets(target):
                     if _is_self_attr(sub) is not None:
                         scan.stores.setdefault(attr, []).append(sub)
-                        if not in_init:
+                        if in_init:
+                            init_stores.append(attr)
+                        else:
                             scan.stored_outside_init.add(attr)
                     else:
                         stored.append((attr, sub.value, sub, unit))
@@ -132,7 +142,9 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                         stored.append((name or "*", receiver, node, unit))
                     elif name:
                         scan.stores.setdefault(name, []).append(node)
-                        if not in_init:
+                        if in_init:
+                            init_stores.append(name)
+                        else:
                             scan.stored_outside_init.add(name)
                     else:
                         scan.dynamic = node
@@ -142,6 +154,10 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                     scan.operators.add(op)
             elif kind is cst.UnaryOperation and type(node.operator) is cst.Minus:  # type: ignore[attr-defined]
                 scan.operators.add("neg")
+            elif kind is cst.Lambda or (kind is cst.FunctionDef and node is not unit):
+                defines_function = True
+        if defines_function:
+            scan.stored_outside_init.update(init_stores)
     fresh: dict[int, frozenset[str]] = {}  # by id(function)
     for attr, receiver, node, unit in stored:
         if isinstance(receiver, cst.Name) and isinstance(unit, cst.FunctionDef) and id(unit) in builds:
