@@ -897,8 +897,7 @@ def _plan(match: Match) -> Union[Placement, Reason]:
         )
     anchor_block = anchor.site.block
     if all(s.block is anchor_block for s in deleted):
-        before = anchor_block[: anchor_block.index(anchor.site.line)] if anchor.site.line in anchor_block else ()
-        fed = tuple(feeder_statements(match, anchor, before, {id(s) for s in removed}))
+        fed = tuple(feeder_statements(match, anchor, _lines_before(anchor), {id(s) for s in removed}))
         return Placement("block", anchor, (*removed, *fed), names, output_copies, feeders=fed)
     # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
     prefix_lines = [s.line for s in deleted]
@@ -1668,7 +1667,8 @@ def _plan_fallback(
     if any(isinstance(n, scopes) and _names_in_node(n) & hidden for n in cstwalk.walk(function.body)):
         return None  # a nested function may read them whenever it is called
     tests: list[cst.BaseExpression] = [i.test for i in region_ifs]
-    guarded_statements: set[int] = set()  # statements after the region whose reads of `hidden` are all guarded
+    # statements whose reads of `hidden` all happen under a fallback test: after the region, and the region's `if`s
+    guarded_statements: set[int] = set()
     for stmt in after:
         reads = _guarded_reads(stmt, hidden, match.cls)
         if reads is None:
@@ -1703,6 +1703,12 @@ def _plan_fallback(
     return dataclasses.replace(
         block, plan="fallback", region=tuple(region), region_ifs=dropped, fallback_tests=tuple(tests)
     )
+
+
+def _lines_before(node: DLNode) -> Sequence[cst.BaseStatement]:
+    """The statements of `node`'s block before its line (none where the line is not one of them)."""
+    block = node.site.block
+    return block[: block.index(node.site.line)] if node.site.line in block else ()
 
 
 def _written_by(if_stmt: cst.If, deleted: set[int]) -> set[str]:
@@ -1893,8 +1899,8 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     assert twin_placement.anchor is not None and twin_placement.anchor.index == anchor.index
     # A fill value named before the absorbed `if`s (DALL-E 2's `max_neg_value = -torch.finfo(sim.dtype).max`) feeds
     # their steps alone: it goes too, on the twin's paths as well, where nothing reads it.
-    block_lines = anchor.site.block[: anchor.site.block.index(anchor.site.line)]
-    outer = feeder_statements(match, anchor, block_lines, {id(s) for s in (*twin_placement.deleted, *removed)})
+    gone = {id(s) for s in (*twin_placement.deleted, *removed)}
+    outer = feeder_statements(match, anchor, _lines_before(anchor), gone)
     if outer:
         twin_placement = dataclasses.replace(
             twin_placement, deleted=(*twin_placement.deleted, *outer), feeders=(*twin_placement.feeders, *outer)

@@ -238,13 +238,16 @@ def simple_condition(test: cst.BaseExpression) -> bool:
 
 
 def fallback_condition(test: cst.BaseExpression) -> bool:
-    """`simple_condition`, and also a flag read as ``self.<attr>`` and comparisons of names, ``self.<attr>`` and
-    literals (BERT's ``self.position_embedding_type == "relative_key"``): no call, so the value changes only where a
-    name or an attribute is rebound. A fallback plan tests them before its region; the matcher checks that none of
-    the names is assigned from there on and that no method but ``__init__`` stores the attributes."""
-    if simple_condition(test) or _is_self_attr(test) is not None:
-        return True
+    """What `simple_condition` accepts, and also a flag read as ``self.<attr>`` and comparisons of names,
+    ``self.<attr>`` and literals (BERT's ``self.position_embedding_type == "relative_key"``): no call, so the value
+    changes only where a name or an attribute is rebound. A fallback plan tests them before its region; the matcher
+    checks that none of the names is assigned from there on and that no method but ``__init__`` stores the
+    attributes."""
     kind = type(test)
+    if kind is cst.Name:
+        return test.value not in ("True", "False", "None")  # type: ignore[attr-defined]
+    if _is_self_attr(test) is not None:
+        return True
     if kind is cst.UnaryOperation and type(test.operator) is cst.Not:  # type: ignore[attr-defined]
         return fallback_condition(test.expression)  # type: ignore[attr-defined]
     if kind is cst.BooleanOperation:
@@ -258,9 +261,9 @@ def fallback_condition(test: cst.BaseExpression) -> bool:
 def _comparand(node: cst.BaseExpression) -> bool:
     """A name, ``self.<attr>``, a literal, or a tuple or list of them (``x in ("a", "b")``)."""
     kind = type(node)
-    if kind is cst.Name or _const_text(node) is not None or _is_self_attr(node) is not None:
+    if kind is cst.Name or kind is cst.ConcatenatedString:
         return True
-    if kind is cst.ConcatenatedString:
+    if _const_text(node) is not None or _is_self_attr(node) is not None:
         return True
     if kind is cst.Tuple or kind is cst.List:
         return all(not isinstance(e, cst.StarredElement) and _comparand(e.value) for e in node.elements)  # type: ignore[attr-defined]
