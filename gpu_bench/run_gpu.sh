@@ -9,6 +9,7 @@
 #   bench_kernels.txt    every kernel's fast backend against the original computation, small to large shapes
 #   bench_kernels_xformers.txt   the attention kernels with xformers forced (when installed)
 #   attention_lengths.txt   ADP010's SDPA against the hand-written core from 128 to 2048 keys (where it starts to pay)
+#   attention_lengths_einsum.txt   the same for cores written with torch.einsum (vit-pytorch)
 #   base-fp32/, base-bf16/   python -m gpu_bench base-size suite with the torch.compile anchors
 #   commands.txt         the exact commands, environment and load
 # Then copy the tables of base-*/results.md into README.md and commit the folder.
@@ -34,6 +35,8 @@ if $PYTHON -c "import xformers.ops" 2>/dev/null; then
 fi
 run $PYTHON benchmarks/bench_attention_lengths.py --device cuda --batch 8 --dtypes float32,bfloat16 \
     --modes infer,train --lengths 128,256,384,512,768,1024,2048 2>&1 | tee "$out/attention_lengths.txt"
+run $PYTHON benchmarks/bench_attention_lengths.py --device cuda --batch 8 --dtypes float32,bfloat16 \
+    --modes infer,train --lengths 128,256,384,512,768,1024,2048 --form einsum 2>&1 | tee "$out/attention_lengths_einsum.txt"
 run $PYTHON -m gpu_bench --size base --device cuda --dtype fp32 --out "$out/base-fp32"
 run $PYTHON -m gpu_bench --size base --device cuda --dtype bf16 --out "$out/base-bf16"
 echo "results in $out"

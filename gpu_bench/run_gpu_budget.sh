@@ -8,6 +8,7 @@
 #   kernel-tests.txt        the kernel tests, Triton kernels on the GPU
 #   bench_kernels.txt       every kernel's fast backend against the original computation (small, base, large)
 #   attention_lengths.txt   ADP010's SDPA against the hand-written core from 128 to 1024 keys (where it starts to pay)
+#   attention_lengths_einsum.txt  the same for cores written with torch.einsum (vit-pytorch), 128, 512, 1024 keys
 #   base-fp32/, base-bf16/  the base-size suite, eager (no compile anchors), the models of MODELS (all but llama
 #                           and vilt), those where rules pay first; bf16 timed in alternation with vanilla (--interleave)
 #   compile-bf16/           bf16 again with the torch.compile anchors, for the models in COMPILE_MODELS
@@ -51,6 +52,8 @@ step 150 kernel-tests.txt $PYTHON -m pytest tests/kernels -q -rs -p no:cacheprov
 step 180 bench_kernels.txt $PYTHON benchmarks/bench_kernels.py --device "$DEVICE" --repeats 11 --min-time 0.01
 step 60 attention_lengths.txt $PYTHON benchmarks/bench_attention_lengths.py --device "$DEVICE" --batch 8 \
     --dtypes float32,bfloat16 --modes infer,train --lengths 128,256,384,512,768,1024 --repeats 11 --min-time 0.01
+step 45 attention_lengths_einsum.txt $PYTHON benchmarks/bench_attention_lengths.py --device "$DEVICE" --batch 8 \
+    --dtypes float32,bfloat16 --modes infer,train --lengths 128,512,1024 --repeats 11 --min-time 0.01 --form einsum
 # fp32 unpaired (it gives the peak-memory columns); bf16 paired call by call with a vanilla twin (--interleave),
 # since two unpaired bf16 runs of BERT minutes apart disagreed far beyond their spreads on an H200.
 step 120 base-fp32.log $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype fp32 --no-compile \

@@ -40,17 +40,19 @@ def test_steps_run_in_order_of_value(tmp_path: Path) -> None:
         ["-m", "pytest", "tests/kernels"],
         ["benchmarks/bench_kernels.py", "--device", "cpu"],
         ["benchmarks/bench_attention_lengths.py", "--device", "cpu"],
+        ["benchmarks/bench_attention_lengths.py", "--device", "cpu"],
         ["-m", "gpu_bench", "--size"],
         ["-m", "gpu_bench", "--size"],
         ["-m", "gpu_bench", "--size"],
     ]
-    assert "--dtype fp32 --no-compile" in calls[3] and "--dtype bf16 --no-compile --interleave" in calls[4]
-    assert "--dtype bf16 --compile --models bert,gpt2,nanogpt,resnet" in calls[5]
+    assert "--form" not in calls[2] and calls[3].endswith("--form einsum")
+    assert "--dtype fp32 --no-compile" in calls[4] and "--dtype bf16 --no-compile --interleave" in calls[5]
+    assert "--dtype bf16 --compile --models bert,gpt2,nanogpt,resnet" in calls[6]
     log = (tmp_path / "results" / "commands.txt").read_text()
-    assert log.count("# exit 0 at") == 6
+    assert log.count("# exit 0 at") == 7
 
 
 def test_a_spent_budget_skips_the_steps(tmp_path: Path) -> None:
     assert _run(tmp_path, budget=10) == []
     log = (tmp_path / "results" / "commands.txt").read_text()
-    assert log.count("# skipped, budget spent:") == 6
+    assert log.count("# skipped, budget spent:") == 7
