@@ -148,8 +148,32 @@ def _parse(spec: str) -> Tuple[str, Tuple[Tuple[str, str], ...]]:
     return default, tuple(per_kernel)
 
 
+def _environment_reader() -> Callable[[], str]:
+    """A function returning ``os.environ.get(BACKEND_ENV, "")``, read on every call but cheaply.
+
+    ``os.environ.get`` encodes the key on each call, a third of the dispatch's cost (0.7 of 2.2 us on CPU), paid by
+    every kernel call of a rewritten model. CPython's ``os.environ`` keeps the encoded items in ``_data`` (updated by
+    ``os.environ[...] = ...``, ``monkeypatch.setenv`` and ``del``), so the key is encoded once here; where that
+    layout is missing, the plain lookup is used.
+    """
+    environ = os.environ
+    data, encodekey, decodevalue = (getattr(environ, name, None) for name in ("_data", "encodekey", "decodevalue"))
+    if not (isinstance(data, dict) and callable(encodekey) and callable(decodevalue)):
+        return lambda: environ.get(BACKEND_ENV, "")
+    key = encodekey(BACKEND_ENV)
+
+    def read() -> str:
+        raw = data.get(key)
+        return "" if raw is None else decodevalue(raw)
+
+    return read
+
+
+_read_environment = _environment_reader()
+
+
 def _spec() -> str:
-    return _override if _override is not None else os.environ.get(BACKEND_ENV, "")
+    return _override if _override is not None else _read_environment()
 
 
 def current_backend() -> str:
@@ -204,7 +228,12 @@ def _device_type(tensor: torch.Tensor) -> str:
 
 def records_grad(*tensors: Optional[torch.Tensor]) -> bool:
     """Whether autograd records a call on these tensors: grad mode on and some tensor requires grad (``Call.grad``)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for tensor in tensors:  # a loop, not any(<generator>): half the cost, on every kernel call
+        if tensor is not None and tensor.requires_grad:
+            return True
+    return False
 
 
 def call_info(*tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> Call:

@@ -134,7 +134,12 @@ def linear_bias_activation(
 def _linear_bias_activation(
     input: torch.Tensor, linear: nn.Linear, activation: Activation, **activation_kwargs: Any
 ) -> torch.Tensor:
-    if is_plain(linear, nn.Linear) and select("linear_bias_activation", input, linear.weight) == "triton":
+    # The cached decision first: where it is the original computation (auto almost everywhere), nothing else runs.
+    # (getattr: a replaced layer, say a LoRA wrapper, may have no weight; is_plain then refuses it.)
+    if (
+        select("linear_bias_activation", input, getattr(linear, "weight", None)) == "triton"
+        and is_plain(linear, nn.Linear)
+    ):
         kind = classify_activation(activation, **activation_kwargs)
         weight, bias = linear.weight, linear.bias
         if (

@@ -54,10 +54,10 @@ The mask and row checks read the data (a device synchronisation on CUDA). They n
 op for op the original's graph. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
 graph runs).
 
-Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path on CUDA from 1024 keys on, and on
-CPU for float32 and bfloat16-inference calls with enough attention scores (batch x heads x queries x keys), where it
-measured faster (``SDPA_CORE``, ``_sdpa_pays``); elsewhere the reference path runs unless
-``ADOPTER_KERNELS_BACKEND`` names ``attention_core=sdpa``.
+Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path for calls with enough attention
+scores (batch x heads x queries x keys) per device, dtype and mode, where it measured faster (``SDPA_CORE``,
+``_MIN_SCORES``, ``_sdpa_pays``); elsewhere the reference path runs unless ``ADOPTER_KERNELS_BACKEND`` names
+``attention_core=sdpa``.
 """
 
 from __future__ import annotations
@@ -91,30 +91,39 @@ class _NotGiven:
 _NOT_GIVEN: Any = _NotGiven()
 
 
-# docs/KERNEL_PERFORMANCE.md. An H200 (benchmarks/bench_kernels.py): 0.36-0.42x in inference at 16 and 128 keys (the
-# checks and launches dominate), 1.12x (training) / 1.19x (inference) with half the memory at 1024 keys (nanoGPT,
-# GPT-2 small shapes). CPU, one thread (benchmarks/bench_attention_lengths.py, 16 to 1024 keys, batch 1 and 4, head
-# dims 32 and 64): SDPA with its checks pays once the score matrix is large enough, earlier in inference than in
+# docs/KERNEL_PERFORMANCE.md. An H200 (benchmarks/bench_attention_lengths.py, batch 8, 12 heads, head dim 64, 128 to
+# 1024 keys, matmul and einsum forms): 0.32-0.48x in inference at 128 and 256 keys (the checks and launches
+# dominate), faster from 512 keys in float32 inference and from 768 keys in training and in bfloat16; nanoGPT at 1024
+# keys trains 1.12x and infers 1.17-1.19x with half the memory. CPU, one thread (16 to 1024 keys, batch 1 and 4,
+# head dims 32 and 64): SDPA with its checks pays once the score matrix is large enough, earlier in inference than in
 # training; bfloat16 training was slower at every length (0.28-0.76x). The decision sees no shapes, so _sdpa_pays
-# adds the size test per device.
+# adds the size test.
 SDPA_CORE = Backend(
     "sdpa",
-    "CUDA from 1024 keys on (1.12-1.19x and half the memory on an H200; 0.36-0.42x at 128 keys and fewer); CPU from "
-    "4x12x96x96 attention scores (batch x heads x queries x keys) on in float32 inference (1.11-1.68x there, up to "
-    "3.6x at 512 keys; mostly 0.50-0.92x below), 4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; "
-    "mostly 0.76-1.00x below) and 4x12x512x512 in bfloat16 inference (1.27-1.38x). Elsewhere (bfloat16 training, "
-    "smaller attention) the original computation runs",
+    "CUDA from 8x12x512x512 attention scores (batch x heads x queries x keys) in float32 inference (1.06-1.32x on an "
+    "H200, 0.40-0.95x below), from 8x12x768x768 in float32 training and in bfloat16 (1.04-1.10x training, 1.90x "
+    "bfloat16 inference there, up to 2.9x at 1024 keys; 0.32-1.00x below; autocast keeps the original); CPU from "
+    "4x12x96x96 scores in float32 inference (1.11-1.68x there, up to 3.6x at 512 keys; mostly 0.50-0.92x below), "
+    "4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; mostly 0.76-1.00x below) and 4x12x512x512 in "
+    "bfloat16 inference (1.27-1.38x). Elsewhere (bfloat16 training on CPU, smaller attention) the original "
+    "computation runs",
     faster=lambda call: call.device == "cuda"
     or (call.device == "cpu" and (call.dtype == torch.float32 or (call.dtype == torch.bfloat16 and not call.grad))),
 )
-#: CUDA: the fewest keys (the last dim of ``key_t``) from which auto takes SDPA: measured faster at 1024, slower at 128.
-_CUDA_MIN_KEYS = 1024
-#: CPU: the fewest attention scores (batch x heads x queries x keys) from which auto takes SDPA, per (dtype, grad):
-#: the smallest size measured faster in every configuration tried; smaller sizes measured slower or within noise.
-_CPU_MIN_SCORES = {
-    (torch.float32, False): 4 * 12 * 96 * 96,
-    (torch.float32, True): 4 * 12 * 192 * 192,
-    (torch.bfloat16, False): 4 * 12 * 512 * 512,
+#: The fewest attention scores (batch x heads x queries x keys) from which auto takes SDPA, per (device, dtype,
+#: grad): the smallest size measured faster in every configuration tried (benchmarks/bench_attention_lengths.py,
+#: head dim 64; CUDA: an H200 at batch 8, the matmul and einsum forms), smaller sizes measured slower or within
+#: noise. A configuration without an entry keeps the original computation.
+_MIN_SCORES = {
+    ("cuda", torch.float32, False): 8 * 12 * 512 * 512,
+    ("cuda", torch.float32, True): 8 * 12 * 768 * 768,
+    ("cuda", torch.bfloat16, False): 8 * 12 * 768 * 768,
+    ("cuda", torch.bfloat16, True): 8 * 12 * 768 * 768,
+    ("cuda", torch.float16, False): 8 * 12 * 768 * 768,  # not measured: bfloat16's, the same SDPA kernels
+    ("cuda", torch.float16, True): 8 * 12 * 768 * 768,
+    ("cpu", torch.float32, False): 4 * 12 * 96 * 96,
+    ("cpu", torch.float32, True): 4 * 12 * 192 * 192,
+    ("cpu", torch.bfloat16, False): 4 * 12 * 512 * 512,
 }
 register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
@@ -141,29 +150,32 @@ def attention_core(
     ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module), the probabilities are ``softmax(scores)``; with
     the equations given, the two products are ``torch.einsum(score_equation, query, key_t)`` and
     ``torch.einsum(output_equation, probs, value)`` (``key_t`` is then the key as the code passed it)."""
-    for factor, operator in ((scale, "*"), (divisor, "/")):
-        if factor is None:
-            raise TypeError(f"unsupported operand type(s) for {operator}: 'Tensor' and 'NoneType'")
+    if scale is None or divisor is None:
+        operator = "*" if scale is None else "/"
+        raise TypeError(f"unsupported operand type(s) for {operator}: 'Tensor' and 'NoneType'")
     given_scale = None if scale is _NOT_GIVEN else scale
     given_divisor = None if divisor is _NOT_GIVEN else divisor
-    args = (
-        query, key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax, dropout, dropout_p, training, batched
-    )
     einsum = score_equation is not None or output_equation is not None
-    # While compiling, the data checks of _sdpa would break the graph: the compiler gets the original ops.
+    # The cached decision comes before the other tests: where auto runs the original computation, a rewritten model
+    # pays only it (a launch-bound model pays every microsecond of Python per call). While compiling, the data
+    # checks of _sdpa would break the graph: the compiler gets the original ops.
     if (
-        not torch.compiler.is_compiling()
-        and all(isinstance(t, Tensor) for t in (query, key_t, value))
-        and (not einsum or _einsum_fits(score_equation, output_equation, query))
+        isinstance(query, Tensor)
+        and isinstance(key_t, Tensor)
+        and isinstance(value, Tensor)
         and select("attention_core", query, key_t, value) == "sdpa"
+        and not torch.compiler.is_compiling()
+        and (not einsum or _einsum_fits(score_equation, output_equation, query))
     ):
         # the einsum key is [..., S, E]: the fast path and its size test read it as the matmul form's key_t
         fast_key_t = key_t.transpose(-2, -1) if einsum else key_t
         if _sdpa_pays(query, fast_key_t, value):
-            fast = _sdpa(query, fast_key_t, *args[2:])
+            fast = _sdpa(query, fast_key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax,
+                         dropout, dropout_p, training, batched)
             if fast is not None:
                 return fast
-    return _reference(*args, score_equation, output_equation)
+    return _reference(query, key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax, dropout,
+                      dropout_p, training, batched, score_equation, output_equation)
 
 
 def _einsum_fits(score_equation: Optional[str], output_equation: Optional[str], query: Tensor) -> bool:
@@ -217,15 +229,14 @@ def _matmul_equations(score_equation: Optional[str], output_equation: Optional[s
 
 
 def _sdpa_pays(query: Tensor, key_t: Tensor, value: Tensor) -> bool:
-    """The size check of SDPA_CORE (the decision itself sees no shapes); a forced ``sdpa`` skips it."""
-    if _dispatch.forced("attention_core") == "sdpa":
+    """The size test of SDPA_CORE (the cached decision sees no shapes); a forced ``sdpa`` skips it."""
+    device = "cuda" if key_t.is_cuda else "cpu" if key_t.is_cpu else None
+    if device is None:
         return True
-    if key_t.is_cuda:
-        return key_t.shape[-1] >= _CUDA_MIN_KEYS
-    if key_t.is_cpu:
-        least = _CPU_MIN_SCORES.get((query.dtype, _dispatch.records_grad(query, key_t, value)))
-        return least is not None and math.prod(query.shape[:-1]) * key_t.shape[-1] >= least
-    return True
+    least = _MIN_SCORES.get((device, query.dtype, _dispatch.records_grad(query, key_t, value)))
+    if least is not None and math.prod(query.shape[:-1]) * key_t.shape[-1] >= least:
+        return True
+    return _dispatch.forced("attention_core") == "sdpa"  # asked only below the size: it costs a lookup per call
 
 
 def _reference(
@@ -260,7 +271,7 @@ def _reference(
     probs = softmax(scores) if softmax is not None else F.softmax(scores, dim=-1)
     if dropout is not None:
         probs = dropout(probs)
-    else:
+    elif training or dropout_p != 0.0:  # else F.dropout returns its input: skip its Python cost (about 1 us)
         probs = F.dropout(probs, p=dropout_p, training=training)
     return torch.einsum(output_equation, probs, value) if output_equation is not None else matmul(probs, value)
 

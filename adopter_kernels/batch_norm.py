@@ -195,12 +195,14 @@ def conv_bn2d(input: torch.Tensor, conv: nn.Module, bn: nn.Module) -> torch.Tens
     if (
         isinstance(input, torch.Tensor)
         and input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
+        # the cached decision before the module checks: where auto runs the original, nothing else is paid
+        and select("conv_bn2d", input, getattr(conv, "weight", None)) == "folded"
         and is_plain(conv, nn.Conv2d, "_conv_forward")
     ):
         conv2d, children = cast(nn.Conv2d, conv), _foldable(bn, nn.BatchNorm2d)
         if children is not None:
             norm = cast(nn.BatchNorm2d, bn)
-            if conv2d.out_channels == norm.num_features and select("conv_bn2d", input, conv2d.weight) == "folded":
+            if conv2d.out_channels == norm.num_features:
                 return _conv_bn2d_folded(input, conv2d, norm, children)
     return bn(conv(input))
 
@@ -212,11 +214,12 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.
     if (
         isinstance(input, torch.Tensor)
         and input.dim() == 2
+        and select("linear_bn1d", input, getattr(linear, "weight", None)) == "folded"  # cheapest test first
         and is_plain(linear, nn.Linear)
         and _foldable(bn, nn.BatchNorm1d) == ()
     ):
         dense, norm = cast(nn.Linear, linear), cast(nn.BatchNorm1d, bn)
-        if dense.out_features == norm.num_features and select("linear_bn1d", input, dense.weight) == "folded":
+        if dense.out_features == norm.num_features:
             weight, bias = _folded(dense, norm)
             return F.linear(input, weight, bias)
     return bn(linear(input))

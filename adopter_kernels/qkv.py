@@ -58,11 +58,12 @@ def packed_qkv_linear(
             "packed_qkv_linear needs three Linear layers reading the same features, got in_features "
             f"q={q.in_features}, k={k.in_features}, v={v.in_features}"
         )
+    if select("packed_qkv_linear", input, q.weight) != "packed":  # the cached decision first: cheapest
+        return q(input), k(input), v(input)
     layers = (q, k, v)
     params = [t for m in layers for t in (m.weight, m.bias) if t is not None]
     if not (
-        select("packed_qkv_linear", input, q.weight) == "packed"
-        and all(is_plain(m, nn.Linear) for m in layers)
+        all(is_plain(m, nn.Linear) for m in layers)
         and all(t.dtype == q.weight.dtype and t.device == q.weight.device for t in params)
     ):
         return q(input), k(input), v(input)

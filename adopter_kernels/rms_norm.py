@@ -105,14 +105,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama
     """RMSNorm over the last dim with the casting order ``cast`` (one of ``RMS_NORM_CASTS``)."""
     reference = _REFERENCE[cast]
     if (
-        isinstance(eps, (int, float))
+        select("rms_norm", x, weight) == "triton"  # the cached decision first: cheapest
+        and isinstance(eps, (int, float))
         and x.dtype in _TRITON_DTYPES
         and weight.dtype == x.dtype
         and weight.dim() == 1
         and x.dim() >= 1
         and weight.shape[0] == x.shape[-1]
         and x.numel() > 0
-        and select("rms_norm", x, weight) == "triton"
     ):
         from .triton_kernels.rms_norm import MAX_N
         from .triton_kernels.rms_norm import rms_norm as fused

@@ -10,7 +10,7 @@ padding mask that keeps keys in every row, no dropout. Both sides run in alterna
 ``time_pair``); the speedup is the median of the per-round ratios original / kernel with their quartiles, and the
 verdict reads ``faster``/``slower`` only when the interquartile range of the ratios excludes 1. The summary line
 names the shortest measured length from which every longer one was ``faster``, and its number of attention scores
-(batch x heads x length x length): what ``adopter_kernels.attention_core._CPU_MIN_SCORES`` holds per dtype and
+(batch x heads x length x length): what ``adopter_kernels.attention_core._MIN_SCORES`` holds per device, dtype and
 mode, from the smallest such size across configurations (docs/KERNEL_PERFORMANCE.md, run E, records the runs).
 """
 

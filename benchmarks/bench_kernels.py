@@ -3,6 +3,8 @@
     python benchmarks/bench_kernels.py                         # CPU, float32 + bfloat16, small + base shapes
     python benchmarks/bench_kernels.py --dtypes float32 --shapes base --repeats 30 --kernels conv_bn2d
     python benchmarks/bench_kernels.py --device cuda           # on a GPU: small, base and large shapes
+    python benchmarks/bench_kernels.py --shapes tiny --force reference   # the Python cost of a call on its way to
+                                                                         # the original computation
 
 For every kernel, dtype, shape class and mode (``infer``: eval + ``inference_mode``; ``train``: training mode,
 forward + backward) it prints the median time of the original and of the kernel, their spread (IQR / median),
@@ -71,6 +73,9 @@ def _infer(forward: Callable[[], object]) -> Fn:
 
 SHAPES: Dict[str, Dict[str, Tuple[int, ...]]] = {
     # (batch, seq, hidden, heads) for sequence ops; (batch, channels, side) for conv; (rows, in, out) for linear_bn.
+    # Next to no work: the time is the Python and dispatch cost of a call (with --force reference: what a rewritten
+    # model pays per kernel call where the original computation runs).
+    "tiny": {"seq": (1, 4, 8, 2), "conv": (1, 2, 4), "rows": (2, 4, 4)},
     "small": {"seq": (2, 16, 64, 4), "conv": (2, 16, 16), "rows": (8, 32, 64)},
     "base": {"seq": (4, 128, 768, 12), "conv": (8, 64, 56), "rows": (512, 768, 4096)},
     # Memory-bound sizes for a GPU (an attention softmax of 8 x 16 x 1024 x 1024, 1024 keys for the attention core):
@@ -113,19 +118,19 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
     if kernel == "softmax":
         scores = x(b * heads, s, s)
         rows = both(lambda _: (lambda: F.softmax(scores, dim=-1), lambda: ak.softmax(scores, dim=-1)))
-        return [(m, o, k, _dispatch.select("softmax", scores)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("softmax", scores, training=m == "train")) for m, o, k in rows]
     if kernel == "dropout_add_layer_norm":
         a, r = x(b, s, h), x(b, s, h)
         drop, ln = nn.Dropout(0.1), nn.LayerNorm(h).to(**kw)
         fused = ak.FusedDropoutAddLayerNorm(h, dropout=0.1).to(**kw)
         fused.load_state_dict(ln.state_dict())
         rows = both(lambda _: (lambda: ln(drop(a) + r), lambda: fused(a, r)), (drop, ln, fused))
-        return [(m, o, k, _dispatch.select("dropout_add_layer_norm", a)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("dropout_add_layer_norm", a, training=m == "train")) for m, o, k in rows]
     if kernel == "linear_bias_activation":
         a = x(b, s, h)
         lin, act = nn.Linear(h, 4 * h).to(**kw), nn.GELU()
         rows = both(lambda _: (lambda: act(lin(a)), lambda: ak.linear_bias_activation(a, lin, act)), (lin,))
-        return [(m, o, k, _dispatch.select("linear_bias_activation", a)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("linear_bias_activation", a, training=m == "train")) for m, o, k in rows]
     if kernel == "conv_bn2d":
         n, c, side = SHAPES[shape]["conv"]
         img = x(n, c, side, side)
@@ -206,7 +211,7 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
             return weight * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)).to(a.dtype)
 
         rows = both(lambda _: (llama, lambda: ak.rms_norm(a, weight, 1e-6, "llama")))
-        return [(m, o, k, _dispatch.select("rms_norm", a)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("rms_norm", a, training=m == "train")) for m, o, k in rows]
     if kernel == "rms_norm_olmo2":  # the weight multiplies before the cast back: the Triton kernel's other branch
         a = x(b, s, h)
         weight = torch.ones(h, **kw).requires_grad_()
@@ -216,13 +221,13 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
             return (weight * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))).to(a.dtype)
 
         rows = both(lambda _: (olmo2, lambda: ak.rms_norm(a, weight, 1e-6, "olmo2")))
-        return [(m, o, k, _dispatch.select("rms_norm", a)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("rms_norm", a, training=m == "train")) for m, o, k in rows]
     if kernel == "gated_linear_unit":
         a = x(b, s, h)
         gate, up = nn.Linear(h, 4 * h, bias=False).to(**kw), nn.Linear(h, 4 * h, bias=False).to(**kw)
         rows = both(lambda _: (lambda: F.silu(gate(a)) * up(a), lambda: ak.gated_linear_unit(a, gate, up, F.silu)),
                     (gate, up))
-        return [(m, o, k, _dispatch.select("gated_linear_unit", a)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("gated_linear_unit", a, training=m == "train")) for m, o, k in rows]
     if kernel == "rotary_embedding":
         a = x(b, heads, s, h // heads)
         cos, sin = x(1, 1, s, h // heads, grad=False), x(1, 1, s, h // heads, grad=False)
@@ -231,7 +236,7 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
             return torch.cat((-t[..., t.shape[-1] // 2:], t[..., : t.shape[-1] // 2]), dim=-1)
 
         rows = both(lambda _: (lambda: (a * cos) + (rotate_half(a) * sin), lambda: ak.rotary_embedding(a, cos, sin)))
-        return [(m, o, k, _dispatch.select("rotary_embedding", a)) for m, o, k in rows]
+        return [(m, o, k, _dispatch.select("rotary_embedding", a, training=m == "train")) for m, o, k in rows]
     raise KeyError(kernel)
 
 

@@ -25,13 +25,15 @@ def _load():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_every_kernel_dtype_and_mode_runs(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("args", [["--shapes", "small"], ["--shapes", "tiny", "--force", "reference"]],
+                         ids=["small", "tiny-reference"])
+def test_every_kernel_dtype_and_mode_runs(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
     bench = _load()
     threads = torch.get_num_threads()
     try:
-        assert bench.main(["--shapes", "small", "--repeats", "1", "--warmup", "1", "--min-time", "0"]) == 0
+        assert bench.main([*args, "--repeats", "1", "--warmup", "1", "--min-time", "0"]) == 0
     finally:
         torch.set_num_threads(threads)  # the script pins one thread for itself
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line and not line.startswith(("#", "-"))]

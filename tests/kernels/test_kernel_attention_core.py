@@ -265,19 +265,39 @@ def test_auto_on_cpu_runs_sdpa_above_the_size_and_agrees(sdpa_calls: list[int]) 
     torch.testing.assert_close(out, _eager(q, k, v, scale=0.25), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(("keys", "forced", "sdpa"), [(128, False, False), (1023, False, False), (1024, False, True),
-                                                     (128, True, True)])
-def test_on_cuda_auto_takes_sdpa_from_1024_keys(keys: int, forced: bool, sdpa: bool) -> None:
-    """Measured on an H200: slower at 16 and 128 keys, faster at 1024 (docs/KERNEL_PERFORMANCE.md). A stand-in
-    key with the CUDA flag checks the rule without a GPU; a forced sdpa takes any length."""
+@pytest.mark.parametrize(
+    ("shape", "grad", "dtype", "forced", "sdpa"),
+    [
+        ((8, 12, 512), False, torch.float32, False, True),  # float32 inference: 1.13x at 512 keys, 0.95x at 384
+        ((8, 12, 384), False, torch.float32, False, False),
+        ((2, 12, 1024), False, torch.float32, False, True),  # as many scores as 8 x 512 x 512
+        ((8, 12, 512), True, torch.float32, False, False),  # float32 training: 0.93x at 512, 1.04x at 768
+        ((8, 12, 768), True, torch.float32, False, True),
+        ((8, 12, 512), False, torch.bfloat16, False, False),  # bfloat16: 0.96x at 512, 1.90x at 768
+        ((8, 12, 768), False, torch.bfloat16, False, True),
+        ((8, 12, 768), True, torch.bfloat16, False, True),
+        ((1, 12, 1024), True, torch.bfloat16, False, False),  # 1024 keys alone no longer decide: too few scores
+        ((8, 12, 128), False, torch.float32, True, True),  # a forced sdpa takes any size
+    ],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_on_cuda_auto_takes_sdpa_from_the_measured_size(
+    shape: tuple[int, int, int], grad: bool, dtype: torch.dtype, forced: bool, sdpa: bool
+) -> None:
+    """Measured on an H200 (gpu_bench/results/h200-2026-11-28/attention_lengths*.txt, docs/KERNEL_PERFORMANCE.md):
+    SDPA pays from 8x12x512x512 scores in float32 inference and from 8x12x768x768 in training and in bfloat16.
+    Stand-in tensors with the CUDA flag check the size test without a GPU."""
     from types import SimpleNamespace
 
     from adopter_kernels.attention_core import _sdpa_pays
 
-    query = SimpleNamespace(is_cuda=True, is_cpu=False, shape=(2, 12, keys, 64))
-    key_t = SimpleNamespace(is_cuda=True, is_cpu=False, shape=(2, 12, 64, keys))
-    with use_backend("attention_core=sdpa" if forced else "auto"):
-        assert _sdpa_pays(query, key_t, query) is sdpa  # type: ignore[arg-type]
+    batch, heads, keys = shape
+    query, key_t, value = (
+        SimpleNamespace(is_cuda=True, is_cpu=False, dtype=dtype, requires_grad=grad, shape=s)
+        for s in ((batch, heads, keys, 64), (batch, heads, 64, keys), (batch, heads, keys, 64))
+    )
+    with use_backend("attention_core=sdpa" if forced else "auto"), torch.set_grad_enabled(grad):
+        assert _sdpa_pays(query, key_t, value) is sdpa  # type: ignore[arg-type]
 
 
 def test_exported() -> None:

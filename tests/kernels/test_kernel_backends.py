@@ -65,7 +65,7 @@ def _xformers_usable() -> bool:
 
 
 def test_auto_on_cuda_runs_what_measured_faster_on_a_gpu() -> None:
-    """The CUDA policy of docs/KERNEL_PERFORMANCE.md (an H200, gpu_bench/results/h200-2026-11-27/)."""
+    """The CUDA policy of docs/KERNEL_PERFORMANCE.md (an H200, gpu_bench/results/h200-2026-11-28/)."""
     selects = {name: entry["auto_selects"] for name, entry in ak.backends().items()}
 
     def cuda(name: str) -> set:
@@ -75,7 +75,7 @@ def test_auto_on_cuda_runs_what_measured_faster_on_a_gpu() -> None:
     for name in ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
                  "t5_attention", "gated_linear_unit", "rotary_embedding"):
         assert cuda(name) == {"reference"}, name
-    # Measured faster: SDPA for BERT/GPT-2 attention and the attention core (from 1024 keys: test_attention_core),
+    # Measured faster: SDPA for BERT/GPT-2 attention and the attention core (by size: test_kernel_attention_core),
     # one packed QKV GEMM, and the Triton RMSNorm in inference (test_kernel_triton_llm_blocks).
     for name in ("bert_self_attention", "gpt2_attention"):
         assert cuda(name) == ({"xformers"} if _xformers_usable() else {"sdpa"}), name

@@ -41,6 +41,29 @@ def test_env_var_is_read_per_call(monkeypatch: pytest.MonkeyPatch, value: str) -
     assert ak.current_backend() == value.strip().lower()
 
 
+def test_env_var_read_follows_every_way_of_changing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap read (the encoded key in os.environ's own store) sees assignment, deletion and
+    monkeypatch.setenv, as os.environ.get does."""
+    import os
+
+    monkeypatch.delenv(ak.BACKEND_ENV, raising=False)
+    assert _dispatch._spec() == ""
+    os.environ[ak.BACKEND_ENV] = "reference,softmax=triton"
+    try:
+        assert _dispatch._spec() == os.environ.get(ak.BACKEND_ENV) == "reference,softmax=triton"
+    finally:
+        del os.environ[ak.BACKEND_ENV]
+    assert _dispatch._spec() == ""
+    monkeypatch.setenv(ak.BACKEND_ENV, "auto,packed_qkv_linear=packed")
+    assert _dispatch._spec() == "auto,packed_qkv_linear=packed"
+
+
+def test_env_var_reader_without_cpythons_store_uses_get(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where os.environ lacks CPython's layout, the reader is the plain lookup."""
+    monkeypatch.setattr(_dispatch.os, "environ", {ak.BACKEND_ENV: "reference"})
+    assert _dispatch._environment_reader()() == "reference"
+
+
 def test_bad_env_var_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ak.BACKEND_ENV, "cuda")
     with pytest.raises(ValueError, match="ADOPTER_KERNELS_BACKEND"):
