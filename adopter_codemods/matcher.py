@@ -1682,6 +1682,10 @@ def _plan_fallback(
     written_from_region = set().union(*writes.values())
     if any(name in written_from_region for t in tests for name in _names_in_node(t)):
         return None
+    # A test that reads a value (a comparison, a truth test; not `is None`) of an object the code may change in
+    # place from the region on (`n.add_(1)`, `f(n)`, `n[0] = 0`) could see another value at the top of the region.
+    if tests and set().union(*map(_value_names, tests)) & _changed_in_place(region + after):
+        return None
     for absorbed_if in absorbed:
         # Its own kept statements may assign X (`_retested_name_kept` vetted them); nothing else from the region on.
         own = _written_by(absorbed_if, deleted) if id(absorbed_if) in kept_ifs else writes[id(absorbed_if)]
@@ -1742,16 +1746,16 @@ def _statement_ids(node: cst.CSTNode) -> set[int]:
 
 def _fallback_test(test: cst.BaseExpression, cls: ClassStructure) -> bool:
     """Whether a fallback plan may evaluate `test` before its region (`fallback_condition`): the ``self.<attr>`` it
-    reads keep their value while forward runs, no method but ``__init__`` storing them and none a method of the class
-    (a property runs code); in the unit of top-level functions `self` is any object: never."""
+    reads keep their value while forward runs, no method but ``__init__`` storing them and none a method or property
+    of the class family (which runs code); in the unit of top-level functions `self` is any object: never."""
     if not fallback_condition(test):
         return False
     attributes = {attr for n in cstwalk.walk(test) if (attr := _is_self_attr(n)) is not None}  # type: ignore[arg-type]
     if not attributes:
         return True
-    if cls.node is None or "*" in cls.stored_outside_init or attributes & cls.stored_outside_init:
+    if cls.node is None or "*" in cls.stored_outside_init:
         return False
-    return not any(type(s) is cst.FunctionDef and s.name.value in attributes for s in _suite(cls.node.body))
+    return not attributes & (cls.stored_outside_init | cls.methods)
 
 
 def _guarded_reads(stmt: cst.CSTNode, names: set[str], cls: ClassStructure) -> Optional[list[cst.BaseExpression]]:
@@ -1791,6 +1795,39 @@ def _guarded_reads(stmt: cst.CSTNode, names: set[str], cls: ClassStructure) -> O
 
 def _names_in_node(node: cst.CSTNode) -> set[str]:
     return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}
+
+
+def _value_names(test: cst.BaseExpression) -> set[str]:
+    """The names whose value `test` reads: all but the operands of an identity test (`x is None`, `x is not y`)
+    and `self` of a ``self.<attr>`` flag (`_fallback_test` vets those)."""
+    skipped = {id(n.value) for n in cstwalk.walk(test) if isinstance(n, cst.Attribute)}
+    for n in cstwalk.walk(test):
+        if isinstance(n, cst.Comparison) and all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in n.comparisons):
+            skipped.update(id(operand) for operand in (n.left, *(c.comparator for c in n.comparisons)))
+    return {n.value for n in cstwalk.walk(test) if isinstance(n, cst.Name) and id(n) not in skipped}
+
+
+def _changed_in_place(statements: Sequence[cst.BaseStatement]) -> set[str]:
+    """The names whose object `statements` may change without rebinding them: a call's receiver (`n.add_(1)`), a
+    name in a call's arguments (`f(n)`, `f([n])`), the object of a subscript or attribute store (`n[0] = 0`)."""
+    names: set[str] = set()
+    for stmt in statements:
+        for n in cstwalk.walk(stmt):
+            if isinstance(n, cst.Call):
+                receiver = n.func
+                while isinstance(receiver, (cst.Attribute, cst.Subscript)):
+                    receiver = receiver.value
+                if isinstance(receiver, cst.Name) and receiver is not n.func:
+                    names.add(receiver.value)
+                for arg in n.args:
+                    names |= _names_in_node(arg.value)
+            elif isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                target: cst.BaseExpression = n.target
+                while isinstance(target, (cst.Attribute, cst.Subscript)):
+                    target = target.value
+                    if isinstance(target, cst.Name):
+                        names.add(target.value)
+    return names
 
 
 # Absorbed `if`s: `if X is not None: s = s + X` inside the region is an optional node of the pattern that runs

@@ -187,6 +187,9 @@ class ClassStructure:
     # or a base in another file) stores on `self` (`"*"`: any): the others hold, while forward runs, what `__init__`
     # (or the caller) left in them.
     stored_outside_init: frozenset[str] = frozenset()
+    # Names the class family (local bases and subclasses) defines as methods or properties, or binds to a call's
+    # result in a class body: reading `self.<name>` may run code.
+    methods: frozenset[str] = frozenset()
     # Attribute names the module reads on objects other than `self` (`self.embeddings.dropout`): such a layer may
     # be used from outside the class, so it is not removed.
     foreign_attributes: frozenset[str] = frozenset()

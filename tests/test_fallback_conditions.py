@@ -156,3 +156,65 @@ def test_a_property_is_not_a_flag() -> None:
         "\n    @property\n    def save_attention(self):\n        return not self.training\n"
     )
     assert not rewrite_source(source, ["ADP010"]).findings
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        # a local base's property: the instance's attribute lookup finds it
+        "class Base(nn.Module):\n    @property\n    def save_attention(self):\n        return not self.training\n",
+        # a subclass's property: an instance may be of the subclass
+        "class Saving(Attn):\n    @property\n    def save_attention(self):\n        return not self.training\n",
+        # a descriptor bound in the class body
+        "class Base(nn.Module):\n    save_attention = property(lambda self: not self.training)\n",
+    ],
+    ids=["base-property", "subclass-property", "base-descriptor"],
+)
+def test_a_property_of_the_class_family_is_not_a_flag(other: str) -> None:
+    source = ATTENTION.replace("        self.save_attention = False\n", "")
+    if other.startswith("class Base"):
+        source = source.replace("class Attn(nn.Module):", other + "\n\nclass Attn(Base):")
+    else:
+        source += "\n\n" + other
+    assert "save_attention" in source and not rewrite_source(source, ["ADP010"]).findings
+    # a plain class attribute of the base is data, not code: the flag is read before the region as written
+    plain = source.replace(other.split("\n", 1)[1], "    save_attention = False\n") if other.startswith("class Base") else None
+    if plain is not None:
+        assert len(rewrite_source(plain, ["ADP010"]).findings) == 1
+
+
+CHANGED_IN_PLACE = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attn(nn.Module):
+    def forward(self, q, k, v, n):
+        probs = F.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)
+        out = torch.matmul(probs, v)
+        n.add_(1)
+        if n > 0:
+            self.attention_map = probs
+        return out
+'''
+
+
+@pytest.mark.parametrize(
+    ("change", "value_test", "identity_test"),
+    [
+        # the engine deems torch.add free of effects; its out= changes n: `n > 0` at the top of the region would
+        # read n before the addition (and `probs` would be undefined where the original test is true)
+        ("torch.add(n, 1, out=n)", False, True),
+        ("n.add_(1)", False, False),  # an effect between the region and the read: refused either way
+        ("n[...] = 1", False, False),
+        ("m = n + 1", True, True),  # reads n only
+    ],
+)
+def test_a_test_value_changed_in_place_is_no_fallback_test(change: str, value_test: bool, identity_test: bool) -> None:
+    """A test reading the value of an object changed in place from the region on is no fallback test; an identity
+    test (`is not None`) cannot see such a change."""
+    source = CHANGED_IN_PLACE.replace("n.add_(1)", change)
+    assert bool(rewrite_source(source, ["ADP010"]).findings) is value_test
+    identity = source.replace("if n > 0:", "if n is not None:")
+    assert bool(rewrite_source(identity, ["ADP010"]).findings) is identity_test

@@ -80,6 +80,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         structure = ClassStructure(name, info.node, walker.bindings, None, self_refs, walker.entry_names)
         structure.rebound = _rebound(walker.bindings, [scans[c] for c in family])
         structure.stored_outside_init = _stored_outside_init([scans[c] for c in family])
+        structure.methods = frozenset().union(*(scans[c].methods for c in family))
         structure.foreign_stores = foreign_stores
         structure.foreign_attributes = frozenset(foreign)
         # Forward and helpers may come from local bases.

@@ -69,6 +69,9 @@ class _Scan:
     operators: set[str] = field(default_factory=set)  # symbols of the op nodes the walk can make of it
     # attributes bound on other objects ("*": a computed name) -> the first store (target or call)
     foreign_stores: dict[str, cst.CSTNode] = field(default_factory=dict)
+    # names the class body defines as functions (methods, properties) or binds to a call's result (`x = property(f)`,
+    # maybe a descriptor): reading such an attribute may run code
+    methods: set[str] = field(default_factory=set)
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -93,8 +96,11 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     # receiver and the method or function (the statement of the class body or module) holding them.
     stored: list[tuple[str, cst.BaseExpression, cst.CSTNode, cst.CSTNode]] = []
     builds: set[int] = set()  # ids of the units calling a container constructor (`nn.Sequential()`)
+    in_class = isinstance(root, cst.BaseSuite)
     for unit in _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,):
         in_init = type(unit) is cst.FunctionDef and unit.name.value == "__init__"  # type: ignore[attr-defined]
+        if in_class:
+            scan.methods.update(_code_running_names(unit))
         # `__init__`'s stores, and whether it defines a function (a hook may run one during forward)
         init_stores: list[str] = []
         defines_function = False
@@ -325,6 +331,21 @@ def _family(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set
     for root in roots:
         family.extend(c for c in _descendants(root, subclasses) if c not in family)
     return family
+
+
+def _code_running_names(unit: cst.CSTNode) -> set[str]:
+    """The names a class-body statement defines as a function, or binds to a call's result."""
+    if isinstance(unit, cst.FunctionDef):
+        return {unit.name.value}
+    if isinstance(unit, cst.SimpleStatementLine):
+        return {
+            target.target.value
+            for small in unit.body
+            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)
+            for target in small.targets
+            if isinstance(target.target, cst.Name)
+        }
+    return set()
 
 
 def _stored_outside_init(scans: list[_Scan]) -> frozenset[str]:
