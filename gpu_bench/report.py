@@ -145,6 +145,7 @@ def markdown(payload: dict[str, Any]) -> str:
         f"(dropout off), rtol={settings['rtol']:g}, atol={settings['atol']:g}; the cell shows the max abs diff. "
         + (f"Interleaved timing: each variant ran call by call in alternation with a vanilla twin; its speedup is "
            f"the median of the per-call ratios, `~` when their interquartile range includes 1 (within noise). "
+           f"Vanilla's own row is the A/A control (vanilla against its twin: 1.00 when the pairing is fair). "
            if settings.get("interleave") else
            f"`~` after a speedup: the interquartile ranges of variant and vanilla overlap (within noise).")
         + (f" 1-minute load average at start {env['load_average'][0]:.2f}, at end {env['load_average'][1]:.2f} "
@@ -198,7 +199,7 @@ def _ratio_range(variant: dict[str, Any], mode: str) -> str:
 
 
 def _noise_mark(variant: dict[str, Any], mode: str) -> str:
-    if variant["name"] == "vanilla" or variant.get("beyond_noise", {}).get(mode, True):
+    if (variant["name"] == "vanilla" and "paired" not in variant) or variant.get("beyond_noise", {}).get(mode, True):
         return ""
     return " ~"
 

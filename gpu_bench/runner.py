@@ -240,7 +240,9 @@ def run_model(spec: ModelSpec, config: BenchConfig, rewrite: Rewriter, log: Log)
         name = f"{variant.name}+compile" if compiled else variant.name
         # Compiled anchors are timed only; their eager variant carries the equivalence result.
         entry = entries.setdefault(name, {**entries[variant.name], "name": name, "compiled": True, "equivalence": None})
-        reference = modules["vanilla"] if config.interleave and (variant.name != "vanilla" or compiled) else None
+        # Interleaved, eager vanilla is paired with a vanilla twin too: an A/A control whose ratio shows any bias
+        # of the pairing itself (1.00 when it is fair).
+        reference = modules["vanilla"] if config.interleave else None
         entry.update(_timed(spec, config, modules[variant.name], vanilla_state, inputs, batch_size, compiled, log,
                             f"{spec.name}/{name}", reference))
         _free(config.device)
