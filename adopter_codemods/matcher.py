@@ -1655,7 +1655,7 @@ def _plan_fallback(
         elif isinstance(line, cst.If):
             is_absorbed = any(line is i for i in absorbed)  # its test was checked by `_not_none_test`
             if line.orelse is not None or not (is_absorbed or _fallback_test(line.test, match.cls)):
-                return None
+                return _region_if_reason(line)
             if not is_absorbed:
                 region_ifs.append(line)
             assigned.update(_written_by(line, deleted) if id(line) in kept_ifs else _written(line.body))
@@ -1706,6 +1706,20 @@ def _plan_fallback(
     dropped = (*region_ifs, *(i for i in absorbed if id(i) not in kept_ifs))
     return dataclasses.replace(
         block, plan="fallback", region=tuple(region), region_ifs=dropped, fallback_tests=tuple(tests)
+    )
+
+
+def _region_if_reason(if_stmt: cst.If) -> Reason:
+    """Why an `if` between the matched statements keeps a fallback plan from keeping them as written."""
+    why = (
+        "has an else arm" if if_stmt.orelse is not None
+        else "its test cannot be evaluated before them (a call, or a value the code may change from there on)"
+    )
+    return Reason(
+        RefusalCategory.NOT_PLACEABLE,
+        f"this `if` stands between the matched statements and {why}, so they cannot be kept as written where it "
+        "applies and fused elsewhere",
+        if_stmt,
     )
 
 

@@ -4,7 +4,8 @@ form with an `nn.Softmax` layer. Each model file is rewritten here, executed as 
 in a fresh process, built in float64 with the original's weights (`strict=True`), and compared in eval and training
 (outputs, gradients), under `auto` and with SDPA forced. LeVJEPA-ND's attention core is a module-level function
 with an optional mask (`nd_attention`); ViTDetPool's prepares its mask under the `if` that applies it; the
-sparse-gating ViT's writes both products with einops' `einsum(q, k, pattern)`."""
+sparse-gating ViT's writes both products with einops' `einsum(q, k, pattern)`. ATS's attention is refused, and the
+reason names the `if` that blocks it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from adopter_codemods.api import rewrite_source
+from adopter_codemods.api import refused_sites, rewrite_source
 from model_zoo import ROOT, VISION_DIR, VIT_PYTORCH_DIR, require
 
 IMAGE = [2, 3, 32, 32]
@@ -129,3 +130,17 @@ def test_rewritten_vit_pytorch_models_are_equivalent(tmp_path: Path) -> None:
             layer = module in ("levjepa_nd", "vit_detpool", "simple_vit_with_sparse_gating")
             assert compared > (5 if layer else 20), (module, backend, compared)
         assert reports["attention_core=sdpa"][3] > 0, module  # the forced run took the SDPA path
+
+
+def test_ats_attention_is_refused_at_the_token_sampler_if() -> None:
+    """ats_vit.py's Attention: between the softmax and the product, `if exists(self.output_num_tokens) and ...:`
+    rebinds the probabilities through the token sampler; its test calls a function, so no fallback plan can test it
+    before the region: the refusal names that `if`, not the optional mask's block."""
+    require(VIT_PYTORCH_DIR)
+    source_path = VIT_PYTORCH_DIR / "vit_pytorch" / "ats_vit.py"
+    source = source_path.read_text(encoding="utf-8")
+    refused = refused_sites(source, ["ADP010"], path=str(source_path))
+    assert len(refused) == 1 and refused[0].cause_line is not None
+    line = source.splitlines()[refused[0].cause_line - 1]
+    assert line.strip().startswith("if exists(self.output_num_tokens)"), line
+    assert "this `if` stands between the matched statements" in refused[0].reason
