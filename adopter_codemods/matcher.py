@@ -33,7 +33,9 @@ from .feeders import feeder_statements
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
-from .provider.syntax import _call_receivers, _is_self_attr, _read_names, fallback_condition, softmax_module_dim
+from .provider.syntax import (
+    _call_receivers, _is_self_attr, _object_name, _read_names, fallback_condition, softmax_module_dim,
+)
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
 from .structure import CERTAIN, POSSIBLE, ClassStructure, Def, DLNode, LayerBinding, LayerType, NodeSummary, Site, Value
@@ -1822,25 +1824,22 @@ def _value_names(test: cst.BaseExpression) -> set[str]:
 
 
 def _changed_in_place(statements: Sequence[cst.BaseStatement]) -> set[str]:
-    """The names whose object `statements` may change without rebinding them: a call's receiver (`n.add_(1)`), a
-    name in a call's arguments (`f(n)`, `f([n])`), the object of a subscript or attribute store (`n[0] = 0`)."""
+    """The names whose object `statements` may change without rebinding them: a call's receiver (`n.add_(1)`,
+    `_call_receivers`), a name in a call's arguments (`f(n)`, `f([n])`), the object of a subscript or attribute store
+    (`n[0] = 0`)."""
     names: set[str] = set()
     for stmt in statements:
+        names |= _call_receivers(stmt)
         for n in cstwalk.walk(stmt):
             if isinstance(n, cst.Call):
-                receiver = n.func
-                while isinstance(receiver, (cst.Attribute, cst.Subscript)):
-                    receiver = receiver.value
-                if isinstance(receiver, cst.Name) and receiver is not n.func:
-                    names.add(receiver.value)
                 for arg in n.args:
                     names |= _names_in_node(arg.value)
-            elif isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
-                target: cst.BaseExpression = n.target
-                while isinstance(target, (cst.Attribute, cst.Subscript)):
-                    target = target.value
-                    if isinstance(target, cst.Name):
-                        names.add(target.value)
+            elif isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and isinstance(
+                n.target, (cst.Attribute, cst.Subscript)
+            ):
+                name = _object_name(n.target)
+                if name is not None:
+                    names.add(name)
     return names
 
 
