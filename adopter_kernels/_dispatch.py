@@ -21,7 +21,9 @@ forced bare name keeps ``auto``. Forcing an unavailable backend raises. ``triton
 the variable inside a ``with`` block (tests, benchmarks). ``backends()`` reports all of it.
 
 Adding a kernel: define its backends (reuse ``REFERENCE``/``TRITON``), call ``register_kernel`` at import time of
-its module, and branch on ``select(name, *tensors)`` in the op.
+its module, and branch on ``select(name, *tensors)`` in the op, after ``reference_only(name)`` where the kernel has
+checks to make before the decision: where the original computation runs, a rewritten model must cost next to nothing
+more than the original (``benchmarks/bench_host_overhead.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import functools
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple, Type
 
 import torch
 from torch import nn
@@ -45,6 +47,7 @@ __all__ = [
     "TRITON",
     "backends",
     "current_backend",
+    "reference_only",
     "register_kernel",
     "select",
     "use_backend",
@@ -256,6 +259,34 @@ _DECISIONS: Dict[Tuple[object, ...], str] = {}
 def clear_decisions() -> None:
     """Forget cached decisions (done by ``use_backend`` and ``register_kernel``; tests that patch availability)."""
     _DECISIONS.clear()
+    _reference_only.cache_clear()
+
+
+def reference_only(*kernels: str) -> bool:
+    """True when every call of each of ``kernels`` runs the original computation under the backend setting in force:
+    forced to ``reference``, or left to ``auto`` with no other backend faster anywhere (ADP004-ADP008, ADP012 and
+    ADP013 by default). Kernels ask this before anything else, so that where the original runs a call costs next to
+    nothing over the original code: that cost is a model's whole slowdown where the host, not the GPU, sets the
+    pace (small batches, bfloat16 inference)."""
+    only = _reference_only(_spec())
+    for kernel in kernels:
+        if kernel not in only:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_only(spec: str) -> FrozenSet[str]:
+    return frozenset(
+        name
+        for name, kernel in _KERNELS.items()
+        if (wanted := forced(name, spec)) == "reference"
+        or (wanted == "auto" and all(backend.faster is _never for backend in kernel.backends))
+    )
+
+
+# A constant under torch.compile, as ``_decision`` (below) is.
+reference_only._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def select(kernel: str, *tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> str:

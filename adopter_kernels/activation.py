@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import TRITON, fx_tracing, is_plain, register_kernel, select
+from ._dispatch import TRITON, fx_tracing, is_plain, reference_only, register_kernel, select
 
 __all__ = ["linear_bias_activation", "classify_activation"]
 
@@ -134,10 +134,11 @@ def linear_bias_activation(
 def _linear_bias_activation(
     input: torch.Tensor, linear: nn.Linear, activation: Activation, **activation_kwargs: Any
 ) -> torch.Tensor:
-    # The cached decision first: where it is the original computation (auto almost everywhere), nothing else runs.
+    # The decisions first: where it is the original computation (auto everywhere), nothing else runs.
     # (getattr: a replaced layer, say a LoRA wrapper, may have no weight; is_plain then refuses it.)
     if (
-        select("linear_bias_activation", input, getattr(linear, "weight", None)) == "triton"
+        not reference_only("linear_bias_activation")
+        and select("linear_bias_activation", input, getattr(linear, "weight", None)) == "triton"
         and is_plain(linear, nn.Linear)
     ):
         kind = classify_activation(activation, **activation_kwargs)

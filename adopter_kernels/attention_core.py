@@ -107,6 +107,8 @@ SDPA_CORE = Backend(
     "4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; mostly 0.76-1.00x below) and 4x12x512x512 in "
     "bfloat16 inference (1.27-1.38x). Elsewhere (bfloat16 training on CPU, smaller attention) the original "
     "computation runs",
+    # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
+    supports=lambda call: not call.autocast,
     faster=lambda call: call.device == "cuda"
     or (call.device == "cpu" and (call.dtype == torch.float32 or (call.dtype == torch.bfloat16 and not call.grad))),
 )
@@ -159,19 +161,17 @@ def attention_core(
     # The cached decision comes before the other tests: where auto runs the original computation, a rewritten model
     # pays only it (a launch-bound model pays every microsecond of Python per call). While compiling, the data
     # checks of _sdpa would break the graph: the compiler gets the original ops.
-    if (
-        isinstance(query, Tensor)
-        and isinstance(key_t, Tensor)
-        and isinstance(value, Tensor)
-        and select("attention_core", query, key_t, value) == "sdpa"
-        and not torch.compiler.is_compiling()
-        and (not einsum or _einsum_fits(score_equation, output_equation, query))
-    ):
-        # the einsum key is [..., S, E]: the fast path and its size test read it as the matmul form's key_t
-        fast_key_t = key_t.transpose(-2, -1) if einsum else key_t
-        if _sdpa_pays(query, fast_key_t, value):
-            fast = _sdpa(query, fast_key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax,
-                         dropout, dropout_p, training, batched)
+    if isinstance(query, Tensor) and isinstance(key_t, Tensor) and isinstance(value, Tensor):
+        grad = _dispatch.records_grad(query, key_t, value)
+        if (
+            select("attention_core", query, key_t, value, training=grad) == "sdpa"
+            and not torch.compiler.is_compiling()
+            and (not einsum or _einsum_fits(score_equation, output_equation, query))
+            # the einsum key is [..., S, E], the matmul form's key_t [..., E, S]
+            and _sdpa_pays(query, key_t.shape[-2] if einsum else key_t.shape[-1], grad)
+        ):
+            fast = _sdpa(query, key_t.transpose(-2, -1) if einsum else key_t, value, given_scale, given_divisor, mask,
+                         masked_inf, masked_min, softmax, dropout, dropout_p, training, batched)
             if fast is not None:
                 return fast
     return _reference(query, key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax, dropout,
@@ -228,13 +228,13 @@ def _matmul_equations(score_equation: Optional[str], output_equation: Optional[s
     return leading.pop() if len(leading) == 1 else None
 
 
-def _sdpa_pays(query: Tensor, key_t: Tensor, value: Tensor) -> bool:
+def _sdpa_pays(query: Tensor, keys: int, grad: bool) -> bool:
     """The size test of SDPA_CORE (the cached decision sees no shapes); a forced ``sdpa`` skips it."""
-    device = "cuda" if key_t.is_cuda else "cpu" if key_t.is_cpu else None
+    device = "cuda" if query.is_cuda else "cpu" if query.is_cpu else None
     if device is None:
         return True
-    least = _MIN_SCORES.get((device, query.dtype, _dispatch.records_grad(query, key_t, value)))
-    if least is not None and math.prod(query.shape[:-1]) * key_t.shape[-1] >= least:
+    least = _MIN_SCORES.get((device, query.dtype, grad))
+    if least is not None and math.prod(query.shape[:-1]) * keys >= least:
         return True
     return _dispatch.forced("attention_core") == "sdpa"  # asked only below the size: it costs a lookup per call
 

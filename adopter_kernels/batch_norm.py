@@ -54,7 +54,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
 from .activation import classify_activation, linear_bias_activation
-from ._dispatch import Backend, is_plain, register_kernel, select, unobserved
+from ._dispatch import Backend, is_plain, reference_only, register_kernel, select, unobserved
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
 
@@ -195,7 +195,8 @@ def conv_bn2d(input: torch.Tensor, conv: nn.Module, bn: nn.Module) -> torch.Tens
     if (
         isinstance(input, torch.Tensor)
         and input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
-        # the cached decision before the module checks: where auto runs the original, nothing else is paid
+        # the decisions before the module checks: where auto runs the original, nothing else is paid
+        and not reference_only("conv_bn2d")
         and select("conv_bn2d", input, getattr(conv, "weight", None)) == "folded"
         and is_plain(conv, nn.Conv2d, "_conv_forward")
     ):
@@ -214,7 +215,8 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.
     if (
         isinstance(input, torch.Tensor)
         and input.dim() == 2
-        and select("linear_bn1d", input, getattr(linear, "weight", None)) == "folded"  # cheapest test first
+        and not reference_only("linear_bn1d")  # the decisions first: cheapest
+        and select("linear_bn1d", input, getattr(linear, "weight", None)) == "folded"
         and is_plain(linear, nn.Linear)
         and _foldable(bn, nn.BatchNorm1d) == ()
     ):
@@ -236,6 +238,11 @@ class FusedSequential(nn.Sequential):
     Linear→activation pairs through ``linear_bias_activation`` (ADP006)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        if reference_only("conv_bn2d", "linear_bn1d", "linear_bias_activation"):
+            # every pair would run its original computation: nn.Sequential's loop, without this one's tests
+            for module in self:
+                input = module(input)
+            return input
         modules = list(self._modules.values())
         i = 0
         while i < len(modules):

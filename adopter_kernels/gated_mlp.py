@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._cache import cached, needs_grad
-from ._dispatch import TRITON, fx_tracing, is_plain, register_kernel, select
+from ._dispatch import TRITON, fx_tracing, is_plain, reference_only, register_kernel, select
 from .activation import Activation, classify_activation
 
 __all__ = ["gated_linear_unit"]
@@ -69,7 +69,11 @@ def gated_linear_unit(
 def _gated_linear_unit(
     input: torch.Tensor, gate: nn.Linear, up: nn.Linear, activation: Activation, **activation_kwargs: Any
 ) -> torch.Tensor:
-    if select("gated_linear_unit", input, gate.weight) == "triton" and _fusable(input, gate, up):
+    if (
+        not reference_only("gated_linear_unit")
+        and select("gated_linear_unit", input, gate.weight) == "triton"
+        and _fusable(input, gate, up)
+    ):
         kind = classify_activation(activation, **activation_kwargs)
         if kind is not None:
             from .triton_kernels.gated_activation import gated_activation

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import TRITON, is_plain, register_kernel, select
+from ._dispatch import TRITON, is_plain, reference_only, register_kernel, select
 
 __all__ = [
     "FusedDropoutAddLayerNorm", "dropout_add_layer_norm", "dropout_add_layer_norm_module",
@@ -83,9 +83,10 @@ def dropout_add_layer_norm(
 ) -> torch.Tensor:
     """``F.layer_norm(F.dropout(input, p, training) + residual, normalized_shape, weight, bias, eps)``."""
     shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
-    tensors = [t for t in (input, residual, weight, bias) if t is not None]
-    fast = select("dropout_add_layer_norm", *tensors) == "triton"
-    if fast and _triton_eligible(input, residual, shape, weight, bias):
+    if not reference_only("dropout_add_layer_norm") and (
+        select("dropout_add_layer_norm", *[t for t in (input, residual, weight, bias) if t is not None]) == "triton"
+        and _triton_eligible(input, residual, shape, weight, bias)
+    ):
         if not 0.0 <= p <= 1.0:  # same check and message as F.dropout
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         from .triton_kernels.layer_norm import dropout_add_layer_norm as fused
@@ -163,7 +164,7 @@ def _module_kernel_arguments(
     probability in effect) when dispatch picks it and the call fits it, else None: plain ``nn.LayerNorm``/
     ``nn.Dropout`` modules (nothing they compute with overridden, no hooks: the kernel does not call them; ADP005
     passes modules of any type where the model's code only makes them possible), fitting tensors."""
-    if not is_plain(norm, nn.LayerNorm):
+    if reference_only("dropout_add_layer_norm") or not is_plain(norm, nn.LayerNorm):
         return None
     if dropout is not None:
         if not is_plain(dropout, nn.Dropout) or dropout.inplace:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import TRITON, register_kernel, select
+from ._dispatch import TRITON, reference_only, register_kernel, select
 
 __all__ = ["rotary_embedding"]
 
@@ -58,8 +58,12 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
     """``(x * cos) + (rotate(x) * sin)`` with HF's ``rotate_half`` (GPT-J's ``rotate_every_two`` when
     ``interleaved``), one fused kernel on CUDA."""
-    tensors = all(isinstance(t, torch.Tensor) for t in (x, cos, sin))
-    if tensors and select("rotary_embedding", x, cos, sin) == "triton" and _fusable(x, cos, sin):
+    if (
+        not reference_only("rotary_embedding")
+        and all(isinstance(t, torch.Tensor) for t in (x, cos, sin))
+        and select("rotary_embedding", x, cos, sin) == "triton"
+        and _fusable(x, cos, sin)
+    ):
         from .triton_kernels.rotary import rotary
 
         return rotary(x, cos, sin, interleaved)

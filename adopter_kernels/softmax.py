@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import TRITON, register_kernel, select
+from ._dispatch import TRITON, reference_only, register_kernel, select
 
 __all__ = ["softmax", "tensor_softmax", "torch_softmax"]
 
@@ -87,7 +87,8 @@ def _method_fast_path(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype
 def _fast_path(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype]) -> Optional[torch.Tensor]:
     """The Triton row kernel's result when dispatch picks it and the call fits it, else None."""
     if (
-        isinstance(input, torch.Tensor)
+        not reference_only("softmax")
+        and isinstance(input, torch.Tensor)
         and isinstance(dim, int)
         and input.dim() > 0
         and dim in (-1, input.dim() - 1)

@@ -246,13 +246,10 @@ def test_auto_on_cpu_takes_sdpa_from_the_measured_size(
     from adopter_kernels.attention_core import _sdpa_pays
 
     batch, heads, keys = shape
-    query, key_t, value = (
-        SimpleNamespace(is_cuda=False, is_cpu=True, dtype=dtype, requires_grad=grad, shape=s)
-        for s in ((batch, heads, keys, 64), (batch, heads, 64, keys), (batch, heads, keys, 64))
-    )
+    query = SimpleNamespace(is_cuda=False, is_cpu=True, dtype=dtype, shape=(batch, heads, keys, 64))
     with use_backend("auto"), torch.set_grad_enabled(grad):
         decided = _dispatch.select("attention_core", torch.zeros(1, dtype=dtype, requires_grad=grad))
-        assert (decided == "sdpa" and _sdpa_pays(query, key_t, value)) is sdpa  # type: ignore[arg-type]
+        assert (decided == "sdpa" and _sdpa_pays(query, keys, grad)) is sdpa  # type: ignore[arg-type]
 
 
 def test_auto_on_cpu_runs_sdpa_above_the_size_and_agrees(sdpa_calls: list[int]) -> None:
@@ -292,12 +289,9 @@ def test_on_cuda_auto_takes_sdpa_from_the_measured_size(
     from adopter_kernels.attention_core import _sdpa_pays
 
     batch, heads, keys = shape
-    query, key_t, value = (
-        SimpleNamespace(is_cuda=True, is_cpu=False, dtype=dtype, requires_grad=grad, shape=s)
-        for s in ((batch, heads, keys, 64), (batch, heads, 64, keys), (batch, heads, keys, 64))
-    )
-    with use_backend("attention_core=sdpa" if forced else "auto"), torch.set_grad_enabled(grad):
-        assert _sdpa_pays(query, key_t, value) is sdpa  # type: ignore[arg-type]
+    query = SimpleNamespace(is_cuda=True, is_cpu=False, dtype=dtype, shape=(batch, heads, keys, 64))
+    with use_backend("attention_core=sdpa" if forced else "auto"):
+        assert _sdpa_pays(query, keys, grad) is sdpa  # type: ignore[arg-type]
 
 
 def test_exported() -> None:

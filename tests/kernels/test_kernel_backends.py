@@ -147,6 +147,64 @@ def test_reference_path_is_the_original_computation_on_cpu() -> None:
     assert seen == ["bn", "q"]
 
 
+def test_reference_only_names_the_kernels_whose_every_call_runs_the_original() -> None:
+    """Under auto: the kernels none of whose other backends is faster anywhere (they skip even the decision);
+    every kernel when forced to reference; a kernel forced to another backend, or with one faster somewhere, not."""
+    never_faster = {"softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
+                    "gated_linear_unit", "rotary_embedding"}
+    assert {name for name in _dispatch._KERNELS if _dispatch.reference_only(name)} == never_faster
+    assert _dispatch.reference_only(*never_faster)
+    assert not _dispatch.reference_only("softmax", "attention_core")
+    with ak.use_backend("reference"):
+        assert all(_dispatch.reference_only(name) for name in _dispatch._KERNELS)
+    with ak.use_backend("auto,conv_bn2d=folded,rms_norm=reference"):
+        assert not _dispatch.reference_only("conv_bn2d")
+        assert _dispatch.reference_only("rms_norm", "linear_bn1d")
+    assert _dispatch.reference_only("conv_bn2d") and not _dispatch.reference_only("rms_norm")
+
+
+def test_reference_only_follows_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not _dispatch.reference_only("packed_qkv_linear")
+    monkeypatch.setenv(ak.BACKEND_ENV, "packed_qkv_linear=reference")
+    assert _dispatch.reference_only("packed_qkv_linear")
+    monkeypatch.setenv(ak.BACKEND_ENV, "softmax=triton")
+    assert not _dispatch.reference_only("softmax")
+
+
+def test_a_new_kernel_with_a_faster_backend_is_not_reference_only() -> None:
+    _dispatch.register_kernel("test_only_kernel", _dispatch.Backend("fast", "for this test", faster=lambda c: False))
+    try:
+        assert not _dispatch.reference_only("test_only_kernel")  # `faster` may say yes for some call
+    finally:
+        del _dispatch._KERNELS["test_only_kernel"]
+        _dispatch.clear_decisions()
+
+
+def test_fused_sequential_runs_the_plain_loop_where_every_pair_runs_the_original(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under auto no pair kernel of FusedSequential has a faster backend: it is nn.Sequential's loop, without the
+    per-call tests of its children (a forced backend brings them back)."""
+    from adopter_kernels import batch_norm
+
+    asked: List[nn.Module] = []
+
+    def classify(module: nn.Module, **kwargs: Any) -> Optional[str]:
+        asked.append(module)
+        return None
+
+    monkeypatch.setattr(batch_norm, "classify_activation", classify)
+    torch.manual_seed(0)
+    seq = ak.FusedSequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 4)
+    expected = nn.Sequential(*seq)(x)
+    torch.testing.assert_close(seq(x), expected, rtol=0, atol=0)
+    assert asked == []
+    with ak.use_backend("conv_bn2d=folded"):
+        torch.testing.assert_close(seq(x), expected, rtol=0, atol=0)
+    assert asked == [seq[1]]
+
+
 def test_new_kernels_plug_in() -> None:
     fast = _dispatch.Backend("fast", "everywhere, for this test", faster=lambda call: call.device == "cpu")
     _dispatch.register_kernel("test_only_kernel", fast)
