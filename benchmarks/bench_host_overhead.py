@@ -158,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",")]
     if not set(dtypes) <= {"fp32", "bf16"} or not set(modes) <= {"infer", "train"}:
         parser.error("--dtypes takes fp32,bf16 and --modes infer,train")
+    if args.calls < 2 or args.warmup < 0:
+        parser.error("--calls must be at least 2 (quartiles need two samples) and --warmup at least 0")
     try:
         with use_backend(args.backend):
             pass
@@ -165,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     torch.set_num_threads(1)  # one thread: the host cost of issuing operators, not intra-op parallelism
     print(f"# torch {torch.__version__}, one thread, backend {args.backend}, batch {args.batch_size}, "
-          f"{args.seq_len} tokens, {args.calls} rounds of one call per model in random order (times: thread CPU time, us per call)")
+          f"{args.seq_len} tokens, {args.calls} rounds of one call per model in random order "
+          "(times: thread CPU time, us per call)")
     print(f"{'model':10s} {'variant':7s} {'type':4s} {'mode':5s} {'vanilla':>9s} {'variant':>9s} "
           f"{'extra':>8s} {'[q1, q3]':>18s} {'ratio':>6s}  verdict")
     with use_backend(args.backend):

@@ -1,4 +1,6 @@
-"""``benchmarks/bench_host_overhead.py`` runs: one row per variant (the A/A twin included), dtype and mode. Never speed."""
+"""``benchmarks/bench_host_overhead.py`` runs: one row per variant (the A/A twin included), dtype and mode.
+
+Never speed: the figures are whatever the machine gives."""
 
 from __future__ import annotations
 
@@ -39,8 +41,18 @@ def test_rows_per_variant_dtype_and_mode(bench: ModuleType, capsys: pytest.Captu
     assert all(row[-1] in ("same", "slower", "faster") for row in rows)
 
 
-def test_unknown_model_is_a_usage_error(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--models", "nope"], "unknown model(s) nope"),
+        (["--calls", "1"], "--calls must be at least 2"),
+        (["--backend", "fastest"], "ADOPTER_KERNELS_BACKEND must be one of"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--models", "nope"])
+        bench.main(argv)
     assert exc.value.code == 2
-    assert "unknown model(s) nope" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
