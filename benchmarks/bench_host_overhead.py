@@ -30,8 +30,7 @@ import random
 import statistics
 import sys
 import time
-import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +39,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 from adopter_kernels import use_backend  # noqa: E402
-from adopter_kernels.equivalence import load_source_as_module  # noqa: E402
-from gpu_bench.suite import SUITE, ModelSpec, SourceUnavailable, synthetic_loss  # noqa: E402
-from gpu_bench.variants import default_rewriter, make_variants  # noqa: E402
+from gpu_bench.suite import SUITE, ModelSpec, SourceUnavailable, load_variants, synthetic_loss  # noqa: E402
 
 Step = Callable[[], None]
 
@@ -68,17 +65,6 @@ def _step(model: nn.Module, inputs: tuple[tuple[Any, ...], dict[str, Any]], mode
     return train if mode == "train" else infer
 
 
-def _models(spec: ModelSpec) -> Iterator[tuple[str, types.ModuleType]]:
-    """(variant name, executed module) for vanilla, its twin and every rewritten variant of ``spec``'s source."""
-    path = spec.source_path()
-    for variant in make_variants(path.read_text(), str(path), default_rewriter()):
-        module = load_source_as_module(variant.source, f"{spec.module}__host_{variant.name.lower()}",
-                                       package=spec.package, path=f"{path}[{variant.name}]")
-        yield variant.name, module
-        if variant.name == "vanilla":
-            yield "twin", module  # a second vanilla model: the A/A control, the noise floor of the comparison
-
-
 def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     q1, median, q3 = statistics.quantiles(values, n=4)
     return q1, median, q3
@@ -87,8 +73,10 @@ def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 def measure(spec: ModelSpec, modes: Sequence[str], dtypes: Sequence[str], calls: int, warmup: int,
             batch_size: int, seq_len: int) -> list[str]:
     """Time vanilla against each variant of ``spec``; return one printed line per variant, mode and dtype."""
-    modules = dict(_models(spec))
-    vanilla_module = modules["vanilla"]
+    variants = load_variants(spec, "host")
+    vanilla_module = variants["vanilla"]
+    # a second vanilla model: the A/A control, the noise floor of the comparison
+    modules = {"vanilla": vanilla_module, "twin": vanilla_module, **variants}
     length = seq_len if spec.seq_len["tiny"] is not None else None
     torch.manual_seed(0)
     inputs = spec.inputs(vanilla_module, "tiny", batch_size, length)

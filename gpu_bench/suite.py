@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from adopter_kernels.equivalence import iter_leaves
+from adopter_kernels.equivalence import iter_leaves, load_source_as_module
+from gpu_bench.variants import default_rewriter, make_variants
 
 SIZES: tuple[str, ...] = ("tiny", "base")
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -249,3 +250,15 @@ def synthetic_loss(output: Any) -> torch.Tensor:
     if not tensors:
         raise RuntimeError("the model returned no tensor that requires grad; cannot time a training step")
     return torch.stack([t.float().square().mean() for t in tensors]).sum()
+
+
+def load_variants(spec: ModelSpec, tag: str) -> dict[str, types.ModuleType]:
+    """The executed module of vanilla and of every rewritten variant of ``spec``'s source (``make_variants``, every
+    rule), by variant name; ``tag`` keeps their module names apart from other loads of the same source. Raises
+    ``SourceUnavailable`` as ``source_path`` does."""
+    path = spec.source_path()
+    return {
+        variant.name: load_source_as_module(variant.source, f"{spec.module}__{tag}_{variant.name.lower()}",
+                                            package=spec.package, path=f"{path}[{variant.name}]")
+        for variant in make_variants(path.read_text(), str(path), default_rewriter())
+    }

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import types
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,9 +25,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from adopter_kernels import use_backend  # noqa: E402
-from adopter_kernels.equivalence import load_source_as_module  # noqa: E402
-from gpu_bench.suite import SUITE, ModelSpec, SourceUnavailable, synthetic_loss  # noqa: E402
-from gpu_bench.variants import default_rewriter, make_variants  # noqa: E402
+from gpu_bench.suite import SUITE, ModelSpec, SourceUnavailable, load_variants, synthetic_loss  # noqa: E402
 
 _COMMUTATIVE = {"aten.add.Tensor", "aten.mul.Tensor"}
 
@@ -69,22 +66,13 @@ def _operators(spec: ModelSpec, module: types.ModuleType, mode: str, dtype: str)
     return recorder.calls
 
 
-def _variants(spec: ModelSpec) -> Iterator[tuple[str, types.ModuleType]]:
-    try:
-        path = spec.source_path()
-    except SourceUnavailable as exc:
-        pytest.skip(str(exc))
-    for variant in make_variants(path.read_text(), str(path), default_rewriter()):
-        yield variant.name, load_source_as_module(
-            variant.source, f"{spec.module}__ops_{variant.name.lower()}", package=spec.package,
-            path=f"{path}[{variant.name}]",
-        )
-
-
 @pytest.mark.parametrize("name", sorted(SUITE))
 def test_the_reference_path_runs_the_original_operators(name: str) -> None:
     spec = SUITE[name]
-    modules = dict(_variants(spec))
+    try:
+        modules = load_variants(spec, "ops")
+    except SourceUnavailable as exc:
+        pytest.skip(str(exc))
     assert len(modules) > 1, f"{name}: no rule applies to the suite model"
     mismatches = []
     with use_backend("reference"):
