@@ -14,8 +14,11 @@ install:
 demo: install
 	$(PYTHON) -m adopter_codemods demo
 
+# One pytest worker per core, at most TEST_JOBS (each holds torch and a model zoo in memory); a file's tests stay
+# in one worker, so its module fixtures (the vision acceptance run, built wheels) run once.
+TEST_JOBS ?= 4
 test: install newest-transformers model-zoo
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n auto --maxprocesses $(TEST_JOBS) --dist loadfile
 
 # The newest transformers 4.x beside the pinned 4.34.1, for tests/test_real_llm_blocks.py (run in a subprocess
 # with this directory on PYTHONPATH); its own dependencies that 4.34.1's pins would conflict with go there too.
