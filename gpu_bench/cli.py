@@ -15,7 +15,7 @@ import torch
 
 from gpu_bench.report import SCHEMA_VERSION, environment, write_outputs
 from gpu_bench.runner import DTYPES, TOLERANCES, BenchConfig, run_suite
-from gpu_bench.suite import SIZES, SUITE
+from gpu_bench.suite import SIZES, SUITE, max_seq_len
 from gpu_bench.variants import Rewriter, default_rewriter
 
 EPILOG = """\
@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=None,
                         help="untimed calls before timing, at least 1 (default: 3, tiny: 1)")
     parser.add_argument("--batch-size", type=int, default=None, help="override every model's batch size")
-    parser.add_argument("--seq-len", type=int, default=None, help="override the sequence length of text models")
+    parser.add_argument("--seq-len", type=int, default=None, help="override the sequence length of text models (at most the learned positions of those "
+                        "that have them: vilt 40 at base)")
     parser.add_argument("--interleave", action="store_true",
                         help="time each variant call by call in alternation with vanilla and report the median of "
                              "the per-call speedups with its quartiles: robust to a changing machine load (shared "
@@ -101,6 +102,13 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     for option in ("batch_size", "seq_len"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be positive")
+    if args.seq_len is not None:
+        # Checked here, not after minutes of other models: a longer input fails in the model's embedding.
+        too_long = [f"{name} ({limit})" for name in args.models
+                    if (limit := max_seq_len(name, args.size)) is not None and args.seq_len > limit]
+        if too_long:
+            parser.error(f"--seq-len {args.seq_len} is more than these models' learned positions at --size "
+                         f"{args.size}: {', '.join(too_long)}; run them separately, with a --seq-len they take")
     return BenchConfig(
         size=args.size,
         device=torch.device(device_name),

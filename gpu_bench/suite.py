@@ -123,6 +123,19 @@ _HF_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
+# The config key holding the number of learned position embeddings: the most tokens such a model takes (T5's
+# relative buckets and LLaMA's rotary cache have no such bound).
+_POSITIONS_KEY: dict[str, str] = {"bert": "max_position_embeddings", "gpt2": "n_positions",
+                                  "gpt_neo": "max_position_embeddings", "bart": "max_position_embeddings",
+                                  "vilt": "max_position_embeddings"}
+
+
+def max_seq_len(name: str, size: str) -> int | None:
+    """The most tokens suite model ``name`` takes at ``size`` (its learned positions); None when unbounded."""
+    key = _POSITIONS_KEY.get(name)
+    return None if key is None else int(_HF_CONFIGS[name][size][key])
+
+
 # Every dropout probability of each config class (zeroed for the equivalence check).
 _HF_DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
     "bert": ("hidden_dropout_prob", "attention_probs_dropout_prob"),

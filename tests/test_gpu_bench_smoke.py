@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from gpu_bench import cli  # noqa: E402
 from gpu_bench.report import markdown  # noqa: E402
-from gpu_bench.suite import SUITE  # noqa: E402
+from gpu_bench.suite import SUITE, max_seq_len  # noqa: E402
 from gpu_bench.timing import Timing, measure, measure_paired, paired_speedup  # noqa: E402
 from gpu_bench.variants import make_variants  # noqa: E402
 
@@ -226,6 +226,19 @@ def test_cli_help_and_usage_errors() -> None:
     result = subprocess.run([sys.executable, "-m", "gpu_bench", "--models", "nosuch"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown model(s) nosuch" in result.stderr
+
+
+def test_a_seq_len_beyond_a_models_positions_is_a_usage_error(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Found before any model runs (ViLT's embedding would fail only after BERT's and GPT-2's minutes)."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--size", "base", "--models", "bert,vilt,t5", "--seq-len", "128", "--out", str(tmp_path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seq-len 128 is more than these models' learned positions at --size base: vilt (40)" in err
+    assert "bert" not in err.split("learned positions")[1] and "t5" not in err.split("learned positions")[1]
+    assert max_seq_len("bert", "base") == 512 and max_seq_len("gpt2", "tiny") == 64
+    assert max_seq_len("t5", "base") is None and max_seq_len("resnet", "base") is None
 
 
 # Which models each rule must find something in (only checked for rules that exist in rules/ already).
