@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=None,
                         help="untimed calls before timing, at least 1 (default: 3, tiny: 1)")
     parser.add_argument("--batch-size", type=int, default=None, help="override every model's batch size")
-    parser.add_argument("--seq-len", type=int, default=None, help="override the sequence length of text models (at most the learned positions of those "
-                        "that have them: vilt 40 at base)")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="override the sequence length of text models (at most the learned positions of those "
+                             "that have them: vilt 40 at base)")
     parser.add_argument("--interleave", action="store_true",
                         help="time each variant call by call in alternation with vanilla and report the median of "
                              "the per-call speedups with its quartiles: robust to a changing machine load (shared "
