@@ -121,6 +121,15 @@ _HF_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
         "base": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
     },
+    # The same LlamaModel at SmolLM-135M's shapes (HuggingFaceTB/SmolLM-135M): a published LLaMA-architecture size
+    # whose training state (weights, gradients, AdamW moments: ~2.2 GB per model) fits a CPU machine twice over,
+    # where TinyLlama's (~18 GB per model) does not. Tiny keeps its three query heads per key/value head.
+    "smollm": {
+        "tiny": dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                     num_key_value_heads=2, vocab_size=128, max_position_embeddings=64),
+        "base": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                     num_key_value_heads=3, vocab_size=49152, max_position_embeddings=2048),
+    },
 }
 
 # The config key holding the number of learned position embeddings: the most tokens such a model takes (T5's
@@ -143,6 +152,7 @@ _HF_DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
     "t5": ("dropout_rate",),
     "gpt_neo": ("embed_dropout", "attention_dropout", "resid_dropout"),
     "llama": ("attention_dropout",),  # 4.34.1 has none; later 4.x add this one
+    "smollm": ("attention_dropout",),
     "vilt": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
     "bart": ("dropout", "attention_dropout", "activation_dropout"),
 }
@@ -227,6 +237,10 @@ SUITE: dict[str, ModelSpec] = {
                   "transformers.models.llama.modeling_llama",
                   _hf_builder("llama", "LlamaConfig", "LlamaModel"), _text_inputs("llama"),
                   batch_size={"tiny": 2, "base": 4}, seq_len={"tiny": 16, "base": 1024}),
+        ModelSpec("smollm", "LLaMA decoder at SmolLM-135M shapes (LlamaModel; llama's rules at a size CPUs train)",
+                  "transformers.models.llama.modeling_llama",
+                  _hf_builder("smollm", "LlamaConfig", "LlamaModel"), _text_inputs("smollm"),
+                  batch_size={"tiny": 2, "base": 8}, seq_len={"tiny": 16, "base": 1024}),
         ModelSpec("bart", "BART encoder-decoder (BartModel; its attention class and the copies of it: ADP014)",
                   "transformers.models.bart.modeling_bart",
                   _hf_builder("bart", "BartConfig", "BartModel"), _text_inputs("bart", decoder=True),
