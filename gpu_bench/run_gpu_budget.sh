@@ -13,14 +13,14 @@
 #                           and vilt), those where rules pay first; bf16 timed in alternation with vanilla (--interleave)
 #   compile-bf16/           bf16 again with the torch.compile anchors, for the models in COMPILE_MODELS
 #   commands.txt            the exact commands, each step's exit status and the seconds spent so far
-# llama (TinyLlama-1.1B shapes) is left out: its ~14 builds at 1.1B parameters do not fit a short budget; run
-# `python -m gpu_bench --size base --models llama` for it (and `--models vilt`, a CPU-sized ADP010 check). DEVICE=cpu SIZE=tiny is a dry run without a GPU.
+# llama (TinyLlama-1.1B shapes) is left out: its ~14 builds at 1.1B parameters do not fit a short budget (smollm,
+# last in MODELS, runs its rules at 135M); run `python -m gpu_bench --size base --models llama` for it (and `--models vilt`, a CPU-sized ADP010 check). DEVICE=cpu SIZE=tiny is a dry run without a GPU.
 set -u
 PYTHON=${PYTHON:-python}
 BUDGET=${BUDGET:-540}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-base}
-MODELS=${MODELS:-gpt2,bert,bart,nanogpt,vit_einsum,gpt_neo,t5,resnet,dpt,groupvit}
+MODELS=${MODELS:-gpt2,bert,bart,nanogpt,vit_einsum,gpt_neo,t5,resnet,dpt,groupvit,smollm}
 COMPILE_MODELS=${COMPILE_MODELS:-bert,gpt2,nanogpt,resnet}
 start=$(date +%s)
 name=$($PYTHON -c "import torch, sys; cuda = torch.cuda.is_available(); \
