@@ -144,6 +144,10 @@ class Rule:
     forward: Optional[RuleItem] = None
     guards: list[str] = field(default_factory=list)
     sequential: Optional[str] = None  # drop-in replacement for an nn.Sequential whose elements match
+    # `container "$attend $drop"`: these layers may be all the elements of one nn.Sequential the code calls, in this
+    # order; the target then receives that container as the first variable, the others left out (ADP010: MaxViT's
+    # `nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(p))`, passed as `softmax=`, which the kernel calls).
+    container: tuple[str, ...] = ()
     # `fallback original`: where paths that read the match's intermediates are told apart by simple conditions
     # (`if output_attentions:`), the region runs as written under those conditions and fused otherwise.
     fallback: Optional[str] = None
@@ -211,7 +215,8 @@ def _tokenize(text: str, path: str) -> list[Token]:
 # ---------------------------------------------------------------------------------------------- parser
 
 CODE_PATTERN = re.compile(r"[A-Z]+[0-9]+")  # ADP005; user rules may use a prefix of their own
-_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "fallback", "uncertain", "fast")
+_HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "container", "fallback", "uncertain", "fast")
+_CONTAINER_VAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _VARIANT = "variant"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
@@ -315,6 +320,16 @@ class _Parser:
             raise RuleSyntaxError(
                 self.path, *where["uncertain"], f"'uncertain' takes the value 'guarded', found {header['uncertain']!r}"
             )
+        container: tuple[str, ...] = ()
+        if "container" in header:
+            words = header["container"].split()
+            bad = [w for w in words if not _CONTAINER_VAR.fullmatch(w)]
+            if not words or bad:
+                raise RuleSyntaxError(
+                    self.path, *where["container"],
+                    f"'container' takes a quoted list of layer variables (\"$softmax $dropout\"), found {header['container']!r}",
+                )
+            container = tuple(w[1:] for w in words)
         if not CODE_PATTERN.fullmatch(header["code"]):
             raise RuleSyntaxError(
                 self.path, *where["code"], f"a rule code is capital letters then digits (ADP005, MY100), found {header['code']!r}"
@@ -339,6 +354,7 @@ class _Parser:
                 forward=group.get("forward"),
                 guards=guards,
                 sequential=header.get("sequential"),
+                container=container,
                 fallback=header.get("fallback"),
                 uncertain=header.get("uncertain"),
                 fast=header.get("fast"),
@@ -347,6 +363,12 @@ class _Parser:
             )
             _check_rule(rule)
             rules.append(rule)
+        layers = {v.name for r in rules if r.init is not None for n in r.init.source for v in getattr(n, "outputs", ())}
+        for name in container:
+            if name not in layers:
+                raise RuleSyntaxError(
+                    self.path, *where["container"], f"'container' names ${name}, which no 'init:' section binds"
+                )
         rules[0].alternatives = tuple(rules[1:])
         return rules[0]
 
@@ -544,6 +566,9 @@ def _check_rule(rule: Rule) -> None:
                         raise fail(rule.init, f"'init:' target variable ${var.name} is not bound by the source pattern", var)
     forward = rule.forward
     if forward is None:
+        if rule.container:
+            line, col = rule.header_locations.get("container", (1, 1))
+            raise RuleSyntaxError(rule.path, line, col, "'container' needs a 'forward:' section that calls the layers")
         return
     assert forward.target is not None
     bound: set[str] = set(init_outputs)
@@ -571,6 +596,25 @@ def _check_rule(rule: Rule) -> None:
     for atom in target.args.positional:
         if isinstance(atom, Var) and atom.name not in always:
             raise fail(forward, f"target variable ${atom.name} may be unbound (optional node): pass it by keyword", atom)
+    _check_container(rule, init_outputs, target)
+
+
+def _check_container(rule: Rule, init_outputs: set[str], target: CallNode) -> None:
+    """The target receives the container as the first layer of the `container` header and leaves the others out,
+    so those may only be keyword arguments of it (a variant that binds none of them ignores the header)."""
+    if not rule.container:
+        return
+    line, col = rule.header_locations.get("container", (1, 1))
+    if rule.sequential is not None:
+        raise RuleSyntaxError(rule.path, line, col, "'container' and 'sequential' exclude each other")
+    if rule.init is not None and rule.init.target is not None:
+        raise RuleSyntaxError(rule.path, line, col, "'container' passes the layers on: 'init:' cannot rewrite them")
+    for atom in [target.layer, *target.args.positional]:
+        if isinstance(atom, Var) and atom.name in rule.container[1:]:
+            raise RuleSyntaxError(
+                rule.path, line, col,
+                f"'container' leaves ${atom.name} out of the target: pass it by keyword, not as the callee or by position",
+            )
 
 
 def _var_atoms(node: Node) -> list[Var]:

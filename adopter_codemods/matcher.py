@@ -664,6 +664,7 @@ def _match_init(match: Match) -> Union[Match, Reason]:
     env = match.env
     init_matches: dict[str, LayerBinding] = {}
     container: Optional[LayerBinding] = None
+    whole: Optional[LayerBinding] = None  # the nn.Sequential the rule's `container` layers make up
     certainty: Certainty = "exact"
     for pattern in rule.init.source:
         assert isinstance(pattern, CallNode)
@@ -675,7 +676,15 @@ def _match_init(match: Match) -> Union[Match, Reason]:
             layer = f"self.{ref.attr}" if isinstance(ref, LayerRef) else f"${var}"
             return Reason(RefusalCategory.INIT_MISMATCH, f"{layer} is not bound in __init__")
         element_of = ref.bindings[0].container
-        if element_of is not None:
+        if element_of is not None and var in rule.container:
+            # passed on as the whole container (checked below), all in one
+            if whole is not None and whole is not element_of:
+                return Reason(
+                    RefusalCategory.INIT_MISMATCH, "the matched layers are elements of different containers",
+                    element_of.statement,
+                )
+            whole = element_of
+        elif element_of is not None:
             # Elements of an nn.Sequential: only a rule with a `sequential` drop-in rewrites them, all in one container.
             if rule.sequential is None:
                 return Reason(
@@ -741,11 +750,45 @@ def _match_init(match: Match) -> Union[Match, Reason]:
     if container is not None and any(b.container is not container for b in init_matches.values()):
         # the drop-in container fuses its own adjacent children only, not one with a layer outside
         return Reason(RefusalCategory.INIT_MISMATCH, "a layer outside the nn.Sequential follows one of its elements")
+    if whole is not None:
+        passed = _whole_container(rule, whole, init_matches, match.cls)
+        if isinstance(passed, Reason):
+            return passed
+        env = {name: bound for name, bound in env.items() if name not in passed[1]}
+        env[rule.container[0]] = passed[0]
     if edits:
         reason = _moved_init_argument(rule, init_matches, env, match.cls)
         if reason is not None:
             return reason
     return dataclasses.replace(match, env=env, init_matches=init_matches, container=container, certainty=certainty)
+
+
+def _whole_container(
+    rule: Rule, whole: LayerBinding, init_matches: Mapping[str, LayerBinding], cls: ClassStructure
+) -> Union[tuple[LayerRef, tuple[str, ...]], Reason]:
+    """The container to pass on in place of the rule's `container` layers that are its elements, which must be all
+    of its elements, in the header's order, the first layer of the header first; with the variables of those
+    elements. Else why not."""
+    members = tuple(name for name in rule.container if name in init_matches and init_matches[name].container is whole)
+    matched = [init_matches[name].attr for name in members]
+    elements = [element.attr for element in whole.elements]
+    if not members or members[0] != rule.container[0] or matched != elements:
+        return Reason(
+            RefusalCategory.INIT_MISMATCH,
+            f"self.{whole.attr} is an nn.Sequential that cannot stand for the matched layers: the rule passes one "
+            f"on whole only when its elements are exactly those layers, in the order "
+            f"{', '.join('$' + name for name in rule.container)}, from the first",
+            whole.statement,
+        )
+    if not whole.attr.isidentifier():
+        return Reason(RefusalCategory.INIT_MISMATCH, f"self.{whole.attr} is nested in another container", whole.statement)
+    if whole.attr in cls.rebound or "*" in cls.rebound:
+        return Reason(
+            RefusalCategory.LAYER_REBOUND,
+            f"self.{whole.attr} is bound again outside __init__ (or by a computed setattr), so what it is at the call "
+            "is unknown",
+        )
+    return LayerRef(whole.attr, (whole,)), members
 
 
 def _moved_init_argument(
@@ -875,6 +918,8 @@ def _plan(match: Match) -> Union[Placement, Reason]:
             continue
         if n.parent is not None and id(n.parent) in by_expr:
             continue  # nested inside another matched node: goes away with it
+        if n.call is None and by_expr[id(n.expr)] is not n:
+            continue  # an element of an nn.Sequential call whose last element is matched: goes with the call
         site = _statement_site(n, anchor, match.cls)
         if site is None:
             return Reason(

@@ -43,7 +43,10 @@ computes the same function up to rounding:
 - a softmax module (``softmax=self.attend``, the code's ``nn.Softmax(dim=-1)`` layer): a plain ``nn.Softmax``
   (no hooks, forward not overridden) whose ``dim`` is still the last dim; anything else (a hook recording the
   attention maps, as vit-pytorch's ``Recorder`` registers on ``attend``, another module bound to the attribute,
-  ``dim`` changed) runs the reference path, which calls the module;
+  ``dim`` changed) runs the reference path, which calls the module. It may be the code's ``nn.Sequential`` of that
+  softmax and a dropout layer (vit-pytorch's MaxViT: ``nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(p))``, called as
+  one layer): a plain ``nn.Sequential`` of a plain softmax as above, then at most a dropout layer taken as below
+  (with no ``dropout`` argument besides);
 - dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) or the functional form; SDPA gets
   ``dropout_p = p if training else 0.0``. In training with ``p > 0`` SDPA draws its own random numbers: the same
   distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
@@ -149,7 +152,8 @@ def attention_core(
     output_equation: Optional[str] = None,
 ) -> Tensor:
     """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``; with
-    ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module), the probabilities are ``softmax(scores)``; with
+    ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module, or its ``nn.Sequential`` of that softmax and a
+    dropout layer), the probabilities are ``softmax(scores)``; with
     the equations given, the two products are ``torch.einsum(score_equation, query, key_t)`` and
     ``torch.einsum(output_equation, probs, value)`` (``key_t`` is then the key as the code passed it)."""
     if scale is None or divisor is None:
@@ -291,6 +295,18 @@ def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union
     return 1.0 / factor if factor != 0.0 and math.isfinite(factor) else None
 
 
+def _softmax_then_dropout(softmax: nn.Module) -> Optional[tuple[nn.Module, Optional[nn.Module]]]:
+    """The softmax layer and the dropout layer the ``softmax`` argument runs: itself and None, or the elements of a
+    plain ``nn.Sequential(softmax, dropout)`` / ``nn.Sequential(softmax)`` (vit-pytorch's MaxViT); None for any
+    other container, whose reference path calls it as the code did."""
+    if not isinstance(softmax, nn.Sequential):
+        return softmax, None
+    if not _dispatch.is_plain(softmax, nn.Sequential) or not 1 <= len(softmax) <= 2:
+        return None
+    layers = list(softmax)
+    return layers[0], layers[1] if len(layers) == 2 else None
+
+
 def _sdpa(
     query: Tensor,
     key_t: Tensor,
@@ -324,10 +340,18 @@ def _sdpa(
         return None
     scores_shape = (*lead, query.shape[-2], key_t.shape[-1])
     if softmax is not None:
+        layers = _softmax_then_dropout(softmax)
+        if layers is None:
+            return None
         # the module as the code calls it: nn.Softmax's own forward over the last dim, and nothing observing it
+        softmax, within = layers
         dim = getattr(softmax, "dim", None)
         if not _dispatch.is_plain(softmax, nn.Softmax) or type(dim) is not int or dim not in (-1, len(scores_shape) - 1):
             return None
+        if within is not None:
+            if dropout is not None:
+                return None  # two dropouts in a row: SDPA applies one
+            dropout = within
     attn_mask: Optional[Tensor] = None
     if sum(m is not None for m in (mask, masked_inf, masked_min)) > 1:
         return None

@@ -149,6 +149,7 @@ REFUSALS = {
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
     "neg_softmax_module_without_dim.py": ("nn.Softmax()", "nn.Softmax(dim=-1)"),
+    "neg_sequential_dropout_without_softmax.py": ("nn.Sequential(nn.Dropout(dropout))", "nn.Dropout(dropout)"),
     "neg_unknown_bias_moved_past_a_statement.py": ("        self.calls += 1\n", ""),
     "neg_softmax_upcast.py": (", dtype=torch.float32).to(q.dtype)", ")"),
     "neg_einsum_equation_not_literal.py": ("self.score_equation, q, k", '"b h i d, b h j d -> b h i j", q, k'),
@@ -195,6 +196,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "timm_attention.py": 1,
     "vit_self_attention.py": 1,  # the second call passes a head mask and asks for the probabilities
     "vit_pytorch_softmax_module.py": 1,
+    "softmax_dropout_sequential.py": 1,
     "vit_pytorch_einsum.py": 1,
     "einsum_functional_softmax.py": 1,
     "einops_einsum.py": 2,

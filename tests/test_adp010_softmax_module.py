@@ -163,3 +163,69 @@ def test_dynamo_compiles_the_rewrite_without_graph_breaks(backend: str) -> None:
 
 def test_fixture_paths_exist() -> None:
     assert VIT.exists() and Path(str(VIT).replace(".py", ".expected.py")).exists()
+
+
+class _DoubledSequential(nn.Sequential):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(input) * 2
+
+
+def _hooked(module: nn.Module, seen: list[int]) -> nn.Module:
+    module.register_forward_hook(lambda *_: seen.append(1))
+    return module
+
+
+# (softmax argument, dropout argument, train mode, whether SDPA runs): the kernel takes SDPA for a plain
+# nn.Sequential of a plain softmax over the last dim and at most a plain dropout, and calls anything else.
+SEQUENTIALS = {
+    "softmax_dropout": (lambda: nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1)), None, False, True),
+    "softmax_alone": (lambda: nn.Sequential(nn.Softmax(dim=-1)), None, False, True),
+    "softmax_alone_dropout_argument": (lambda: nn.Sequential(nn.Softmax(dim=-1)), nn.Dropout(0.1), False, True),
+    "two_dropouts": (lambda: nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1)), nn.Dropout(0.1), False, False),
+    "softmax_over_heads": (lambda: nn.Sequential(nn.Softmax(dim=1), nn.Dropout(0.1)), None, False, False),
+    "three_layers": (lambda: nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1), nn.Identity()), None, False, False),
+    "identity_not_dropout": (lambda: nn.Sequential(nn.Softmax(dim=-1), nn.Identity()), None, False, False),
+    "overriding_subclass": (lambda: _DoubledSequential(nn.Softmax(dim=-1), nn.Dropout(0.1)), None, False, False),
+    "training_dropout_on_cpu": (lambda: nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1)), None, True, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEQUENTIALS))
+def test_a_softmax_dropout_sequential_runs_sdpa_only_where_plain(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    make, dropout, training, takes_sdpa = SEQUENTIALS[case]
+    calls: list[int] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    with default_dtype(torch.float64), seeded(0):
+        softmax = make().train(training)
+        q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
+        mask = torch.randn(2, 5, 5)
+    if dropout is not None:
+        dropout.train(training)
+    with adopter_kernels.use_backend("attention_core=sdpa"), seeded(1):
+        fused = adopter_kernels.attention_core(q, k, v, mask=mask, softmax=softmax, dropout=dropout,
+                                               score_equation="b h i d, b h j d -> b h i j",
+                                               output_equation="b h i j, b h j d -> b h i d")
+    with seeded(1):
+        probs = softmax(q @ k.transpose(-1, -2) + mask)
+        expected = (dropout(probs) if dropout is not None else probs) @ v
+    assert bool(calls) == takes_sdpa
+    torch.testing.assert_close(fused, expected, **TOL)
+
+
+def test_a_hook_on_the_sequential_or_its_softmax_keeps_the_original(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    with default_dtype(torch.float64), seeded(0):
+        q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
+    for hook_on_container in (True, False):
+        seen: list[int] = []
+        softmax = nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1)).eval()
+        _hooked(softmax if hook_on_container else softmax[0], seen)
+        with adopter_kernels.use_backend("attention_core=sdpa"):
+            fused = adopter_kernels.attention_core(q, k.transpose(-1, -2), v, softmax=softmax)
+        assert seen == [1] and not calls
+        torch.testing.assert_close(fused, softmax[0](q @ k.transpose(-1, -2)) @ v, **TOL)

@@ -121,6 +121,21 @@ def test_sequential_header() -> None:
     assert rule.sequential == "pkg.FusedSequential"
 
 
+def test_container_header() -> None:
+    rule = parse_rule(
+        'rule C\ncode ADP110\ncontainer "$sm  $drop"\ninit:\n torch.nn.Softmax(dim=-1) -> $sm;\n'
+        " torch.nn.Dropout(**$d) -> $drop\nforward:\n $sm($x) -> $p; ?$drop($p) -> $q => pkg.f($x, softmax=$sm, "
+        "dropout=$drop) -> $q\n"
+    )
+    assert rule.container == ("sm", "drop")
+
+
+_CONTAINER_RULE = (
+    'rule X\ncode ADP100\ncontainer "{vars}"\ninit:\n torch.nn.Softmax(dim=-1) -> $sm;\n torch.nn.Dropout() -> $drop\n'
+    "forward:\n $sm($x) -> $p; ?$drop($p) -> $q => {target} -> $q\n"
+)
+
+
 BAD: list[tuple[str, str, str]] = [
     # (rule text, expected "line:col", message fragment)
     ("rule X\nforward:\n  $a + $b -> $c => f($a) -> $c\n", "1:1", "missing header line 'code ...'"),
@@ -152,6 +167,24 @@ BAD: list[tuple[str, str, str]] = [
     ("rule X\ncode ADP100\nforward\n $a + $b -> $c => f($a) -> $c\n", "3:8", "expected ':' after 'forward'"),
     ("rule X\ncode ADP100\nforward:\n  f(**a) -> $c => f($a) -> $c\n", "4:7", "expected a variable after '**'"),
     ("rule X\ncode ADP100\nforward:\n  (A | ) -> $c => f($a) -> $c\n", "4:8", "expected a type name"),
+    (_CONTAINER_RULE.format(vars="sm drop", target="f($x)"), "3:11", "'container' takes a quoted list of layer variables"),
+    (_CONTAINER_RULE.format(vars="", target="f($x)"), "3:11", "'container' takes a quoted list of layer variables"),
+    (_CONTAINER_RULE.format(vars="$sm $other", target="f($x)"), "3:11", "'container' names $other, which no 'init:'"),
+    (_CONTAINER_RULE.format(vars="$sm $drop", target="f($x, $drop)").replace("?", ""), "3:11",
+     "'container' leaves $drop out"),
+    (_CONTAINER_RULE.format(vars="$sm $drop", target="$drop($x)"), "3:11", "'container' leaves $drop out"),
+    (
+        'rule X\ncode ADP100\nsequential p.S\ncontainer "$m"\ninit:\n torch.nn.X() -> $m\nforward:\n'
+        " $m($x) -> $y => f($x, m=$m) -> $y\n",
+        "4:11", "'container' and 'sequential' exclude each other",
+    ),
+    (
+        'rule X\ncode ADP100\ncontainer "$m"\ninit:\n torch.nn.X() -> $m => torch.nn.Y() -> $m\nforward:\n'
+        " $m($x) -> $y => f($x, m=$m) -> $y\n",
+        "3:11", "'init:' cannot rewrite them",
+    ),
+    ('rule X\ncode ADP100\ncontainer "$m"\ninit:\n torch.nn.X() -> $m => torch.nn.Y() -> $m\n', "3:11",
+     "'container' needs a 'forward:' section"),
 ]
 
 

@@ -244,6 +244,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_scores_reused.py': [
         '19: intermediate-used-elsewhere: `scores`, an intermediate result the fused call hides, is used here (line 21)',
     ],
+    'ADP010_fuse_attention_core/neg_sequential_dropout_without_softmax.py': [
+        '19: init-mismatch: self.drop is an nn.Sequential that cannot stand for the matched layers: the rule passes one on whole only when its elements are exactly those layers, in the order $attend, $drop, from the first (line 14)',
+    ],
     'ADP010_fuse_attention_core/neg_softmax_other_dim.py': [],
     'ADP010_fuse_attention_core/neg_softmax_module_other_dim.py': [
         '17: init-mismatch: the __init__ binding of self.attend does not fit the rule: dim=1, where the rule needs dim=-1 (line 12)',

@@ -4,8 +4,9 @@ form with an `nn.Softmax` layer. Each model file is rewritten here, executed as 
 in a fresh process, built in float64 with the original's weights (`strict=True`), and compared in eval and training
 (outputs, gradients), under `auto` and with SDPA forced. LeVJEPA-ND's attention core is a module-level function
 with an optional mask (`nd_attention`); ViTDetPool's prepares its mask under the `if` that applies it; the
-sparse-gating ViT's writes both products with einops' `einsum(q, k, pattern)`. ATS's attention is refused, and the
-reason names the `if` that blocks it."""
+sparse-gating ViT's writes both products with einops' `einsum(q, k, pattern)`; MaxViT's and JetViT's window
+attention call their softmax and its dropout as one `nn.Sequential`, passed to the kernel whole. ATS's attention is
+refused, and the reason names the `if` that blocks it."""
 
 from __future__ import annotations
 
@@ -61,6 +62,15 @@ MODELS: dict[str, tuple[str, dict[str, object], list[int] | str, int, int]] = {
     # its relative position bias is added under `if exists(rel_pos_bias):` (passed to the call as the mask)
     "regionvit": ("RegionViT", dict(dim=(16, 16, 16, 16), depth=(1, 1, 1, 1), window_size=2, num_classes=10,
                                     local_patch_size=4, attn_dropout=0.1), [2, 3, 64, 64], 1, 1),
+    # the softmax and its dropout are one layer, `self.attend = nn.Sequential(nn.Softmax(dim = -1),
+    # nn.Dropout(dropout))`, passed whole (`softmax=self.attend`); a relative position bias as the mask
+    "max_vit": ("MaxViT", dict(num_classes=10, dim=16, depth=(1, 1), dim_head=8, window_size=2, dropout=0.1),
+                IMAGE, 1, 1),
+    "max_vit_with_registers": ("MaxViT", dict(num_classes=10, dim=16, depth=(1, 1), dim_head=8, window_size=2,
+                                              dropout=0.1, num_register_tokens=2), IMAGE, 1, 1),
+    # JetViT's window attention (the same Sequential, einops' einsum); its other Attention is vit.py's
+    "jet_vit": ("WindowAttention", dict(dim=32, h_s=4, w_s=4, dim_head=16, dropout=0.1, window_size=2),
+                [2, 16, 32], 2, 1),
 }
 
 WORKER = textwrap.dedent(
@@ -127,7 +137,7 @@ def test_rewritten_vit_pytorch_models_are_equivalent(tmp_path: Path) -> None:
         for backend, (ok, compared, text, sdpa_calls) in reports.items():
             assert ok, f"{module}, {backend}: {text}"
             # one attention layer there
-            layer = module in ("levjepa_nd", "vit_detpool", "simple_vit_with_sparse_gating")
+            layer = module in ("levjepa_nd", "vit_detpool", "simple_vit_with_sparse_gating", "jet_vit")
             assert compared > (5 if layer else 20), (module, backend, compared)
         assert reports["attention_core=sdpa"][3] > 0, module  # the forced run took the SDPA path
 

@@ -205,17 +205,22 @@ class _Unchainer(_WalkState, ABC):
         parent: Optional[cst.BaseExpression],
         whole: bool,
     ) -> list[tuple[_Partial, Value]]:
-        """``self.block(x)`` on an ``nn.Sequential``: one layer node per element, in order."""
+        """``self.block(x)`` on an ``nn.Sequential``: one layer node per element, in order, without a call of their
+        own (all have the container's call as their expression); the last one's value is the call's, so it is the
+        whole statement where the call is."""
         if len(call.args) != 1 or call.args[0].keyword is not None:
             return self.walk_opaque_expr(call, at, p, parent)
         out = []
+        last = len(binding.elements) - 1
         for q, val in self.walk_expr(call.args[0].value, at, p, call, whole=False):
             if q.status != "open":
                 out.append((q, val))
                 continue
-            for element in binding.elements:
+            for i, element in enumerate(binding.elements):
                 layer = "self." + element.attr
-                val = self.emit_node("layer", element.qualname, layer, (element,), [val], (), None, call, parent, False, at, q)
+                val = self.emit_node(
+                    "layer", element.qualname, layer, (element,), [val], (), None, call, parent, whole and i == last, at, q
+                )
             out.append((q, val))
         return out
 
