@@ -9,7 +9,8 @@ What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exac
     scores = scores.masked_fill(masked_inf, float("-inf"))            # if given
     scores = scores.masked_fill(masked_min, torch.finfo(scores.dtype).min)  # if given
     probs = softmax(scores, dim=-1) # or the code's nn.Softmax(dim=-1) module, called: softmax(scores)
-    probs = dropout(probs)          # an nn.Dropout module, or F.dropout(probs, dropout_p, training)
+    probs = dropout(probs)          # an nn.Dropout module, if given
+    probs = F.dropout(probs, dropout_p, training)                     # if given (the functional form)
     return probs @ value            # torch.bmm if batched
 
 The key is passed as the code transposed it, so any transpose the original wrote (``k.transpose(-1, -2)``,
@@ -47,8 +48,8 @@ computes the same function up to rounding:
   softmax and a dropout layer (vit-pytorch's MaxViT: ``nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(p))``, called as
   one layer): a plain ``nn.Sequential`` of a plain softmax as above, then at most a dropout layer taken as below
   (with no ``dropout`` argument besides);
-- dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) or the functional form; SDPA gets
-  ``dropout_p = p if training else 0.0``. In training with ``p > 0`` SDPA draws its own random numbers: the same
+- dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) and/or the functional form, at most one of
+  them active (p > 0 in training); SDPA gets that one's ``p``, or 0.0. In training with ``p > 0`` SDPA draws its own random numbers: the same
   distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
   exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA run exactly.
 
@@ -275,7 +276,7 @@ def _reference(
     probs = softmax(scores) if softmax is not None else F.softmax(scores, dim=-1)
     if dropout is not None:
         probs = dropout(probs)
-    elif training or dropout_p != 0.0:  # else F.dropout returns its input: skip its Python cost (about 1 us)
+    if training or dropout_p != 0.0:  # else F.dropout returns its input: skip its Python cost (about 1 us)
         probs = F.dropout(probs, p=dropout_p, training=training)
     return torch.einsum(output_equation, probs, value) if output_equation is not None else matmul(probs, value)
 
@@ -375,12 +376,14 @@ def _sdpa(
         if not bool(keep.any(dim=-1).all()):
             return None  # a fully masked row: NaN (-inf) or uniform (finfo.min) in eager
         attn_mask = keep
+    p = float(dropout_p) if training else 0.0
     if dropout is not None:
         if not _dispatch.is_plain(dropout, nn.Dropout):
             return None
-        p = float(cast(nn.Dropout, dropout).p) if dropout.training else 0.0
-    else:
-        p = float(dropout_p) if training else 0.0
+        if dropout.training and cast(nn.Dropout, dropout).p > 0.0:
+            if p > 0.0:
+                return None  # the layer and the functional dropout both drop: SDPA applies one
+            p = float(cast(nn.Dropout, dropout).p)
     if p > 0.0 and not query.is_cuda:
         return None  # off CUDA SDPA's speed is not worth another random sample: the reference draws the original's
     return F.scaled_dot_product_attention(

@@ -197,6 +197,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "vit_self_attention.py": 1,  # the second call passes a head mask and asks for the probabilities
     "vit_pytorch_softmax_module.py": 1,
     "softmax_dropout_sequential.py": 1,
+    "module_then_functional_dropout.py": 1,  # in eval neither dropout is active
     "vit_pytorch_einsum.py": 1,
     "einsum_functional_softmax.py": 1,
     "einops_einsum.py": 2,
