@@ -32,7 +32,7 @@ computes the same function up to rounding:
 
 - query, key and value of one floating dtype, the same rank (3 or 4) and the same leading (batch/head) dims, no
   autocast (autocast runs eager's softmax in float32, SDPA in its own way);
-- the scale a Python number (``scale`` or ``1 / divisor``), not a tensor;
+- the scale a Python number (``scale``, ``1 / divisor`` or ``scale / divisor``), not a tensor;
 - an additive ``mask`` of the query's dtype whose broadcast with the scores is the scores' shape, whose values
   are all finite and where every row keeps a key (an entry >= -1e4): HF's padding/causal ``finfo.min`` masks
   qualify. A row that keeps no key (a fully padded query, a row of ``-inf``) is uniform or NaN in eager, and SDPA
@@ -282,18 +282,21 @@ def _reference(
 
 
 def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union[float, Tensor]]) -> Optional[float]:
-    """The SDPA ``scale`` for a Python-number scale/divisor; None when either is something else (a tensor)."""
-    if scale is not None and divisor is not None:
-        return None
-    factor = scale if scale is not None else divisor
-    if factor is None:
-        return 1.0
-    if isinstance(factor, bool) or not isinstance(factor, Real):
-        return None
-    factor = float(factor)
+    """The SDPA ``scale`` for a Python-number scale and/or divisor (``scale / divisor``); None when either is
+    something else (a tensor), the divisor is 0 or not finite, or the scale comes out infinite."""
+    result = 1.0
     if scale is not None:
-        return factor
-    return 1.0 / factor if factor != 0.0 and math.isfinite(factor) else None
+        if isinstance(scale, bool) or not isinstance(scale, Real):
+            return None
+        result = float(scale)
+    if divisor is not None:
+        if isinstance(divisor, bool) or not isinstance(divisor, Real):
+            return None
+        factor = float(divisor)
+        if factor == 0.0 or not math.isfinite(factor):
+            return None
+        result /= factor
+    return result if math.isfinite(result) else None  # an infinite scale: NaN/inf scores, eager's own way
 
 
 def _softmax_then_dropout(softmax: nn.Module) -> Optional[tuple[nn.Module, Optional[nn.Module]]]:
