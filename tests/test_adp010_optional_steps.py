@@ -1,7 +1,9 @@
 """ADP010 on every combination of its optional steps: scale, divisor, additive mask, the two fills, the dropout layer
-and the functional dropout, each present or not (128 attention cores). Each is rewritten, the rewrite run against
-the original in float64, eval and training (same dropout draws), under `auto` and with SDPA forced; and SDPA must
-run exactly where the kernel documents it (one mask kind at most, no dropout drawing off CUDA)."""
+and the functional dropout, each present or not, with the softmax written three ways: `F.softmax`, an
+`nn.Softmax(dim=-1)` layer, and an `nn.Sequential` of that layer and the dropout layer (320 attention cores). Each
+is rewritten, the rewrite run against the original in float64, eval and training (same dropout draws), under `auto`
+and with SDPA forced; and SDPA must run exactly where the kernel documents it (one mask kind at most, no dropout
+drawing off CUDA)."""
 
 from __future__ import annotations
 
@@ -27,10 +29,22 @@ STEPS = {
     "dropout_p": "        p = F.dropout(p, p=0.2, training=self.training)\n",
 }
 SCORE_STEPS = ("scale", "divisor", "mask", "masked_inf", "masked_min")
-COMBINATIONS = [frozenset(c) for n in range(len(STEPS) + 1) for c in itertools.combinations(STEPS, n)]
+# softmax form -> (its __init__ line, its forward line); the Sequential holds the dropout layer
+FORMS = {
+    "functional": ("", "        p = F.softmax(s, dim=-1)\n"),
+    "layer": ("        self.attend = nn.Softmax(dim=-1)\n", "        p = self.attend(s)\n"),
+    "sequential": ("        self.attend = nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1))\n", "        p = self.attend(s)\n"),
+}
+COMBINATIONS = [
+    (form, frozenset(c))
+    for form in FORMS
+    for n in range(len(STEPS) + 1)
+    for c in itertools.combinations(STEPS, n)
+    if not (form == "sequential" and "dropout" in c)
+]
 
 
-def _source(steps: frozenset[str]) -> str:
+def _source(form: str, steps: frozenset[str]) -> str:
     def lines(names: tuple[str, ...]) -> str:
         return "".join(STEPS[name] for name in names if name in steps)
 
@@ -44,20 +58,21 @@ def _source(steps: frozenset[str]) -> str:
         "        self.heads = heads\n"
         "        self.scale = (dim // heads) ** -0.5\n"
         "        self.qkv = nn.Linear(dim, dim * 3)\n"
-        "        self.drop = nn.Dropout(0.1)\n\n"
+        "        self.drop = nn.Dropout(0.1)\n"
+        f"{FORMS[form][0]}\n"
         "    def forward(self, x, bias, causal, pad):\n"
         "        b, n, c = x.shape\n"
         "        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)\n"
         "        s = q @ k.transpose(-2, -1)\n"
         f"{lines(SCORE_STEPS)}"
-        "        p = F.softmax(s, dim=-1)\n"
+        f"{FORMS[form][1]}"
         f"{lines(('dropout', 'dropout_p'))}"
         "        return p @ v\n"
     )
 
 
-def _name(steps: frozenset[str]) -> str:
-    return "+".join(name for name in STEPS if name in steps) or "bare"
+def _name(form: str, steps: frozenset[str]) -> str:
+    return f"{form}-" + ("+".join(name for name in STEPS if name in steps) or "bare")
 
 
 @pytest.fixture(scope="module")
@@ -80,15 +95,16 @@ def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield calls
 
 
-@pytest.mark.parametrize("steps", COMBINATIONS, ids=[_name(c) for c in COMBINATIONS])
+@pytest.mark.parametrize("form,steps", COMBINATIONS, ids=[_name(*c) for c in COMBINATIONS])
 def test_every_combination_of_optional_steps_is_rewritten_exactly(
-    steps: frozenset[str], inputs: tuple[torch.Tensor, ...], sdpa_calls: list[int]
+    form: str, steps: frozenset[str], inputs: tuple[torch.Tensor, ...], sdpa_calls: list[int]
 ) -> None:
-    source = _source(steps)
+    source = _source(form, steps)
     result = rewrite_source(source, ["ADP010"])
     assert [f.code for f in result.findings] == ["ADP010"], source
-    assert "attention_core(" in result.code and "softmax(" not in result.code.split("attention_core(")[1]
-    tag = _name(steps).replace("+", "_")
+    fused = result.code.split("attention_core(")[1]
+    assert "softmax(" not in fused and ("self.attend(" not in fused) and (", softmax=self.attend" in fused) == (form != "functional")
+    tag = _name(form, steps).replace("+", "_").replace("-", "_")
     original = load_source_as_module(source, f"adp010_steps_{tag}_o")
     rewritten = load_source_as_module(result.code, f"adp010_steps_{tag}_r")
     with default_dtype(torch.float64), seeded(0):
@@ -104,5 +120,5 @@ def test_every_combination_of_optional_steps_is_rewritten_exactly(
         model_r.train(training)
         with adopter_kernels.use_backend("attention_core=sdpa"), torch.no_grad():
             model_r(*inputs)
-        drawing = training and bool(steps & {"dropout", "dropout_p"})
-        assert bool(sdpa_calls) == (one_mask and not drawing), (_name(steps), training)
+        drawing = training and (bool(steps & {"dropout", "dropout_p"}) or form == "sequential")
+        assert bool(sdpa_calls) == (one_mask and not drawing), (_name(form, steps), training)
