@@ -109,8 +109,10 @@ SDPA_CORE = Backend(
     "bfloat16 inference there, up to 2.9x at 1024 keys; 0.32-1.00x below; autocast keeps the original); CPU from "
     "4x12x96x96 scores in float32 inference (1.11-1.68x there, up to 3.6x at 512 keys; mostly 0.50-0.92x below), "
     "4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; mostly 0.76-1.00x below) and 4x12x512x512 in "
-    "bfloat16 inference (1.27-1.38x). Elsewhere (bfloat16 training on CPU, smaller attention) the original "
-    "computation runs",
+    "bfloat16 inference (1.27-1.38x); and in each case with rows of at least as many keys as measured faster "
+    "(CUDA 512 in float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training: windowed attention, "
+    "many short rows, measured 0.52-1.00x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter "
+    "rows) the original computation runs",
     # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
     supports=lambda call: not call.autocast,
     faster=lambda call: call.device == "cuda"
@@ -130,6 +132,23 @@ _MIN_SCORES = {
     ("cpu", torch.float32, False): 4 * 12 * 96 * 96,
     ("cpu", torch.float32, True): 4 * 12 * 192 * 192,
     ("cpu", torch.bfloat16, False): 4 * 12 * 512 * 512,
+}
+#: And the fewest keys per query row, per (device, dtype, grad): enough scores made of many short rows (windowed
+#: attention: MaxViT's 49-key windows times batch x windows) do not make SDPA pay. CPU, one thread, large batches
+#: (benchmarks/bench_attention_lengths.py, gpu_bench/results/cpu-2026-11-28/attention_short_rows.txt, batch 256-2048
+#: x 2-4 heads): float32 inference 0.66-0.77x at 16 keys, 0.69-1.00x at 25, 1.10x at 32, 1.10-1.23x at 49; float32
+#: training 0.52-0.91x at 16-36 keys, 0.97-1.20x at 49, 1.11-1.15x at 64; bfloat16 inference 1.67x at 49. CUDA: the
+#: shortest length measured faster (at batch 8 x 12 heads); shorter rows were not measured.
+_MIN_KEYS = {
+    ("cuda", torch.float32, False): 512,
+    ("cuda", torch.float32, True): 768,
+    ("cuda", torch.bfloat16, False): 768,
+    ("cuda", torch.bfloat16, True): 768,
+    ("cuda", torch.float16, False): 768,
+    ("cuda", torch.float16, True): 768,
+    ("cpu", torch.float32, False): 49,
+    ("cpu", torch.float32, True): 64,
+    ("cpu", torch.bfloat16, False): 49,
 }
 register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
@@ -234,12 +253,14 @@ def _matmul_equations(score_equation: Optional[str], output_equation: Optional[s
 
 
 def _sdpa_pays(query: Tensor, keys: int, grad: bool) -> bool:
-    """The size test of SDPA_CORE (the cached decision sees no shapes); a forced ``sdpa`` skips it."""
+    """The size test of SDPA_CORE (the cached decision sees no shapes): enough scores and long enough rows; a
+    forced ``sdpa`` skips it."""
     device = "cuda" if query.is_cuda else "cpu" if query.is_cpu else None
     if device is None:
         return True
-    least = _MIN_SCORES.get((device, query.dtype, grad))
-    if least is not None and math.prod(query.shape[:-1]) * keys >= least:
+    kind = (device, query.dtype, grad)
+    least = _MIN_SCORES.get(kind)
+    if least is not None and keys >= _MIN_KEYS[kind] and math.prod(query.shape[:-1]) * keys >= least:
         return True
     return _dispatch.forced("attention_core") == "sdpa"  # asked only below the size: it costs a lookup per call
 

@@ -11,7 +11,9 @@ padding mask that keeps keys in every row, no dropout. Both sides run in alterna
 verdict reads ``faster``/``slower`` only when the interquartile range of the ratios excludes 1. The summary line
 names the shortest measured length from which every longer one was ``faster``, and its number of attention scores
 (batch x heads x length x length): what ``adopter_kernels.attention_core._MIN_SCORES`` holds per device, dtype and
-mode, from the smallest such size across configurations (docs/KERNEL_PERFORMANCE.md, run E, records the runs).
+mode, from the smallest such size across configurations (docs/KERNEL_PERFORMANCE.md, run E, records the runs); and,
+over large batches of short rows (``--batch 1024 --heads 2 --lengths 16,25,32,49``), the shortest row that pays,
+``_MIN_KEYS``.
 """
 
 from __future__ import annotations

@@ -231,6 +231,13 @@ def test_auto_on_cpu_runs_the_original_computation(sdpa_calls: list[int]) -> Non
         ((4, 12, 512), False, torch.bfloat16, True),
         ((4, 12, 384), False, torch.bfloat16, False),
         ((4, 12, 1024), True, torch.bfloat16, False),  # bfloat16 training: slower at every length measured
+        # many short rows (windowed attention): enough scores, but rows shorter than any measured faster
+        ((2048, 2, 25), False, torch.float32, False),  # 0.69-1.00x at 25 keys (batch 1024-2048, 2 heads)
+        ((1024, 2, 49), False, torch.float32, True),  # 1.10-1.23x at 49
+        ((1024, 2, 49), True, torch.float32, False),  # training: 0.97-1.20x at 49
+        ((1024, 2, 64), True, torch.float32, True),  # 1.11-1.15x at 64
+        ((4096, 4, 48), False, torch.bfloat16, False),
+        ((4096, 4, 49), False, torch.bfloat16, True),  # 1.67x at 49
     ],
     ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
 )
@@ -238,7 +245,8 @@ def test_auto_on_cpu_takes_sdpa_from_the_measured_size(
     shape: tuple[int, int, int], grad: bool, dtype: torch.dtype, sdpa: bool
 ) -> None:
     """Measured on CPU (docs/KERNEL_PERFORMANCE.md, benchmarks/bench_attention_lengths.py): SDPA pays from a number
-    of attention scores (batch x heads x queries x keys) that depends on the dtype and on training. Stand-in tensors
+    of attention scores (batch x heads x queries x keys) that depends on the dtype and on training, and on rows of
+    enough keys (many short rows of windowed attention do not make it pay). Stand-in tensors
     with the CPU flag check the size test without computing; the decision (which sees no shapes) must agree."""
     from types import SimpleNamespace
 
@@ -274,6 +282,9 @@ def test_auto_on_cpu_runs_sdpa_above_the_size_and_agrees(sdpa_calls: list[int]) 
         ((8, 12, 768), False, torch.bfloat16, False, True),
         ((8, 12, 768), True, torch.bfloat16, False, True),
         ((1, 12, 1024), True, torch.bfloat16, False, False),  # 1024 keys alone no longer decide: too few scores
+        ((64, 12, 256), False, torch.float32, False, False),  # enough scores; rows shorter than any measured faster
+        ((64, 12, 512), False, torch.float32, False, True),
+        ((64, 12, 512), False, torch.bfloat16, False, False),
         ((8, 12, 128), False, torch.float32, True, True),  # a forced sdpa takes any size
     ],
     ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
@@ -282,8 +293,9 @@ def test_on_cuda_auto_takes_sdpa_from_the_measured_size(
     shape: tuple[int, int, int], grad: bool, dtype: torch.dtype, forced: bool, sdpa: bool
 ) -> None:
     """Measured on an H200 (gpu_bench/results/h200-2026-11-28/attention_lengths*.txt, docs/KERNEL_PERFORMANCE.md):
-    SDPA pays from 8x12x512x512 scores in float32 inference and from 8x12x768x768 in training and in bfloat16.
-    Stand-in tensors with the CUDA flag check the size test without a GPU."""
+    SDPA pays from 8x12x512x512 scores in float32 inference and from 8x12x768x768 in training and in bfloat16, with
+    rows of at least the keys measured (512, 768). Stand-in tensors with the CUDA flag check the size test without
+    a GPU."""
     from types import SimpleNamespace
 
     from adopter_kernels.attention_core import _sdpa_pays
