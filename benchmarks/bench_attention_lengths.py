@@ -6,7 +6,7 @@
     python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
 
 The core is nanoGPT's/ViT's on ``[batch, heads, length, head_dim]`` (query length = key length) with an additive
-padding mask that keeps keys in every row, no dropout. Both sides run in alternating rounds (bench_kernels.py's
+mask that keeps keys in every row (``--mask``: padding by default, a relative position bias, causal), no dropout. Both sides run in alternating rounds (bench_kernels.py's
 ``time_pair``); the speedup is the median of the per-round ratios original / kernel with their quartiles, and the
 verdict reads ``faster``/``slower`` only when the interquartile range of the ratios excludes 1. The summary line
 names the shortest measured length from which every longer one was ``faster``, and its number of attention scores
@@ -40,14 +40,13 @@ SCORES, OUTPUT = "b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d"
 
 def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, heads: int, head_dim: int,
             length: int, warmup: int, repeats: int, min_time: float,
-            form: str = "matmul") -> Tuple[float, float, List[float]]:
+            form: str = "matmul", mask_kind: str = "padding") -> Tuple[float, float, List[float]]:
     """(original median seconds, kernel median seconds, per-round ratios original / kernel)."""
     torch.manual_seed(0)
     grad = mode == "train"
     q, k, v = (torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype, requires_grad=grad)
                for _ in range(3))
-    mask = torch.zeros(batch, 1, 1, length, device=device, dtype=dtype)
-    mask[-1, ..., length - length // 4:] = torch.finfo(dtype).min
+    mask = _mask(mask_kind, batch, heads, length, device, dtype)
     scale = head_dim ** -0.5
 
     def original() -> torch.Tensor:
@@ -69,6 +68,19 @@ def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, hea
     return statistics.median(orig_t), statistics.median(kern_t), [o / k_ for o, k_ in zip(orig_t, kern_t)]
 
 
+def _mask(kind: str, batch: int, heads: int, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask: ``padding`` [batch, 1, 1, keys] (the last sample pads a quarter of its keys: HF models),
+    ``bias`` [heads, queries, keys] (a relative position bias: BEiT, MaxViT), ``causal`` [1, 1, queries, keys]."""
+    if kind == "bias":
+        return torch.randn(heads, length, length, device=device, dtype=dtype)
+    if kind == "causal":
+        upper = torch.ones(length, length, device=device, dtype=torch.bool).triu(1)
+        return torch.zeros(1, 1, length, length, device=device, dtype=dtype).masked_fill(upper, torch.finfo(dtype).min)
+    mask = torch.zeros(batch, 1, 1, length, device=device, dtype=dtype)
+    mask[-1, ..., length - length // 4:] = torch.finfo(dtype).min
+    return mask
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -84,12 +96,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as bench_kernels)")
     parser.add_argument("--form", choices=("matmul", "einsum"), default="matmul",
                         help="how the hand-written core writes its two products (default matmul: q @ k.transpose)")
+    parser.add_argument("--mask", choices=("padding", "bias", "causal"), default="padding",
+                        help="the additive mask: padding [batch, 1, 1, keys] (default), a relative position bias "
+                        "[heads, queries, keys], or causal [1, 1, queries, keys]")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     lengths = [int(n) for n in args.lengths.split(",")]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# attention_core SDPA vs the hand-written {args.form} core on {device}, batch {args.batch}, {args.heads} heads, "
+    print(f"# attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask, batch {args.batch}, {args.heads} heads, "
           f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
     print(f"{'dtype':9} {'mode':5} {'keys':>5} {'original':>11} {'kernel':>11} {'speedup [q1-q3]':>20}  verdict")
@@ -99,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             verdicts = []
             for length in lengths:
                 orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
-                                             args.warmup, args.repeats, args.min_time, args.form)
+                                             args.warmup, args.repeats, args.min_time, args.form, args.mask)
                 q1, med, q3 = _quartiles(ratios)
                 verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
                 verdicts.append(verdict)
