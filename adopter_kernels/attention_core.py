@@ -111,8 +111,9 @@ SDPA_CORE = Backend(
     "4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; mostly 0.76-1.00x below) and 4x12x512x512 in "
     "bfloat16 inference (1.27-1.38x); and in each case with rows of at least as many keys as measured faster "
     "(CUDA 512 in float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training: windowed attention, "
-    "many short rows, measured 0.52-1.00x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter "
-    "rows) the original computation runs",
+    "many short rows, measured 0.52-1.00x below; on CPU 512 with a mask that differs between heads, a relative "
+    "position bias: 0.49-1.30x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter rows) the "
+    "original computation runs",
     # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
     supports=lambda call: not call.autocast,
     faster=lambda call: call.device == "cuda"
@@ -150,6 +151,12 @@ _MIN_KEYS = {
     ("cpu", torch.float32, True): 64,
     ("cpu", torch.bfloat16, False): 49,
 }
+#: On CPU, a mask that differs between heads (a relative position bias [heads, queries, keys]: BEiT, MaxViT; a full
+#: [batch, heads, queries, keys] or [batch x heads, queries, keys] mask) needs rows of this many keys: SDPA with
+#: such a mask ran 0.49-1.15x up to 128 keys, 0.88-0.93x at 197, 0.83-1.30x at 256 and 1.18-1.21x at 512, inference
+#: and training (gpu_bench/results/cpu-2026-11-28/attention_masks.txt); padding [batch, 1, 1, keys] and causal
+#: [1, 1, queries, keys] masks keep the thresholds above (causal: 1.68-3.38x in inference from 128 keys).
+_CPU_MIN_KEYS_PER_HEAD_MASK = 512
 register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
 
@@ -192,7 +199,8 @@ def attention_core(
             and not torch.compiler.is_compiling()
             and (not einsum or _einsum_fits(score_equation, output_equation, query))
             # the einsum key is [..., S, E], the matmul form's key_t [..., E, S]
-            and _sdpa_pays(query, key_t.shape[-2] if einsum else key_t.shape[-1], grad)
+            and _sdpa_pays(query, key_t.shape[-2] if einsum else key_t.shape[-1], grad,
+                           mask if mask is not None else masked_inf if masked_inf is not None else masked_min)
         ):
             fast = _sdpa(query, key_t.transpose(-2, -1) if einsum else key_t, value, given_scale, given_divisor, mask,
                          masked_inf, masked_min, softmax, dropout, dropout_p, training, batched)
@@ -252,15 +260,19 @@ def _matmul_equations(score_equation: Optional[str], output_equation: Optional[s
     return leading.pop() if len(leading) == 1 else None
 
 
-def _sdpa_pays(query: Tensor, keys: int, grad: bool) -> bool:
-    """The size test of SDPA_CORE (the cached decision sees no shapes): enough scores and long enough rows; a
-    forced ``sdpa`` skips it."""
+def _sdpa_pays(query: Tensor, keys: int, grad: bool, mask: object = None) -> bool:
+    """The size test of SDPA_CORE (the cached decision sees no shapes): enough scores and long enough rows, longer
+    on CPU for a mask that differs between heads (``mask``: the call's mask or fill mask, if any); a forced ``sdpa``
+    skips it."""
     device = "cuda" if query.is_cuda else "cpu" if query.is_cpu else None
     if device is None:
         return True
     kind = (device, query.dtype, grad)
     least = _MIN_SCORES.get(kind)
-    if least is not None and keys >= _MIN_KEYS[kind] and math.prod(query.shape[:-1]) * keys >= least:
+    least_keys = _MIN_KEYS.get(kind, 0)
+    if device == "cpu" and isinstance(mask, Tensor) and mask.dim() >= 3 and mask.shape[-3] > 1:
+        least_keys = max(least_keys, _CPU_MIN_KEYS_PER_HEAD_MASK)
+    if least is not None and keys >= least_keys and math.prod(query.shape[:-1]) * keys >= least:
         return True
     return _dispatch.forced("attention_core") == "sdpa"  # asked only below the size: it costs a lookup per call
 

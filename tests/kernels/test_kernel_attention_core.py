@@ -260,6 +260,30 @@ def test_auto_on_cpu_takes_sdpa_from_the_measured_size(
         assert (decided == "sdpa" and _sdpa_pays(query, keys, grad)) is sdpa  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("mask_shape", "keys", "sdpa"),
+    [
+        ((4, 1, 1, 96), 96, True),  # padding: the thresholds above
+        ((1, 1, 96, 96), 96, True),  # causal
+        ((12, 96, 96), 96, False),  # a relative position bias per head: 0.62-1.27x below 512 keys
+        ((4, 12, 96, 96), 96, False),  # a full mask: per head too
+        ((12, 512, 512), 512, True),  # 1.18-1.25x at 512
+    ],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_auto_on_cpu_needs_longer_rows_for_a_mask_per_head(mask_shape: tuple[int, ...], keys: int, sdpa: bool) -> None:
+    """SDPA with a mask that differs between heads measured slower on CPU below 512 keys
+    (gpu_bench/results/cpu-2026-11-28/attention_masks.txt); padding and causal masks keep the score threshold."""
+    from types import SimpleNamespace
+
+    from adopter_kernels.attention_core import _sdpa_pays
+
+    query = SimpleNamespace(is_cuda=False, is_cpu=True, dtype=torch.float32, shape=(4, 12, keys, 64))
+    mask = torch.zeros(1).expand(mask_shape)  # the shape only: the size test reads no data
+    with use_backend("auto"):
+        assert _sdpa_pays(query, keys, False, mask) is sdpa  # type: ignore[arg-type]
+
+
 def test_auto_on_cpu_runs_sdpa_above_the_size_and_agrees(sdpa_calls: list[int]) -> None:
     """A real call at 4 x 12 heads x 96 keys in float32 inference takes SDPA and matches the eager core."""
     g = torch.Generator().manual_seed(0)
