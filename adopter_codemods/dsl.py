@@ -327,7 +327,8 @@ class _Parser:
             if not words or bad:
                 raise RuleSyntaxError(
                     self.path, *where["container"],
-                    f"'container' takes a quoted list of layer variables (\"$softmax $dropout\"), found {header['container']!r}",
+                    "'container' takes a quoted list of layer variables (\"$softmax $dropout\"), "
+                    f"found {header['container']!r}",
                 )
             container = tuple(w[1:] for w in words)
         if not CODE_PATTERN.fullmatch(header["code"]):

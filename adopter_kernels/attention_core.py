@@ -49,9 +49,10 @@ computes the same function up to rounding:
   one layer): a plain ``nn.Sequential`` of a plain softmax as above, then at most a dropout layer taken as below
   (with no ``dropout`` argument besides);
 - dropout: a plain ``nn.Dropout`` (no hooks, forward not overridden) and/or the functional form, at most one of
-  them active (p > 0 in training); SDPA gets that one's ``p``, or 0.0. In training with ``p > 0`` SDPA draws its own random numbers: the same
-  distribution, not the same sample; so that path is taken on CUDA only (elsewhere the reference path draws
-  exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA run exactly.
+  them active (p > 0 in training); SDPA gets that one's ``p``, or 0.0. In training with ``p > 0`` SDPA draws its
+  own random numbers: the same distribution, not the same sample; so that path is taken on CUDA only (elsewhere the
+  reference path draws exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA
+  run exactly.
 
 The mask and row checks read the data (a device synchronisation on CUDA). They never run while
 ``torch.compile`` traces (a data-dependent branch would be a graph break): compiled code runs the reference path,

@@ -33,7 +33,9 @@ SCORE_STEPS = ("scale", "divisor", "mask", "masked_inf", "masked_min")
 FORMS = {
     "functional": ("", "        p = F.softmax(s, dim=-1)\n"),
     "layer": ("        self.attend = nn.Softmax(dim=-1)\n", "        p = self.attend(s)\n"),
-    "sequential": ("        self.attend = nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1))\n", "        p = self.attend(s)\n"),
+    "sequential": (
+        "        self.attend = nn.Sequential(nn.Softmax(dim=-1), nn.Dropout(0.1))\n", "        p = self.attend(s)\n"
+    ),
 }
 COMBINATIONS = [
     (form, frozenset(c))
@@ -103,7 +105,8 @@ def test_every_combination_of_optional_steps_is_rewritten_exactly(
     result = rewrite_source(source, ["ADP010"])
     assert [f.code for f in result.findings] == ["ADP010"], source
     fused = result.code.split("attention_core(")[1]
-    assert "softmax(" not in fused and ("self.attend(" not in fused) and (", softmax=self.attend" in fused) == (form != "functional")
+    assert "softmax(" not in fused and "self.attend(" not in fused
+    assert (", softmax=self.attend" in fused) == (form != "functional")
     tag = _name(form, steps).replace("+", "_").replace("-", "_")
     original = load_source_as_module(source, f"adp010_steps_{tag}_o")
     rewritten = load_source_as_module(result.code, f"adp010_steps_{tag}_r")
