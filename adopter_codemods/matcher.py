@@ -918,8 +918,10 @@ def _plan(match: Match) -> Union[Placement, Reason]:
             continue
         if n.parent is not None and id(n.parent) in by_expr:
             continue  # nested inside another matched node: goes away with it
-        if n.call is None and by_expr[id(n.expr)] is not n:
-            continue  # an element of an nn.Sequential call whose last element is matched: goes with the call
+        if n.kind == "layer" and n.call is None and by_expr[id(n.expr)] is not n:
+            # an element of an nn.Sequential call (a layer node without a call of its own) whose last element is
+            # matched too: goes with the call's statement
+            continue
         site = _statement_site(n, anchor, match.cls)
         if site is None:
             return Reason(
