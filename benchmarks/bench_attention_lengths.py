@@ -1,9 +1,16 @@
-"""Where SDPA starts to pay for ADP010's ``attention_core``: the hand-written core against the kernel's SDPA path
-(its mask and probability checks included) over a sweep of sequence lengths. A script, not a test:
+"""Where SDPA starts to pay for an attention kernel: ADP010's ``attention_core`` (the hand-written core against the
+kernel's SDPA path, its mask and probability checks included) or one of the SDPA subclasses of transformers' attention
+classes (``--kernel``: the original class against its subclass), over a sweep of sequence lengths. A script, not a
+test:
 
     python benchmarks/bench_attention_lengths.py                       # CPU, float32 inference, 16..256 keys
     python benchmarks/bench_attention_lengths.py --device cuda --lengths 128,256,512,768,1024,2048 --modes infer,train
     python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
+    python benchmarks/bench_attention_lengths.py --kernel t5_attention --dtypes bfloat16 --batch 1
+
+The subclass kernels (ADP001-ADP003, ADP014) run one attention layer of ``--heads`` x ``--head-dim`` on
+``[batch, length, hidden]`` with the mask its model passes (bench_kernels.attention_class_pair: padding on the last
+sample; T5 adds its relative position bias, GPT-2 its causal mask).
 
 The core is nanoGPT's/ViT's on ``[batch, heads, length, head_dim]`` (query length = key length) with an additive
 mask that keeps keys in every row (``--mask``: padding by default, a relative position bias, causal), no dropout. Both sides run in alternating rounds (bench_kernels.py's
@@ -32,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_kernels, besid
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 import adopter_kernels as ak  # noqa: E402
 from adopter_kernels import _dispatch  # noqa: E402
-from bench_kernels import _infer, _quartiles, _train, time_pair  # noqa: E402
+from bench_kernels import ATTENTION_CLASSES, _infer, _quartiles, _train, attention_class_pair, time_pair  # noqa: E402
 
 
 SCORES, OUTPUT = "b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d"
@@ -40,10 +47,14 @@ SCORES, OUTPUT = "b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d"
 
 def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, heads: int, head_dim: int,
             length: int, warmup: int, repeats: int, min_time: float,
-            form: str = "matmul", mask_kind: str = "padding") -> Tuple[float, float, List[float]]:
+            form: str = "matmul", mask_kind: str = "padding",
+            kernel_name: str = "attention_core") -> Tuple[float, float, List[float]]:
     """(original median seconds, kernel median seconds, per-round ratios original / kernel)."""
     torch.manual_seed(0)
     grad = mode == "train"
+    if kernel_name != "attention_core":
+        return _class_ratios(kernel_name, device, dtype, grad, batch, heads, head_dim, length, warmup, repeats,
+                             min_time)
     q, k, v = (torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype, requires_grad=grad)
                for _ in range(3))
     mask = _mask(mask_kind, batch, heads, length, device, dtype)
@@ -65,6 +76,29 @@ def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, hea
         tol = {} if dtype in (torch.float32, torch.float64) else {"rtol": 3e-2, "atol": 3e-2}
         torch.testing.assert_close(kernel(), original(), **tol)
         orig_t, kern_t = time_pair(wrap(original), wrap(kernel), device, warmup, repeats, min_time)
+    return _summary(orig_t, kern_t)
+
+
+def _class_ratios(kernel: str, device: torch.device, dtype: torch.dtype, grad: bool, batch: int, heads: int,
+                  head_dim: int, length: int, warmup: int, repeats: int,
+                  min_time: float) -> Tuple[float, float, List[float]]:
+    """``_ratios`` for an SDPA subclass: one layer of the original class against the subclass with SDPA forced."""
+    original, sdpa, states, call_kw = attention_class_pair(kernel, batch, length, heads * head_dim, heads, dtype,
+                                                           device)
+    original.train(grad)
+    sdpa.train(grad)
+    if not grad:
+        states = states.detach()
+    wrap = _train if grad else _infer
+    with _dispatch.use_backend(f"{kernel}=sdpa"):
+        tol = {} if dtype in (torch.float32, torch.float64) else {"rtol": 3e-2, "atol": 3e-2}
+        torch.testing.assert_close(sdpa(states, **call_kw)[0], original(states, **call_kw)[0], **tol)
+        orig_t, kern_t = time_pair(wrap(lambda: original(states, **call_kw)[0]),
+                                   wrap(lambda: sdpa(states, **call_kw)[0]), device, warmup, repeats, min_time)
+    return _summary(orig_t, kern_t)
+
+
+def _summary(orig_t: List[float], kern_t: List[float]) -> Tuple[float, float, List[float]]:
     return statistics.median(orig_t), statistics.median(kern_t), [o / k_ for o, k_ in zip(orig_t, kern_t)]
 
 
@@ -83,6 +117,8 @@ def _mask(kind: str, batch: int, heads: int, length: int, device: torch.device, 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernel", choices=("attention_core", *ATTENTION_CLASSES), default="attention_core",
+                        help="the kernel to sweep (default attention_core, ADP010)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="float32", help="comma-separated torch dtypes (default float32)")
     parser.add_argument("--modes", default="infer", help="comma-separated subset of infer,train (default infer)")
@@ -95,16 +131,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--min-time", type=float, default=0.02, help="seconds per sample (default 0.02)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as bench_kernels)")
     parser.add_argument("--form", choices=("matmul", "einsum"), default="matmul",
-                        help="how the hand-written core writes its two products (default matmul: q @ k.transpose)")
+                        help="how the hand-written core writes its two products (default matmul: q @ k.transpose; "
+                        "attention_core only)")
     parser.add_argument("--mask", choices=("padding", "bias", "causal"), default="padding",
                         help="the additive mask: padding [batch, 1, 1, keys] (default), a relative position bias "
-                        "[heads, queries, keys], or causal [1, 1, queries, keys]")
+                        "[heads, queries, keys], or causal [1, 1, queries, keys] (attention_core only: a class "
+                        "kernel gets its model's mask)")
     args = parser.parse_args(argv)
+    if args.kernel != "attention_core" and (args.form != "matmul" or args.mask != "padding"):
+        parser.error(f"--form and --mask apply to attention_core only; {args.kernel} gets its model's mask")
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     lengths = [int(n) for n in args.lengths.split(",")]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask, batch {args.batch}, {args.heads} heads, "
+    what = (f"attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask"
+            if args.kernel == "attention_core" else f"{args.kernel} SDPA subclass vs its original class on {device}")
+    print(f"# {what}, batch {args.batch}, {args.heads} heads, "
           f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
     print(f"{'dtype':9} {'mode':5} {'keys':>5} {'original':>11} {'kernel':>11} {'speedup [q1-q3]':>20}  verdict")
@@ -114,7 +156,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             verdicts = []
             for length in lengths:
                 orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
-                                             args.warmup, args.repeats, args.min_time, args.form, args.mask)
+                                             args.warmup, args.repeats, args.min_time, args.form, args.mask,
+                                             args.kernel)
                 q1, med, q3 = _quartiles(ratios)
                 verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
                 verdicts.append(verdict)

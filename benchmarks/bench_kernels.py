@@ -97,6 +97,52 @@ def _gpt2_config(hidden: int, heads: int, seq: int):
                                    resid_pdrop=0.0)
 
 
+#: The attention kernels whose fast path is an SDPA subclass of a transformers attention class (ADP001-ADP003, ADP014).
+ATTENTION_CLASSES = ("bert_self_attention", "t5_attention", "gpt2_attention", "bart_attention")
+
+
+def attention_class_pair(kernel: str, batch: int, seq: int, hidden: int, heads: int, dtype: torch.dtype,
+                         device: torch.device) -> Tuple[nn.Module, nn.Module, torch.Tensor, Dict[str, object]]:
+    """``(original, sdpa, hidden_states, keyword arguments)`` for one of ``ATTENTION_CLASSES``: the transformers class
+    the kernel's subclass mirrors and that subclass, built alike (same weights), a ``[batch, seq, hidden]`` input
+    requiring grad, and the arguments its model passes: a padding mask on the last sample (its last quarter), in the
+    class's own layout; T5's first layer computes its relative position bias, GPT-2 adds its causal mask."""
+    import transformers
+    from transformers.models.bart.modeling_bart import BartAttention
+    from transformers.models.bert.modeling_bert import BertSelfAttention
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    kw = dict(device=device, dtype=dtype)
+    states = torch.randn(batch, seq, hidden, **kw).requires_grad_()
+    mask = torch.zeros(batch, 1, 1, seq, **kw)
+    mask[-1, ..., seq - seq // 4:] = torch.finfo(dtype).min
+    build: Callable[[type], nn.Module]
+    call_kw: Dict[str, object] = {"attention_mask": mask}
+    if kernel == "bert_self_attention":
+        cls, sdpa_cls = BertSelfAttention, ak.bert_self_attention_sdpa(BertSelfAttention)
+        build = lambda c: c(_bert_config(hidden, heads))  # noqa: E731
+    elif kernel == "t5_attention":
+        config = transformers.T5Config(d_model=hidden, d_kv=hidden // heads, num_heads=heads, dropout_rate=0.0)
+        cls, sdpa_cls, call_kw = T5Attention, ak.t5_attention_sdpa(T5Attention), {"mask": mask}
+        build = lambda c: c(config, has_relative_attention_bias=True)  # noqa: E731
+    elif kernel == "gpt2_attention":
+        cls, sdpa_cls = GPT2Attention, ak.gpt2_attention_sdpa(GPT2Attention)
+        build = lambda c: c(_gpt2_config(hidden, heads, seq))  # noqa: E731
+    elif kernel == "bart_attention":
+        # BART's encoder passes its padding mask expanded to [batch, 1, queries, keys].
+        cls, sdpa_cls = BartAttention, ak.bart_attention_sdpa(BartAttention)
+        call_kw = {"attention_mask": mask.expand(batch, 1, seq, seq)}
+        build = lambda c: c(hidden, heads, dropout=0.0)  # noqa: E731
+    else:
+        raise KeyError(kernel)
+    torch.manual_seed(0)
+    original = build(cls).to(**kw)
+    torch.manual_seed(0)
+    sdpa = build(sdpa_cls).to(**kw)
+    return original, sdpa, states, call_kw
+
+
 def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.device) -> List[Tuple[str, Fn, Fn, str]]:
     """``[(mode, original, kernel, backend)]`` for one kernel at one shape class and dtype."""
     b, s, h, heads = SHAPES[shape]["seq"]
@@ -152,30 +198,8 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
             with torch.set_grad_enabled(mode == "train"):
                 out.append((mode, o, k, _dispatch.select("packed_qkv_linear", a, training=mode == "train")))
         return out
-    if kernel in ("bert_self_attention", "t5_attention", "gpt2_attention"):
-        import transformers
-        from transformers.models.bert.modeling_bert import BertSelfAttention
-        from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
-        from transformers.models.t5.modeling_t5 import T5Attention
-
-        hidden = x(b, s, h)
-        mask = torch.zeros(b, 1, 1, s, **kw)
-        mask[-1, ..., s - s // 4:] = torch.finfo(dtype).min  # right padding on the last sample
-        call_kw: Dict[str, object] = {"attention_mask": mask}
-        if kernel == "bert_self_attention":
-            cls, config = BertSelfAttention, _bert_config(h, heads)
-            sdpa_cls = ak.bert_self_attention_sdpa(cls)
-        elif kernel == "t5_attention":
-            config = transformers.T5Config(d_model=h, d_kv=h // heads, num_heads=heads, dropout_rate=0.0)
-            cls, sdpa_cls, call_kw = T5Attention, ak.t5_attention_sdpa(T5Attention), {"mask": mask}
-        else:
-            cls, config = GPT2Attention, _gpt2_config(h, heads, s)
-            sdpa_cls = ak.gpt2_attention_sdpa(cls)
-        extra = {"has_relative_attention_bias": True} if kernel == "t5_attention" else {}
-        torch.manual_seed(0)
-        orig_mod = cls(config, **extra).to(**kw)
-        torch.manual_seed(0)
-        sdpa_mod = sdpa_cls(config, **extra).to(**kw)
+    if kernel in ATTENTION_CLASSES:
+        orig_mod, sdpa_mod, hidden, call_kw = attention_class_pair(kernel, b, s, h, heads, dtype, device)
         rows = both(lambda _: (lambda: orig_mod(hidden, **call_kw)[0], lambda: sdpa_mod(hidden, **call_kw)[0]),
                     (orig_mod, sdpa_mod))
         out = []
@@ -241,11 +265,11 @@ def build_cases(kernel: str, shape: str, dtype: torch.dtype, device: torch.devic
 
 
 CPU_FAST = ("conv_bn2d=folded,linear_bn1d=folded,packed_qkv_linear=packed,bert_self_attention=sdpa,"
-            "t5_attention=sdpa,gpt2_attention=sdpa,attention_core=sdpa")
+            "t5_attention=sdpa,gpt2_attention=sdpa,bart_attention=sdpa,attention_core=sdpa")
 #: Elsewhere the Triton kernels run too (a bare name sets every kernel that has such a backend).
 GPU_FAST = "triton," + CPU_FAST
 KERNELS = ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
-           "packed_qkv_linear", "bert_self_attention", "t5_attention", "gpt2_attention", "attention_core", "rms_norm",
+           "packed_qkv_linear", *ATTENTION_CLASSES, "attention_core", "rms_norm",
            "rms_norm_olmo2", "gated_linear_unit", "rotary_embedding")
 
 

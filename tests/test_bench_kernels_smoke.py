@@ -45,10 +45,14 @@ def test_every_kernel_dtype_and_mode_runs(args: list[str], capsys: pytest.Captur
     assert seen == expected
 
 
-
-@pytest.mark.parametrize("form", ["matmul", "einsum"])
-def test_attention_length_sweep_runs(form: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """``benchmarks/bench_attention_lengths.py``: one row per dtype, mode and length, and its summary line."""
+@pytest.mark.parametrize(
+    ("kernel", "form"),
+    [("attention_core", "matmul"), ("attention_core", "einsum"), ("bert_self_attention", "matmul"),
+     ("t5_attention", "matmul"), ("gpt2_attention", "matmul"), ("bart_attention", "matmul")],
+)
+def test_attention_length_sweep_runs(kernel: str, form: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``benchmarks/bench_attention_lengths.py``: one row per dtype, mode and length, and its summary line; for
+    ADP010's core and for each SDPA subclass (its equivalence assert runs on every length)."""
     import torch
 
     spec = importlib.util.spec_from_file_location("bench_attention_lengths", SCRIPT.parent / "bench_attention_lengths.py")
@@ -58,11 +62,12 @@ def test_attention_length_sweep_runs(form: str, capsys: pytest.CaptureFixture[st
     threads = torch.get_num_threads()
     try:
         argv = ["--lengths", "16,32", "--modes", "infer,train", "--repeats", "1", "--warmup", "1", "--min-time", "0",
-                "--batch", "1", "--heads", "2", "--head-dim", "8", "--form", form]
+                "--batch", "1", "--heads", "2", "--head-dim", "8", "--form", form, "--kernel", kernel]
         assert sweep.main(argv) == 0
     finally:
         torch.set_num_threads(threads)
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"# {kernel} SDPA")
     rows = [line.split()[:3] for line in lines if line.startswith("float32")]
     assert rows == [["float32", mode, n] for mode in ("infer", "train") for n in ("16", "32")]
     assert sum("SDPA" in line for line in lines if line.startswith("# float32")) == 2
