@@ -7,6 +7,7 @@ test:
     python benchmarks/bench_attention_lengths.py --device cuda --lengths 128,256,512,768,1024,2048 --modes infer,train
     python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
     python benchmarks/bench_attention_lengths.py --kernel t5_attention --dtypes bfloat16 --batch 1
+    python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast   # float32 layer, bf16 autocast
 
 The subclass kernels (ADP001-ADP003, ADP014) run one attention layer of ``--heads`` x ``--head-dim`` on
 ``[batch, length, hidden]`` with the mask its model passes (bench_kernels.attention_class_pair: padding on the last
@@ -30,7 +31,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -48,13 +49,13 @@ SCORES, OUTPUT = "b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d"
 def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, heads: int, head_dim: int,
             length: int, warmup: int, repeats: int, min_time: float,
             form: str = "matmul", mask_kind: str = "padding",
-            kernel_name: str = "attention_core") -> Tuple[float, float, List[float]]:
+            kernel_name: str = "attention_core", autocast: bool = False) -> Tuple[float, float, List[float]]:
     """(original median seconds, kernel median seconds, per-round ratios original / kernel)."""
     torch.manual_seed(0)
     grad = mode == "train"
     if kernel_name != "attention_core":
         return _class_ratios(kernel_name, device, dtype, grad, batch, heads, head_dim, length, warmup, repeats,
-                             min_time)
+                             min_time, autocast)
     q, k, v = (torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype, requires_grad=grad)
                for _ in range(3))
     mask = _mask(mask_kind, batch, heads, length, device, dtype)
@@ -80,9 +81,10 @@ def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, hea
 
 
 def _class_ratios(kernel: str, device: torch.device, dtype: torch.dtype, grad: bool, batch: int, heads: int,
-                  head_dim: int, length: int, warmup: int, repeats: int,
-                  min_time: float) -> Tuple[float, float, List[float]]:
-    """``_ratios`` for an SDPA subclass: one layer of the original class against the subclass with SDPA forced."""
+                  head_dim: int, length: int, warmup: int, repeats: int, min_time: float,
+                  autocast: bool = False) -> Tuple[float, float, List[float]]:
+    """``_ratios`` for an SDPA subclass: one layer of the original class against the subclass with SDPA forced;
+    ``autocast``: both called under bfloat16 autocast."""
     original, sdpa, states, call_kw = attention_class_pair(kernel, batch, length, heads * head_dim, heads, dtype,
                                                            device)
     original.train(grad)
@@ -90,11 +92,17 @@ def _class_ratios(kernel: str, device: torch.device, dtype: torch.dtype, grad: b
     if not grad:
         states = states.detach()
     wrap = _train if grad else _infer
+
+    def call(module: torch.nn.Module) -> Callable[[], torch.Tensor]:
+        def forward() -> torch.Tensor:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                return module(states, **call_kw)[0]
+        return forward
+
     with _dispatch.use_backend(f"{kernel}=sdpa"):
-        tol = {} if dtype in (torch.float32, torch.float64) else {"rtol": 3e-2, "atol": 3e-2}
-        torch.testing.assert_close(sdpa(states, **call_kw)[0], original(states, **call_kw)[0], **tol)
-        orig_t, kern_t = time_pair(wrap(lambda: original(states, **call_kw)[0]),
-                                   wrap(lambda: sdpa(states, **call_kw)[0]), device, warmup, repeats, min_time)
+        exact = dtype in (torch.float32, torch.float64) and not autocast
+        torch.testing.assert_close(call(sdpa)(), call(original)(), **({} if exact else {"rtol": 3e-2, "atol": 3e-2}))
+        orig_t, kern_t = time_pair(wrap(call(original)), wrap(call(sdpa)), device, warmup, repeats, min_time)
     return _summary(orig_t, kern_t)
 
 
@@ -137,7 +145,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the additive mask: padding [batch, 1, 1, keys] (default), a relative position bias "
                         "[heads, queries, keys], or causal [1, 1, queries, keys] (attention_core only: a class "
                         "kernel gets its model's mask)")
+    parser.add_argument("--autocast", action="store_true",
+                        help="call both sides under torch.autocast(<device>, bfloat16), the layer and its input in "
+                        "--dtypes (float32: mixed precision, as gpu_bench --dtype bf16); class kernels only "
+                        "(attention_core never takes SDPA under autocast)")
     args = parser.parse_args(argv)
+    if args.autocast and args.kernel == "attention_core":
+        parser.error("--autocast applies to the class kernels only (attention_core runs the original under autocast)")
     if args.kernel != "attention_core" and (args.form != "matmul" or args.mask != "padding"):
         parser.error(f"--form and --mask apply to attention_core only; {args.kernel} gets its model's mask")
     device = torch.device(args.device)
@@ -145,7 +159,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lengths = [int(n) for n in args.lengths.split(",")]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     what = (f"attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask"
-            if args.kernel == "attention_core" else f"{args.kernel} SDPA subclass vs its original class on {device}")
+            if args.kernel == "attention_core" else f"{args.kernel} SDPA subclass vs its original class on {device}"
+            + (" under bfloat16 autocast" if args.autocast else ""))
     print(f"# {what}, batch {args.batch}, {args.heads} heads, "
           f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
@@ -157,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for length in lengths:
                 orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
                                              args.warmup, args.repeats, args.min_time, args.form, args.mask,
-                                             args.kernel)
+                                             args.kernel, args.autocast)
                 q1, med, q3 = _quartiles(ratios)
                 verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
                 verdicts.append(verdict)

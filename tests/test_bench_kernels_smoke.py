@@ -46,11 +46,11 @@ def test_every_kernel_dtype_and_mode_runs(args: list[str], capsys: pytest.Captur
 
 
 @pytest.mark.parametrize(
-    ("kernel", "form"),
-    [("attention_core", "matmul"), ("attention_core", "einsum"), ("bert_self_attention", "matmul"),
-     ("t5_attention", "matmul"), ("gpt2_attention", "matmul"), ("bart_attention", "matmul")],
+    ("kernel", "extra"),
+    [("attention_core", []), ("attention_core", ["--form", "einsum"]), ("bert_self_attention", []),
+     ("t5_attention", []), ("gpt2_attention", []), ("bart_attention", []), ("gpt2_attention", ["--autocast"])],
 )
-def test_attention_length_sweep_runs(kernel: str, form: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_attention_length_sweep_runs(kernel: str, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """``benchmarks/bench_attention_lengths.py``: one row per dtype, mode and length, and its summary line; for
     ADP010's core and for each SDPA subclass (its equivalence assert runs on every length)."""
     import torch
@@ -62,7 +62,7 @@ def test_attention_length_sweep_runs(kernel: str, form: str, capsys: pytest.Capt
     threads = torch.get_num_threads()
     try:
         argv = ["--lengths", "16,32", "--modes", "infer,train", "--repeats", "1", "--warmup", "1", "--min-time", "0",
-                "--batch", "1", "--heads", "2", "--head-dim", "8", "--form", form, "--kernel", kernel]
+                "--batch", "1", "--heads", "2", "--head-dim", "8", "--kernel", kernel, *extra]
         assert sweep.main(argv) == 0
     finally:
         torch.set_num_threads(threads)
