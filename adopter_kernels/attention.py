@@ -51,7 +51,7 @@ from typing import Any, Callable, Optional, Set, Tuple, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
-from ._dispatch import select
+from ._dispatch import _autocast_on, forced, select
 from .attention_backends import fast_attention
 
 __all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa", "bart_attention_sdpa"]
@@ -101,6 +101,36 @@ def _merge_causal_mask(causal: Tensor, mask: Optional[Tensor], dtype: torch.dtyp
     merged = merged.masked_fill(~causal.bool(), torch.finfo(dtype).min)  # old HF versions keep a uint8 buffer
     extra = _additive_mask(mask, dtype)
     return merged if extra is None else merged + extra
+
+
+#: On CPU with bfloat16 compute (bfloat16 layers, or float32 ones under autocast) SDPA pays for these classes only from
+#: this many attention scores (batch x heads x queries x keys), in rows of at least this many keys. One layer at
+#: BERT-base width (12 heads of 64), one thread, batch 1 and 4, 16 to 1024 keys (benchmarks/bench_attention_lengths.py
+#: --kernel; gpu_bench/results/cpu-2026-11-28/attention_classes_*.txt): bfloat16 inference 0.86-0.99x at 64-256 keys
+#: for BERT, GPT-2 and BART, T5 0.99-1.05x below 256, all four 1.13-1.36x at 4x12x512x512; under autocast inference
+#: 0.92-0.98x at 64-128 keys, 1.60-1.95x at 4x12x512x512, training 0.71-0.94x to 256 keys, 1.23-1.28x there. In float32
+#: without autocast SDPA runs at every size (0.98-1.00x at worst, BART below 128 keys; 1.02-2.00x elsewhere).
+_CPU_BF16_MIN_SCORES = 4 * 12 * 512 * 512
+_CPU_BF16_MIN_KEYS = 512
+
+
+def _sdpa_pays(kernel: str, states: Tensor, heads: int, keys: int) -> bool:
+    """The size test of the SDPA backend, which the cached decision cannot make (it sees no shapes): on CPU with
+    bfloat16 compute, ``_CPU_BF16_MIN_SCORES`` scores in rows of ``_CPU_BF16_MIN_KEYS`` keys; elsewhere, and with a
+    backend forced, none. ``states``: the layer's ``[batch, queries, hidden]`` input."""
+    if not states.is_cpu or (states.dtype != torch.bfloat16 and not _autocast_on("cpu")):
+        return True
+    if keys >= _CPU_BF16_MIN_KEYS and states.shape[0] * heads * states.shape[1] * keys >= _CPU_BF16_MIN_SCORES:
+        return True
+    return forced(kernel) != "auto"
+
+
+def _key_length(states: Tensor, cross_states: Optional[Tensor], past: Optional[KeyValue]) -> int:
+    """Keys of a BERT- or BART-style call: cross-attention's cached keys or its states, else the query states and
+    the cache they extend."""
+    if cross_states is not None:
+        return cross_states.shape[1] if past is None else past[0].shape[2]
+    return states.shape[1] + (0 if past is None else past[0].shape[2])
 
 
 def _has_attributes(module: nn.Module, names: Tuple[str, ...]) -> bool:
@@ -169,6 +199,8 @@ class _BertSelfAttentionSDPA(nn.Module):
             or head_mask is not None
             or not _has_attributes(self, _BERT_ATTRIBUTES)
             or self.position_embedding_type in ("relative_key", "relative_key_query")
+            or not _sdpa_pays("bert_self_attention", hidden_states, self.num_attention_heads,
+                              _key_length(hidden_states, encoder_hidden_states, past_key_value))
         ):
             return super().forward(
                 hidden_states, attention_mask, head_mask, encoder_hidden_states, encoder_attention_mask,
@@ -226,6 +258,15 @@ _T5_ATTRIBUTES = (
 )  # fmt: skip
 
 
+def _t5_lengths(hidden_states: Tensor, key_value_states: Optional[Tensor], past_key_value: Optional[KeyValue],
+                query_length: Optional[int]) -> Tuple[int, int]:
+    """T5Attention's ``(real_seq_length, key_length)``."""
+    real_seq_length = hidden_states.shape[1]
+    if past_key_value is not None:
+        real_seq_length += past_key_value[0].shape[2] if query_length is None else query_length
+    return real_seq_length, real_seq_length if key_value_states is None else key_value_states.shape[1]
+
+
 def _t5_project(
     hidden_states: Tensor,
     proj: nn.Module,
@@ -278,16 +319,15 @@ class _T5AttentionSDPA(nn.Module):
             or not _has_attributes(self, _T5_ATTRIBUTES)
             or self.pruned_heads  # the original selects bias heads with a pruning mask; not worth mirroring
             or (past_key_value is not None and len(past_key_value) != 2)  # let the original raise its error
+            or not _sdpa_pays("t5_attention", hidden_states, self.n_heads,
+                              _t5_lengths(hidden_states, key_value_states, past_key_value, query_length)[1])
         ):
             return super().forward(
                 hidden_states, mask, key_value_states, position_bias, past_key_value, layer_head_mask,
                 query_length, use_cache, output_attentions,
             )  # fmt: skip
         seq_length = hidden_states.shape[1]
-        real_seq_length = seq_length
-        if past_key_value is not None:
-            real_seq_length += past_key_value[0].shape[2] if query_length is None else query_length
-        key_length = real_seq_length if key_value_states is None else key_value_states.shape[1]
+        real_seq_length, key_length = _t5_lengths(hidden_states, key_value_states, past_key_value, query_length)
 
         heads = self.n_heads
         query = _split_heads(self.q(hidden_states), heads)
@@ -384,6 +424,9 @@ class _GPT2AttentionSDPA(nn.Module):
             or not _has_attributes(self, _GPT2_ATTRIBUTES)
             or self.reorder_and_upcast_attn  # float32 scores under disabled autocast: keep the original
             or (encoder_hidden_states is not None and not hasattr(self, "q_attn"))  # the original raises
+            or not _sdpa_pays("gpt2_attention", hidden_states, self.num_heads,
+                              (hidden_states if encoder_hidden_states is None else encoder_hidden_states).shape[1]
+                              + (0 if layer_past is None else layer_past[0].shape[-2]))
         ):
             return super().forward(
                 hidden_states, layer_past, attention_mask, head_mask, encoder_hidden_states,
@@ -480,6 +523,8 @@ class _BartAttentionSDPA(nn.Module):
             or output_attentions
             or layer_head_mask is not None
             or not _has_attributes(self, _BART_ATTRIBUTES)
+            or not _sdpa_pays("bart_attention", hidden_states, self.num_heads,
+                              _key_length(hidden_states, key_value_states, past_key_value))
         ):
             return super().forward(
                 hidden_states, key_value_states, past_key_value, attention_mask, layer_head_mask, output_attentions

@@ -50,9 +50,11 @@ def _xformers_reason() -> Optional[str]:
 
 
 def _sdpa_faster(call: Call) -> bool:
-    # benchmarks/bench_kernels.py and gpu_bench (docs/KERNEL_PERFORMANCE.md): on CPU SDPA beat the eager attention in
-    # float32 (inference and training) and in bfloat16 inference; bfloat16 training was not faster. On an H200 it
-    # beat BERT's and GPT-2's eager attention in every dtype and mode (1.2-1.8x).
+    # benchmarks/bench_kernels.py, bench_attention_lengths.py and gpu_bench (docs/KERNEL_PERFORMANCE.md): on CPU SDPA
+    # beat the eager attention in float32 (inference and training) at every size, and with bfloat16 compute (bfloat16
+    # inference; float32 layers under autocast) only on large attention: the subclasses add that size test
+    # (attention._sdpa_pays: the decision sees no shapes); bfloat16 training was not faster. On an H200 it beat BERT's
+    # and GPT-2's eager attention in every dtype and mode (1.2-1.8x).
     if call.device == "cuda":
         return True
     if call.device == "cpu":
@@ -70,21 +72,26 @@ XFORMERS = Backend(
 )
 SDPA = Backend(
     "sdpa",
-    "CUDA (1.2-1.8x on an H200); CPU float32 (inference and training) and bfloat16 inference, where it measured "
-    "faster than the eager attention; elsewhere (CPU bfloat16 training, other devices) the original forward runs",
+    "CUDA (1.2-1.8x on an H200); CPU float32 (inference and training, 1.02-2.00x from 16 to 512 keys), and with "
+    "bfloat16 compute (bfloat16 inference, float32 layers under autocast) from 4x12x512x512 attention scores (batch "
+    "x heads x queries x keys) in rows of 512 keys (1.13-1.95x there; 0.71-0.99x below), where it measured faster "
+    "than the eager attention; elsewhere (smaller bfloat16 attention, bfloat16 layers in training, other devices) "
+    "the original forward runs",
     faster=_sdpa_faster,
 )
 def _sdpa_t5_faster(call: Call) -> bool:
     # T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU in float32 and in
-    # bfloat16 training, faster in bfloat16 inference; on an H200 slower in every dtype and mode (0.78-0.94x: the
-    # float mask rules out the flash kernel). docs/KERNEL_PERFORMANCE.md.
+    # bfloat16 training, faster in bfloat16 inference from 256 keys (the subclass's size test, attention._sdpa_pays,
+    # keeps it to large attention); on an H200 slower in every dtype and mode (0.78-0.94x: the float mask rules out
+    # the flash kernel). docs/KERNEL_PERFORMANCE.md.
     return call.device == "cpu" and call.dtype == torch.bfloat16 and not call.grad
 
 
 SDPA_T5 = Backend(
     "sdpa",
-    "CPU bfloat16 inference, where it measured faster than T5's eager attention. CPU float32 and bfloat16 training "
-    "measured no faster, CUDA (an H200) slower: the original forward runs there",
+    "CPU bfloat16 inference from 4x12x512x512 attention scores in rows of 512 keys, where it measured faster than "
+    "T5's eager attention (1.36-1.47x; 0.99-1.05x below 256 keys). CPU float32 (autocast included), bfloat16 "
+    "training and smaller attention measured no faster, CUDA (an H200) slower: the original forward runs there",
     faster=_sdpa_t5_faster,
 )
 register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")
