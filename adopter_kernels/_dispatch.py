@@ -193,6 +193,11 @@ def forced(kernel: str, spec: Optional[str] = None) -> str:
     return default if default in _KERNELS[kernel].names else "auto"
 
 
+# A constant under torch.compile, as ``_decision`` is (the size tests of the attention subclasses ask it while
+# compiling; traced, its cached parser would make dynamo warn).
+forced._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def use_backend(spec: str) -> Iterator[None]:
     """Use ``spec`` (same syntax as ``ADOPTER_KERNELS_BACKEND``) for the duration of the ``with`` block."""

@@ -381,6 +381,26 @@ def test_dynamo_hugging_face_models_gain_no_graph_break(name: str) -> None:
         torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "autocast"])
+def test_dynamo_bfloat16_attention_size_test_adds_no_break_or_warning(precision: str) -> None:
+    """With bfloat16 compute on CPU the SDPA subclasses test the size (and what is forced) while compiling too: no
+    graph break the original lacks, and no warning from dynamo about the code it traces."""
+    import warnings
+
+    for original, rewritten, args, kwargs in _hf_pair("bert"):
+        if precision == "bfloat16":
+            original, rewritten = original.to(torch.bfloat16), rewritten.to(torch.bfloat16)
+            context: Any = torch.autocast("cpu", enabled=False)
+        else:
+            context = torch.autocast("cpu", dtype=torch.bfloat16)
+        with context, torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            breaks_o, _ = _graph_breaks(original.eval(), args, kwargs)
+            breaks_r, reasons = _graph_breaks(rewritten.eval(), args, kwargs)
+        assert breaks_r <= breaks_o, reasons
+    torch._dynamo.reset()
+
+
 def _outputs_and_grads(model: nn.Module, args: Tuple[Any, ...], seed: int) -> Dict[str, torch.Tensor]:
     """The output, and in training each parameter's gradient of a weighted sum of it, by parameter name."""
     torch.manual_seed(seed)
