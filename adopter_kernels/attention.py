@@ -106,10 +106,11 @@ def _merge_causal_mask(causal: Tensor, mask: Optional[Tensor], dtype: torch.dtyp
 #: On CPU with bfloat16 compute (bfloat16 layers, or float32 ones under autocast) SDPA pays for these classes only from
 #: this many attention scores (batch x heads x queries x keys), in rows of at least this many keys. One layer at
 #: BERT-base width (12 heads of 64), one thread, batch 1 and 4, 16 to 1024 keys (benchmarks/bench_attention_lengths.py
-#: --kernel; gpu_bench/results/cpu-2026-11-28/attention_classes_*.txt): bfloat16 inference 0.86-0.99x at 64-256 keys
-#: for BERT, GPT-2 and BART, T5 0.99-1.05x below 256, all four 1.13-1.36x at 4x12x512x512; under autocast inference
-#: 0.92-0.98x at 64-128 keys, 1.60-1.95x at 4x12x512x512, training 0.71-0.94x to 256 keys, 1.23-1.28x there. In float32
-#: without autocast SDPA runs at every size (0.98-1.00x at worst, BART below 128 keys; 1.02-2.00x elsewhere).
+#: --kernel; gpu_bench/results/cpu-2026-11-28/attention_classes_*.txt): bfloat16 inference, BERT, GPT-2 and BART
+#: 0.87-0.98x at 32-256 keys, T5 0.99-1.05x below 256, all four 1.13-1.36x at 4x12x512x512; under autocast inference
+#: 0.92-0.99x at 16-128 keys (GPT-2 to 256), 1.60-1.95x at 4x12x512x512; autocast training 0.71-0.94x to 256 keys,
+#: 1.23-1.28x at 4x12x512x512. float32 without autocast runs SDPA at every size (0.98-0.99x at worst, BART below 128
+#: keys, within noise; 1.02-2.00x elsewhere).
 _CPU_BF16_MIN_SCORES = 4 * 12 * 512 * 512
 _CPU_BF16_MIN_KEYS = 512
 

@@ -72,11 +72,11 @@ XFORMERS = Backend(
 )
 SDPA = Backend(
     "sdpa",
-    "CUDA (1.2-1.8x on an H200); CPU float32 (inference and training, 1.02-2.00x from 16 to 512 keys), and with "
+    "CUDA (1.2-1.8x on an H200); CPU float32 (inference and training, 0.98-2.00x from 16 to 512 keys), and with "
     "bfloat16 compute (bfloat16 inference, float32 layers under autocast) from 4x12x512x512 attention scores (batch "
-    "x heads x queries x keys) in rows of 512 keys (1.13-1.95x there; 0.71-0.99x below), where it measured faster "
-    "than the eager attention; elsewhere (smaller bfloat16 attention, bfloat16 layers in training, other devices) "
-    "the original forward runs",
+    "x heads x queries x keys) in rows of 512 keys (1.13-1.95x there; mostly 0.71-0.99x below), where it measured "
+    "faster than the eager attention; elsewhere (smaller bfloat16 attention, bfloat16 layers in training, other "
+    "devices) the original forward runs",
     faster=_sdpa_faster,
 )
 def _sdpa_t5_faster(call: Call) -> bool:
