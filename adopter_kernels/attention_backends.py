@@ -81,17 +81,19 @@ SDPA = Backend(
 )
 def _sdpa_t5_faster(call: Call) -> bool:
     # T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU in float32 and in
-    # bfloat16 training, faster in bfloat16 inference from 256 keys (the subclass's size test, attention._sdpa_pays,
-    # keeps it to large attention); on an H200 slower in every dtype and mode (0.78-0.94x: the float mask rules out
-    # the flash kernel). docs/KERNEL_PERFORMANCE.md.
-    return call.device == "cpu" and call.dtype == torch.bfloat16 and not call.grad
+    # training (bfloat16 layers or autocast), faster in inference with bfloat16 compute on large attention (the
+    # subclass's size test, attention._sdpa_pays, keeps it there); on an H200 slower in every dtype and mode
+    # (0.78-0.94x: the float mask rules out the flash kernel). docs/KERNEL_PERFORMANCE.md.
+    bfloat16 = call.dtype == torch.bfloat16 or (call.autocast and call.dtype == torch.float32)
+    return call.device == "cpu" and bfloat16 and not call.grad
 
 
 SDPA_T5 = Backend(
     "sdpa",
-    "CPU bfloat16 inference from 4x12x512x512 attention scores in rows of 512 keys, where it measured faster than "
-    "T5's eager attention (1.36-1.47x; 0.99-1.05x below 256 keys). CPU float32 (autocast included), bfloat16 "
-    "training and smaller attention measured no faster, CUDA (an H200) slower: the original forward runs there",
+    "CPU inference with bfloat16 compute (bfloat16 layers, float32 ones under autocast) from 4x12x512x512 attention "
+    "scores in rows of 512 keys, where it measured faster than T5's eager attention (1.26-1.47x; bfloat16 layers "
+    "0.99-1.05x below 256 keys, autocast 0.92-0.94x). CPU float32, training (0.77-1.05x) and smaller attention "
+    "measured no faster, CUDA (an H200) slower: the original forward runs there",
     faster=_sdpa_t5_faster,
 )
 register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")

@@ -108,11 +108,24 @@ def test_autocast_is_bfloat16_compute(kernel: str, batch: int, length: int, sdpa
     assert not sdpa or sdpa_calls[0].dtype == torch.bfloat16
 
 
-def test_t5_under_autocast_keeps_the_original(sdpa_calls: List[Tensor]) -> None:
-    """T5's SDPA was measured faster only for bfloat16 layers in inference; float32 ones under autocast keep T5's."""
+@pytest.mark.parametrize(("training", "batch", "sdpa"), [(False, 2, True), (False, 1, False), (True, 2, False)],
+                         ids=["inference", "inference-small", "training"])
+def test_t5_under_autocast(training: bool, batch: int, sdpa: bool, sdpa_calls: List[Tensor]) -> None:
+    """T5 under autocast: SDPA in inference from the size (measured faster there), never in training (slower)."""
     original, rewritten = _pair("t5_attention", torch.float32)
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        _call(rewritten.eval(), "t5_attention", torch.randn(2, 8, HIDDEN))
+    states = torch.randn(batch, 8, HIDDEN, requires_grad=training)
+    with torch.set_grad_enabled(training), torch.autocast("cpu", dtype=torch.bfloat16):
+        _call(rewritten.train(training), "t5_attention", states)
+    assert bool(sdpa_calls) is sdpa
+
+
+def test_float64_under_autocast_keeps_the_original(sdpa_calls: List[Tensor]) -> None:
+    """Autocast leaves float64 alone, and so does the bfloat16 rule."""
+    for kernel in CLASSES:
+        original, rewritten = _pair(kernel, torch.float64)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            states = torch.randn(2, 8, HIDDEN, dtype=torch.float64)
+            assert torch.equal(_call(rewritten.eval(), kernel, states), _call(original.eval(), kernel, states))
     assert not sdpa_calls
 
 
