@@ -92,8 +92,8 @@ SDPA_T5 = Backend(
     "sdpa",
     "CPU inference with bfloat16 compute (bfloat16 layers, float32 ones under autocast) from 4x12x512x512 attention "
     "scores in rows of 512 keys, where it measured faster than T5's eager attention (1.26-1.47x; bfloat16 layers "
-    "0.99-1.05x below 256 keys, autocast 0.92-0.94x). CPU float32, training (0.77-1.05x) and smaller attention "
-    "measured no faster, CUDA (an H200) slower: the original forward runs there",
+    "0.99-1.05x below 256 keys, autocast 0.92-0.94x at batch 4 below 512). CPU float32, training (0.77-1.05x) and "
+    "smaller attention measured no faster, CUDA (an H200) slower: the original forward runs there",
     faster=_sdpa_t5_faster,
 )
 register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")
