@@ -8,6 +8,7 @@ test:
     python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
     python benchmarks/bench_attention_lengths.py --kernel t5_attention --dtypes bfloat16 --batch 1
     python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast   # float32 layer, bf16 autocast
+    python benchmarks/bench_attention_lengths.py --kernel bert_self_attention,gpt2_attention   # one table each
 
 The subclass kernels (ADP001-ADP003, ADP014) run one attention layer of ``--heads`` x ``--head-dim`` on
 ``[batch, length, hidden]`` with the mask its model passes (bench_kernels.attention_class_pair: padding on the last
@@ -123,10 +124,54 @@ def _mask(kind: str, batch: int, heads: int, length: int, device: torch.device, 
     return mask
 
 
+def _sweep(kernel: str, args: argparse.Namespace, device: torch.device, lengths: List[int]) -> None:
+    """One table: ``kernel`` against its original over ``lengths``, per dtype and mode, with the summary lines."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    what = (f"attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask"
+            if kernel == "attention_core" else f"{kernel} SDPA subclass vs its original class on {device}"
+            + (" under bfloat16 autocast" if args.autocast else ""))
+    print(f"# {what}, batch {args.batch}, {args.heads} heads, "
+          f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
+    print(f"{'dtype':9} {'mode':5} {'keys':>5} {'original':>11} {'kernel':>11} {'speedup [q1-q3]':>20}  verdict")
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, dtype_name)
+        for mode in args.modes.split(","):
+            verdicts = []
+            for length in lengths:
+                orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
+                                             args.warmup, args.repeats, args.min_time, args.form, args.mask,
+                                             kernel, args.autocast)
+                q1, med, q3 = _quartiles(ratios)
+                verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
+                verdicts.append(verdict)
+                print(f"{dtype_name:9} {mode:5} {length:5d} {orig * 1e3:8.3f} ms {kern * 1e3:8.3f} ms "
+                      f"{med:6.2f}x [{q1:.2f}-{q3:.2f}]  {verdict}", flush=True)
+            pays = [n for i, n in enumerate(lengths) if all(v == "faster" for v in verdicts[i:])]
+            if pays:
+                scores = args.batch * args.heads * pays[0] * pays[0]
+                print(f"# {dtype_name} {mode}: SDPA faster at every measured length from {pays[0]} keys on "
+                      f"({args.batch}x{args.heads}x{pays[0]}x{pays[0]} = {scores} scores)")
+            else:
+                print(f"# {dtype_name} {mode}: SDPA not faster at the longest measured length")
+
+
+def _kernel_list(text: str) -> List[str]:
+    """``--kernel``'s comma-separated names, each one of the sweepable kernels."""
+    kernels = [name.strip() for name in text.split(",") if name.strip()]
+    known = ("attention_core", *ATTENTION_CLASSES)
+    unknown = [name for name in kernels if name not in known]
+    if unknown or not kernels:
+        raise argparse.ArgumentTypeError(f"unknown kernel {', '.join(unknown) or repr(text)}: choose from "
+                                         f"{', '.join(known)}")
+    return kernels
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernel", choices=("attention_core", *ATTENTION_CLASSES), default="attention_core",
-                        help="the kernel to sweep (default attention_core, ADP010)")
+    parser.add_argument("--kernel", type=_kernel_list, default=["attention_core"],
+                        help="the kernel to sweep, or several, comma-separated, one table each (one process: on a GPU "
+                        "the device is set up once): attention_core (default, ADP010), " + ", ".join(ATTENTION_CLASSES))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="float32", help="comma-separated torch dtypes (default float32)")
     parser.add_argument("--modes", default="infer", help="comma-separated subset of infer,train (default infer)")
@@ -150,41 +195,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "--dtypes (float32: mixed precision, as gpu_bench --dtype bf16); class kernels only "
                         "(attention_core never takes SDPA under autocast)")
     args = parser.parse_args(argv)
-    if args.autocast and args.kernel == "attention_core":
+    classes = [name for name in args.kernel if name != "attention_core"]
+    if args.autocast and "attention_core" in args.kernel:
         parser.error("--autocast applies to the class kernels only (attention_core runs the original under autocast)")
-    if args.kernel != "attention_core" and (args.form != "matmul" or args.mask != "padding"):
-        parser.error(f"--form and --mask apply to attention_core only; {args.kernel} gets its model's mask")
+    if classes and (args.form != "matmul" or args.mask != "padding"):
+        parser.error(f"--form and --mask apply to attention_core only; {classes[0]} gets its model's mask")
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     lengths = [int(n) for n in args.lengths.split(",")]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    what = (f"attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask"
-            if args.kernel == "attention_core" else f"{args.kernel} SDPA subclass vs its original class on {device}"
-            + (" under bfloat16 autocast" if args.autocast else ""))
-    print(f"# {what}, batch {args.batch}, {args.heads} heads, "
-          f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
-    print(f"{'dtype':9} {'mode':5} {'keys':>5} {'original':>11} {'kernel':>11} {'speedup [q1-q3]':>20}  verdict")
-    for dtype_name in args.dtypes.split(","):
-        dtype = getattr(torch, dtype_name)
-        for mode in args.modes.split(","):
-            verdicts = []
-            for length in lengths:
-                orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
-                                             args.warmup, args.repeats, args.min_time, args.form, args.mask,
-                                             args.kernel, args.autocast)
-                q1, med, q3 = _quartiles(ratios)
-                verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
-                verdicts.append(verdict)
-                print(f"{dtype_name:9} {mode:5} {length:5d} {orig * 1e3:8.3f} ms {kern * 1e3:8.3f} ms "
-                      f"{med:6.2f}x [{q1:.2f}-{q3:.2f}]  {verdict}", flush=True)
-            pays = [n for i, n in enumerate(lengths) if all(v == "faster" for v in verdicts[i:])]
-            if pays:
-                scores = args.batch * args.heads * pays[0] * pays[0]
-                print(f"# {dtype_name} {mode}: SDPA faster at every measured length from {pays[0]} keys on "
-                      f"({args.batch}x{args.heads}x{pays[0]}x{pays[0]} = {scores} scores)")
-            else:
-                print(f"# {dtype_name} {mode}: SDPA not faster at the longest measured length")
+    for kernel in args.kernel:
+        _sweep(kernel, args, device, lengths)
     print(f"# load average at end {os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan'):.2f}")
     return 0
 

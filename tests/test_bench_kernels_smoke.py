@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,15 @@ def test_every_kernel_dtype_and_mode_runs(args: list[str], capsys: pytest.Captur
     assert seen == expected
 
 
+def _load_sweep() -> Any:
+    """``benchmarks/bench_attention_lengths.py`` as a module (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_attention_lengths", SCRIPT.parent / "bench_attention_lengths.py")
+    assert spec is not None and spec.loader is not None
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    return sweep
+
+
 @pytest.mark.parametrize(
     ("kernel", "extra"),
     [("attention_core", []), ("attention_core", ["--form", "einsum"]), ("bert_self_attention", []),
@@ -55,10 +65,7 @@ def test_attention_length_sweep_runs(kernel: str, extra: list[str], capsys: pyte
     ADP010's core and for each SDPA subclass (its equivalence assert runs on every length)."""
     import torch
 
-    spec = importlib.util.spec_from_file_location("bench_attention_lengths", SCRIPT.parent / "bench_attention_lengths.py")
-    assert spec is not None and spec.loader is not None
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = _load_sweep()
     threads = torch.get_num_threads()
     try:
         argv = ["--lengths", "16,32", "--modes", "infer,train", "--repeats", "1", "--warmup", "1", "--min-time", "0",
@@ -71,3 +78,25 @@ def test_attention_length_sweep_runs(kernel: str, extra: list[str], capsys: pyte
     rows = [line.split()[:3] for line in lines if line.startswith("float32")]
     assert rows == [["float32", mode, n] for mode in ("infer", "train") for n in ("16", "32")]
     assert sum("SDPA" in line for line in lines if line.startswith("# float32")) == 2
+
+
+def test_attention_length_sweep_takes_several_kernels(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--kernel a,b``: one table per kernel, in the order given, from one process; an unknown name is a usage
+    error that names it."""
+    import torch
+
+    sweep = _load_sweep()
+    threads = torch.get_num_threads()
+    try:
+        argv = ["--lengths", "16", "--repeats", "1", "--warmup", "1", "--min-time", "0", "--batch", "1", "--heads",
+                "2", "--head-dim", "8", "--kernel", "gpt2_attention,bart_attention", "--autocast"]
+        assert sweep.main(argv) == 0
+        with pytest.raises(SystemExit):
+            sweep.main(["--kernel", "gpt2_attention,bert_attention"])
+    finally:
+        torch.set_num_threads(threads)
+    out, err = capsys.readouterr()
+    headers = [line.split()[1] for line in out.splitlines() if "SDPA subclass vs" in line]
+    assert headers == ["gpt2_attention", "bart_attention"]
+    assert sum(line.startswith("float32   infer    16") for line in out.splitlines()) == 2
+    assert "unknown kernel bert_attention" in err
