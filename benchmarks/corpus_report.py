@@ -50,8 +50,12 @@ def main() -> int:
     changed = 0
     scan_time = rewrite_time = 0.0
     size = 0
+    live = sys.stderr.isatty()  # one line redrawn on a terminal; in a log, a line per 50 files
     for i, path in enumerate(files, 1):
-        print(f"\r[{i}/{len(files)}] {path.parent.name:<40}", end="", file=sys.stderr, flush=True)
+        if live:
+            print(f"\r[{i}/{len(files)}] {path.parent.name:<40}", end="", file=sys.stderr, flush=True)
+        elif i % 50 == 0 or i == len(files):
+            print(f"[{i}/{len(files)}] {path.parent.name}", file=sys.stderr, flush=True)
         data = path.read_bytes()
         size += len(data)
         try:
@@ -78,7 +82,8 @@ def main() -> int:
                 continue
             if again.applied:
                 not_idempotent.append(str(path))
-    print(file=sys.stderr)
+    if live:
+        print(file=sys.stderr)  # end the redrawn line
     report = {
         "transformers": version,
         "files": len(files),
