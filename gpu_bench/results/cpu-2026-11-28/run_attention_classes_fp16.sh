@@ -1,0 +1,22 @@
+#!/bin/sh
+# The SDPA subclasses (ADP001 BERT, ADP002 T5, ADP003 GPT-2, ADP014 BART) against the original classes with float16
+# layers on CPU (`model.half()`), where `auto` ran the original because SDPA had not been measured there: inference
+# in one lane, training in the other, one thread each (2-core machine), batch 1 over 16-512 tokens and batch 4 at 16,
+# 64 and 256. 11 rounds: GPT-2's float16 Conv1D projections make its original take seconds per call at 512 tokens.
+cd "$(dirname "$0")/../../.."
+export OMP_NUM_THREADS=1 PYTHONPATH=$PWD
+D=gpu_bench/results/cpu-2026-11-28
+B="python benchmarks/bench_attention_lengths.py --heads 12 --head-dim 64 --dtypes float16 --repeats 11"
+K=bert_self_attention,t5_attention,gpt2_attention,bart_attention
+lane() {  # output file, mode
+    out=$1 mode=$2
+    echo "# commit $(git rev-parse --short HEAD)" > "$out"
+    for args in "--batch 1 --lengths 16,32,64,128,256,512" "--batch 4 --lengths 16,64,256"; do
+        echo "\$ $B --modes $mode --kernel $K $args" >> "$out"
+        $B --modes "$mode" --kernel $K $args >> "$out" 2>&1
+        echo >> "$out"
+    done
+}
+lane $D/attention_classes_fp16_infer.txt infer &
+lane $D/attention_classes_fp16_train.txt train &
+wait
