@@ -335,7 +335,8 @@ def _decide(entry: _Kernel, spec: str, call: Call) -> str:
 
 def backends() -> Dict[str, Dict[str, object]]:
     """Per kernel: each backend (available or why not, where auto picks it), what is forced, and what a plain
-    float32 / bfloat16 training and inference call picks on CPU and on CUDA right now."""
+    float32 / bfloat16 / float16 training and inference call picks on CPU and on CUDA right now (before a kernel's
+    size test, which ``auto_picks_it`` describes)."""
     report: Dict[str, Dict[str, object]] = {}
     for name, kernel in sorted(_KERNELS.items()):
         try:
@@ -349,7 +350,7 @@ def backends() -> Dict[str, Dict[str, object]]:
                          "auto_picks_it": backend.where})
         selected: Dict[str, str] = {}
         for device in ("cpu", "cuda"):
-            for dtype in (torch.float32, torch.bfloat16):
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 for grad in (False, True):
                     call = Call(device, dtype, grad, False)
                     selected[f"{device} {str(dtype)[6:]} {'train' if grad else 'infer'}"] = _select_for(kernel, call)

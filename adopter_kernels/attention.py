@@ -113,15 +113,29 @@ def _merge_causal_mask(causal: Tensor, mask: Optional[Tensor], dtype: torch.dtyp
 #: keys, within noise; 1.02-2.00x elsewhere).
 _CPU_BF16_MIN_SCORES = 4 * 12 * 512 * 512
 _CPU_BF16_MIN_KEYS = 512
+#: float16 layers on CPU (``model.half()``), per grad mode (False: inference): the same layers and machine, batch 1 over
+#: 16-512 keys and batch 4 at 16, 64 and 256 (attention_classes_fp16_*.txt). Inference: 1.02-2.49x from 4x12x16x16 or
+#: 1x12x32x32 scores (GPT-2 0.97-1.02x, within noise, up to 128 keys; 0.98x at 1x12x16x16); training: 0.94-0.98x for
+#: BERT and BART at batch 1 up to 64 keys, 1.00-1.36x from 4x12x64x64 or 1x12x128x128 scores in rows of 64 keys.
+_CPU_FP16_MIN_SCORES = {False: 4 * 12 * 16 * 16, True: 4 * 12 * 64 * 64}
+_CPU_FP16_MIN_KEYS = {False: 16, True: 64}
 
 
 def _sdpa_pays(kernel: str, states: Tensor, heads: int, keys: int) -> bool:
     """The size test of the SDPA backend, which the cached decision cannot make (it sees no shapes): on CPU with
-    bfloat16 compute, ``_CPU_BF16_MIN_SCORES`` scores in rows of ``_CPU_BF16_MIN_KEYS`` keys; elsewhere, and with a
-    backend forced, none. ``states``: the layer's ``[batch, queries, hidden]`` input."""
-    if not states.is_cpu or (states.dtype != torch.bfloat16 and not _autocast_on("cpu")):
+    bfloat16 compute, ``_CPU_BF16_MIN_SCORES`` scores in rows of ``_CPU_BF16_MIN_KEYS`` keys; with float16 layers,
+    ``_CPU_FP16_MIN_SCORES`` in rows of ``_CPU_FP16_MIN_KEYS`` for the grad mode; elsewhere, and with a backend
+    forced, none. ``states``: the layer's ``[batch, queries, hidden]`` input."""
+    if not states.is_cpu:
         return True
-    if keys >= _CPU_BF16_MIN_KEYS and states.shape[0] * heads * states.shape[1] * keys >= _CPU_BF16_MIN_SCORES:
+    if states.dtype == torch.bfloat16 or _autocast_on("cpu"):
+        least, least_keys = _CPU_BF16_MIN_SCORES, _CPU_BF16_MIN_KEYS
+    elif states.dtype == torch.float16:
+        grad = torch.is_grad_enabled()
+        least, least_keys = _CPU_FP16_MIN_SCORES[grad], _CPU_FP16_MIN_KEYS[grad]
+    else:
+        return True
+    if keys >= least_keys and states.shape[0] * heads * states.shape[1] * keys >= least:
         return True
     return forced(kernel) != "auto"
 

@@ -101,24 +101,27 @@ _NOT_GIVEN: Any = _NotGiven()
 # dominate), faster from 512 keys in float32 inference and from 768 keys in training and in bfloat16; nanoGPT at 1024
 # keys trains 1.12x and infers 1.17-1.19x with half the memory. CPU, one thread (16 to 1024 keys, batch 1 and 4,
 # head dims 32 and 64): SDPA with its checks pays once the score matrix is large enough, earlier in inference than in
-# training; bfloat16 training was slower at every length (0.28-0.76x). The decision sees no shapes, so _sdpa_pays
-# adds the size test.
+# training; bfloat16 training was slower at every length (0.28-0.76x); float16 (batch 4 x 12 heads, 16 to 512 keys)
+# was faster at every length, 2.03-8.60x in inference, 1.29-1.68x in training. The decision sees no shapes, so
+# _sdpa_pays adds the size test.
 SDPA_CORE = Backend(
     "sdpa",
     "CUDA from 8x12x512x512 attention scores (batch x heads x queries x keys) in float32 inference (1.06-1.32x on an "
     "H200, 0.40-0.95x below), from 8x12x768x768 in float32 training and in bfloat16 (1.04-1.10x training, 1.90x "
     "bfloat16 inference there, up to 2.9x at 1024 keys; 0.32-1.00x below; autocast keeps the original); CPU from "
     "4x12x96x96 scores in float32 inference (1.11-1.68x there, up to 3.6x at 512 keys; mostly 0.50-0.92x below), "
-    "4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; mostly 0.76-1.00x below) and 4x12x512x512 in "
-    "bfloat16 inference (1.27-1.38x); and in each case with rows of at least as many keys as measured faster "
-    "(CUDA 512 in float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training: windowed attention, "
-    "many short rows, measured 0.52-1.00x below; on CPU 512 with a mask that differs between heads, a relative "
-    "position bias: 0.49-1.30x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter rows) the "
+    "4x12x192x192 in float32 training (1.05-1.23x there, up to 2.1x; mostly 0.76-1.00x below), 4x12x512x512 in "
+    "bfloat16 inference (1.27-1.38x) and 4x12x16x16, the smallest measured, in float16 (2.03-8.60x inference, "
+    "1.29-1.68x training); and in each case with rows of at least as many keys as measured faster (CUDA 512 in "
+    "float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training, 16 in float16: windowed "
+    "attention, many short rows, measured 0.52-1.00x below; on CPU 512 with a mask that differs between heads, a "
+    "relative position bias: 0.49-1.30x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter rows) the "
     "original computation runs",
     # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
     supports=lambda call: not call.autocast,
     faster=lambda call: call.device == "cuda"
-    or (call.device == "cpu" and (call.dtype == torch.float32 or (call.dtype == torch.bfloat16 and not call.grad))),
+    or (call.device == "cpu"
+        and (call.dtype in (torch.float32, torch.float16) or (call.dtype == torch.bfloat16 and not call.grad))),
 )
 #: The fewest attention scores (batch x heads x queries x keys) from which auto takes SDPA, per (device, dtype,
 #: grad): the smallest size measured faster in every configuration tried (benchmarks/bench_attention_lengths.py,
@@ -134,6 +137,9 @@ _MIN_SCORES = {
     ("cpu", torch.float32, False): 4 * 12 * 96 * 96,
     ("cpu", torch.float32, True): 4 * 12 * 192 * 192,
     ("cpu", torch.bfloat16, False): 4 * 12 * 512 * 512,
+    # the smallest size measured (faster at every one: gpu_bench/results/cpu-2026-11-28/attention_core_fp16.txt)
+    ("cpu", torch.float16, False): 4 * 12 * 16 * 16,
+    ("cpu", torch.float16, True): 4 * 12 * 16 * 16,
 }
 #: And the fewest keys per query row, per (device, dtype, grad): enough scores made of many short rows (windowed
 #: attention: MaxViT's 49-key windows times batch x windows) do not make SDPA pay. CPU, one thread, large batches
@@ -151,6 +157,8 @@ _MIN_KEYS = {
     ("cpu", torch.float32, False): 49,
     ("cpu", torch.float32, True): 64,
     ("cpu", torch.bfloat16, False): 49,
+    ("cpu", torch.float16, False): 16,
+    ("cpu", torch.float16, True): 16,
 }
 #: On CPU, a mask that differs between heads (a relative position bias [heads, queries, keys]: BEiT, MaxViT; a full
 #: [batch, heads, queries, keys] or [batch x heads, queries, keys] mask) needs rows of this many keys: SDPA with

@@ -1,6 +1,6 @@
 """The CPU size test of the SDPA subclasses (ADP001-ADP003, ADP014) under ``auto``: with bfloat16 compute (bfloat16
-layers, or float32 ones under autocast) SDPA runs only from the measured size, which the cached decision cannot see;
-in float32 it runs at every size. SDPA calls are counted, never forced."""
+layers, or float32 ones under autocast) and with float16 layers SDPA runs only from the measured size, which the
+cached decision cannot see; in float32 it runs at every size. SDPA calls are counted, never forced."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ CLASSES: Dict[str, Tuple[type, Callable[[type], type], Build]] = {
                                               resid_pdrop=0.0))),
     "bart_attention": (BartAttention, ak.bart_attention_sdpa, lambda c: c(HIDDEN, HEADS, dropout=0.0)),
 }
-# Scaled down for a test: the rule's sizes, not its numbers (those are 4x12x512x512 scores and 512 keys).
+# Scaled down for a test: the rule's sizes, not its numbers (those are 4x12x512x512 scores and 512 keys; float16
+# 4x12x16x16 and 16 in inference, 4x12x64x64 and 64 in training).
 MIN_SCORES, MIN_KEYS = 2 * HEADS * 8 * 8, 8
+FP16_MIN_SCORES, FP16_MIN_KEYS = {False: 2 * HEADS * 4 * 4, True: 2 * HEADS * 8 * 8}, {False: 4, True: 8}
 
 
 @pytest.fixture
@@ -45,6 +47,8 @@ def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[List[Tensor]]:
     monkeypatch.delenv(ak.BACKEND_ENV, raising=False)
     monkeypatch.setattr(attention, "_CPU_BF16_MIN_SCORES", MIN_SCORES)
     monkeypatch.setattr(attention, "_CPU_BF16_MIN_KEYS", MIN_KEYS)
+    monkeypatch.setattr(attention, "_CPU_FP16_MIN_SCORES", FP16_MIN_SCORES)
+    monkeypatch.setattr(attention, "_CPU_FP16_MIN_KEYS", FP16_MIN_KEYS)
     calls: List[Tensor] = []
     real = torch.nn.functional.scaled_dot_product_attention
 
@@ -93,6 +97,41 @@ def test_bfloat16_inference_takes_sdpa_from_the_size(kernel: str, batch: int, le
         torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
     else:  # the original forward ran
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("kernel", CLASSES)
+@pytest.mark.parametrize(
+    ("training", "batch", "length", "sdpa"),
+    [(False, 1, 4, False), (False, 2, 4, True), (False, 16, 3, False), (True, 2, 4, False), (True, 1, 8, False),
+     (True, 2, 8, True)],
+    ids=["inference-few-scores", "inference-enough", "inference-short-rows", "training-few-scores",
+         "training-few-scores-long-rows", "training-enough"],
+)
+def test_float16_takes_sdpa_from_the_size_of_its_mode(kernel: str, training: bool, batch: int, length: int,
+                                                      sdpa: bool, sdpa_calls: List[Tensor]) -> None:
+    """float16 layers (``model.half()``): SDPA from a size, larger in training; T5 too. The original forward ran
+    below it, SDPA above within float16 rounding, in inference and in training (gradients)."""
+    original, rewritten = _pair(kernel, torch.float16)
+    original.train(training)
+    rewritten.train(training)
+    states = torch.randn(batch, length, HIDDEN, dtype=torch.float16)
+    inputs = [states.clone().requires_grad_(training) for _ in range(2)]
+    with torch.set_grad_enabled(training):
+        expected = _call(original, kernel, inputs[0])
+        got = _call(rewritten, kernel, inputs[1])
+        if training:
+            for out in (expected, got):
+                out.float().sum().backward()
+    assert bool(sdpa_calls) is sdpa
+    assert not sdpa or sdpa_calls[0].dtype == torch.float16
+    if sdpa:
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+        if training:
+            torch.testing.assert_close(inputs[1].grad, inputs[0].grad, rtol=5e-2, atol=5e-2)
+    else:
+        assert torch.equal(got, expected)
+        if training:
+            assert torch.equal(inputs[1].grad, inputs[0].grad)
 
 
 @pytest.mark.parametrize("kernel", ["bert_self_attention", "gpt2_attention", "bart_attention"])
@@ -153,3 +192,11 @@ def test_the_measured_size() -> None:
         assert not pays(1, 4, 4, torch.float32)
     with ak.use_backend("bert_self_attention=sdpa"):
         assert pays(1, 4, 4)
+    # float16 layers: 4x12x16x16 scores in rows of 16 keys in inference, 4x12x64x64 in rows of 64 in training
+    with torch.no_grad():
+        assert pays(4, 16, 16, torch.float16) and pays(1, 32, 32, torch.float16)
+        assert not pays(1, 16, 16, torch.float16) and not pays(64, 15, 15, torch.float16)
+    assert pays(4, 64, 64, torch.float16) and pays(1, 128, 128, torch.float16)
+    assert not pays(4, 32, 32, torch.float16) and not pays(64, 63, 63, torch.float16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast decides the compute: bfloat16's size
+        assert not pays(4, 64, 64, torch.float16)

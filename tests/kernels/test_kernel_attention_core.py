@@ -238,6 +238,11 @@ def test_auto_on_cpu_runs_the_original_computation(sdpa_calls: list[int]) -> Non
         ((1024, 2, 64), True, torch.float32, True),  # 1.11-1.15x at 64
         ((4096, 4, 48), False, torch.bfloat16, False),
         ((4096, 4, 49), False, torch.bfloat16, True),  # 1.67x at 49
+        # float16: faster at every size measured (2.03-8.60x inference, 1.29-1.68x training), from the smallest
+        ((4, 12, 16), False, torch.float16, True),
+        ((4, 12, 16), True, torch.float16, True),
+        ((1, 12, 16), False, torch.float16, False),  # below the smallest measured
+        ((4096, 4, 15), True, torch.float16, False),  # rows shorter than any measured
     ],
     ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
 )
@@ -282,6 +287,24 @@ def test_auto_on_cpu_needs_longer_rows_for_a_mask_per_head(mask_shape: tuple[int
     mask = torch.zeros(1).expand(mask_shape)  # the shape only: the size test reads no data
     with use_backend("auto"):
         assert _sdpa_pays(query, keys, False, mask) is sdpa  # type: ignore[arg-type]
+
+
+def test_auto_on_cpu_runs_float16_through_sdpa_and_agrees(sdpa_calls: list[int]) -> None:
+    """float16 on CPU, inference and training, from 4 x 12 heads x 16 keys: SDPA, within float16 rounding of the
+    eager core computed in float32."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 12, 16, 8, generator=g) for _ in range(3))
+    expected = _eager(q, k, v, scale=0.25)
+    for grad in (False, True):
+        half = [t.half().requires_grad_(grad) for t in (q, k, v)]
+        with use_backend("auto"), torch.set_grad_enabled(grad):
+            out = attention_core(half[0], half[1].transpose(-2, -1), half[2], scale=0.25)
+        assert out.dtype == torch.float16
+        torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
+        if grad:
+            out.float().sum().backward()
+            assert all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in half)
+    assert len(sdpa_calls) == 2
 
 
 def test_auto_on_cpu_runs_sdpa_above_the_size_and_agrees(sdpa_calls: list[int]) -> None:

@@ -48,15 +48,17 @@ def test_auto_runs_the_original_on_cpu_where_not_measured_faster() -> None:
     for name in ("softmax", "dropout_add_layer_norm", "linear_bias_activation", "conv_bn2d", "linear_bn1d",
                  "packed_qkv_linear", "rms_norm", "gated_linear_unit", "rotary_embedding"):
         assert {v for k, v in selects[name].items() if k.startswith("cpu")} == {"reference"}, name  # type: ignore
-    # float32, and bfloat16 inference, from a size on (the size test: test_kernel_attention_core.py)
+    # float32, float16, and bfloat16 inference, from a size on (the size test: test_kernel_attention_core.py)
     core = {k: v for k, v in selects["attention_core"].items() if k.startswith("cpu")}  # type: ignore[union-attr]
     assert core == {"cpu float32 infer": "sdpa", "cpu float32 train": "sdpa", "cpu bfloat16 infer": "sdpa",
-                    "cpu bfloat16 train": "reference"}
-    for name in ("bert_self_attention", "gpt2_attention", "t5_attention"):
+                    "cpu bfloat16 train": "reference", "cpu float16 infer": "sdpa", "cpu float16 train": "sdpa"}
+    for name in ("bert_self_attention", "gpt2_attention", "t5_attention", "bart_attention"):
         cpu = selects[name]
         float32 = "reference" if name == "t5_attention" else "sdpa"
         assert cpu["cpu float32 infer"] == cpu["cpu float32 train"] == float32  # type: ignore[index]
         assert cpu["cpu bfloat16 infer"] == "sdpa" and cpu["cpu bfloat16 train"] == "reference"  # type: ignore
+        # float16 layers: from a size on in both modes (test_attention_cpu_sizes.py)
+        assert cpu["cpu float16 infer"] == cpu["cpu float16 train"] == "sdpa"  # type: ignore[index]
 
 
 def _xformers_usable() -> bool:
