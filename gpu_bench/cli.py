@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
-                        help="fp32, or bf16 autocast (fp32 weights, mixed-precision training); default: fp32")
+                        help="fp32; bf16 autocast (fp32 weights, mixed-precision training); or fp16, float16 "
+                        "weights and inputs (model.half(), half-precision inference; its training steps plain AdamW "
+                        "in float16); default: fp32")
     parser.add_argument("--models", type=_csv, default=list(SUITE),
                         help=f"comma-separated subset of the suite; default: all ({','.join(SUITE)})")
     parser.add_argument("--rules", type=_csv, default=None,
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="time each variant call by call in alternation with vanilla and report the median of "
                              "the per-call speedups with its quartiles: robust to a changing machine load (shared "
                              "CPUs); holds two models at once; peak memory is not measured")
+    parser.add_argument("--modes", type=_csv, default=["train", "inference"],
+                        help="comma-separated subset of train,inference to time (default both; inference alone "
+                        "where training steps are too slow to repeat, as fp16 on CPU)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights, inputs, dropout and cotangents")
     parser.add_argument("--no-equivalence", dest="equivalence", action="store_false",
                         help="skip the equivalence check (timing only)")
@@ -103,6 +108,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     for option in ("batch_size", "seq_len"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be positive")
+    if not args.modes or set(args.modes) - {"train", "inference"}:
+        parser.error(f"--modes takes train and/or inference, not {','.join(args.modes) or '(none)'}")
     if args.seq_len is not None:
         # Checked here, not after minutes of other models: a longer input fails in the model's embedding.
         too_long = [f"{name} ({limit})" for name in args.models
@@ -126,6 +133,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         rtol=args.rtol,
         atol=args.atol,
         interleave=args.interleave,
+        modes=tuple(mode for mode in ("train", "inference") if mode in args.modes),
     )
 
 
@@ -184,6 +192,7 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
                 "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,
                 "compile": config.compile, "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
                 "equivalence": config.equivalence, "rtol": rtol, "atol": atol, "interleave": config.interleave,
+                "modes": list(config.modes),
                 "memory_method": _memory_method(models),
                 "loss": "sum over outputs requiring grad of mean(output.float()**2)", "optimizer": "AdamW(lr=1e-5)",
             },

@@ -21,9 +21,12 @@ from gpu_bench.variants import Rewriter, make_variants
 
 #: Equivalence tolerances per benchmark dtype (rtol, atol), applied to outputs, gradients and buffers.
 #: fp32: different but exact kernels (SDPA vs eager softmax, folded BN) differ by float rounding only.
-#: bf16 autocast: both sides round to bf16 (8 bits of mantissa, eps 7.8e-3) at different points.
-TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-2, 5e-2)}
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: bf16 autocast: both sides round to bf16 (8 bits of mantissa, eps 7.8e-3) at different points. fp16 (float16
+#: weights): 11 bits (eps 9.8e-4), rounded at different points through a dozen layers.
+TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-2, 5e-2), "fp16": (2e-2, 2e-2)}
+#: The benchmark dtypes: fp32; bf16 autocast over float32 weights (mixed-precision training); fp16, float16 weights
+#: and float inputs (``model.half()``, as half-precision inference runs; its training steps are plain AdamW in float16).
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclasses.dataclass
@@ -45,6 +48,7 @@ class BenchConfig:
     rtol: float | None = None
     atol: float | None = None
     interleave: bool = False
+    modes: Sequence[str] = ("train", "inference")
 
     @property
     def tolerances(self) -> tuple[float, float]:
@@ -76,14 +80,20 @@ def _strict_fp32(device: torch.device) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def _to_device(value: Any, device: torch.device) -> Any:
+def _to_device(value: Any, device: torch.device, half: bool = False) -> Any:
+    """``value``'s tensors on ``device``; with ``half``, its floating tensors in float16 too (ids stay integers)."""
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return value.to(device, torch.float16) if half and value.is_floating_point() else value.to(device)
     if isinstance(value, dict):
-        return {key: _to_device(item, device) for key, item in value.items()}
+        return {key: _to_device(item, device, half) for key, item in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_to_device(item, device) for item in value)
+        return type(value)(_to_device(item, device, half) for item in value)
     return value
+
+
+def _place(model: nn.Module, config: BenchConfig) -> nn.Module:
+    """The model on the run's device, in float16 for ``fp16`` (autocast keeps bf16 runs' weights in float32)."""
+    return model.to(config.device, torch.float16) if config.dtype == "fp16" else model.to(config.device)
 
 
 def _seeded(seed: int, fn: Callable[[], Any]) -> Any:
@@ -127,12 +137,10 @@ def _steps(model: nn.Module, inputs: Inputs, config: BenchConfig) -> dict[str, C
 
 
 def time_model(model: nn.Module, inputs: Inputs, config: BenchConfig, batch_size: int) -> dict[str, Timing]:
-    """Time inference, then a training step."""
+    """Time inference, then a training step (those of ``config.modes``)."""
     settings = dict(device=config.device, batch_size=batch_size, warmup=config.warmup, repeats=config.repeats)
     steps = _steps(model, inputs, config)
-    inference = measure(steps["inference"], **settings)
-    training = measure(steps["train"], **settings)
-    return {"train": training, "inference": inference}
+    return {mode: measure(steps[mode], **settings) for mode in ("inference", "train") if mode in config.modes}
 
 
 def time_pair(
@@ -141,7 +149,8 @@ def time_pair(
     """Time vanilla and a variant in alternation, call by call (``measure_paired``), inference then training."""
     settings = dict(device=config.device, batch_size=batch_size, warmup=config.warmup, repeats=config.repeats)
     ours, theirs = _steps(vanilla, inputs, config), _steps(variant, inputs, config)
-    return {mode: measure_paired((ours[mode], theirs[mode]), **settings) for mode in ("inference", "train")}
+    return {mode: measure_paired((ours[mode], theirs[mode]), **settings) for mode in ("inference", "train")
+            if mode in config.modes}
 
 
 def _check(
@@ -153,7 +162,7 @@ def _check(
 ) -> dict[str, Any]:
     """Equivalence of one variant against the vanilla ``reference`` (dropout off, both modes)."""
     rtol, atol = config.tolerances
-    candidate = _seeded(config.seed, lambda: spec.build(module, config.size, False)).to(config.device)
+    candidate = _place(_seeded(config.seed, lambda: spec.build(module, config.size, False)), config)
     with _strict_fp32(config.device):
         report = compare_models(
             reference, candidate, *inputs, rtol=rtol, atol=atol, seed=config.seed, context=_autocast(config)
@@ -209,11 +218,12 @@ def run_model(spec: ModelSpec, config: BenchConfig, rewrite: Rewriter, log: Log)
     variants = [v for v in variants if v.name in modules]
     vanilla_module = modules["vanilla"]
     inputs: Inputs = _to_device(
-        _seeded(config.seed, lambda: spec.inputs(vanilla_module, config.size, batch_size, seq_len)), config.device
+        _seeded(config.seed, lambda: spec.inputs(vanilla_module, config.size, batch_size, seq_len)), config.device,
+        config.dtype == "fp16",
     )
 
     if config.equivalence and len(variants) > 1:
-        reference = _seeded(config.seed, lambda: spec.build(vanilla_module, config.size, False)).to(config.device)
+        reference = _place(_seeded(config.seed, lambda: spec.build(vanilla_module, config.size, False)), config)
         for variant in variants[1:]:
             entry = entries[variant.name]
             try:
@@ -253,7 +263,7 @@ def run_model(spec: ModelSpec, config: BenchConfig, rewrite: Rewriter, log: Log)
 def _build(spec: ModelSpec, config: BenchConfig, module: types.ModuleType, state: dict[str, torch.Tensor]) -> nn.Module:
     model = _seeded(config.seed, lambda: spec.build(module, config.size, True))
     model.load_state_dict(state, strict=True)
-    return model.to(config.device)
+    return _place(model, config)
 
 
 def _timed(
@@ -293,13 +303,13 @@ def _timed(
         if compiled:
             torch._dynamo.reset()  # drop compiled graphs (and their memory) before the next variant
     summary: dict[str, Any] = {mode: timing.summary() for mode, timing in timings.items()}
+    modes = [mode for mode in ("train", "inference") if mode in timings]
     if paired is not None:
         summary["paired"] = paired
-        log(f"[{label}] speedup vs interleaved vanilla: train {paired['train']['median']:.3f}x "
-            f"[{paired['train']['q1']:.3f}, {paired['train']['q3']:.3f}], inference {paired['inference']['median']:.3f}x "
-            f"[{paired['inference']['q1']:.3f}, {paired['inference']['q3']:.3f}]")
-    log(f"[{label}] train {summary['train']['samples_per_s']:.1f} samples/s, "
-        f"inference {summary['inference']['samples_per_s']:.1f} samples/s")
+        log(f"[{label}] speedup vs interleaved vanilla: " + ", ".join(
+            f"{mode} {paired[mode]['median']:.3f}x [{paired[mode]['q1']:.3f}, {paired[mode]['q3']:.3f}]"
+            for mode in modes))
+    log(f"[{label}] " + ", ".join(f"{mode} {summary[mode]['samples_per_s']:.1f} samples/s" for mode in modes))
     return summary
 
 

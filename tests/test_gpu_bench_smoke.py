@@ -183,6 +183,37 @@ def test_interleaved_run_reports_paired_speedups(tmp_path: Path) -> None:
     assert "Interleaved timing" in table and re.search(r"\dx \[\d\.\d\d-\d\.\d\d\]", table)
 
 
+def test_fp16_runs_float16_models_and_times_only_the_modes_asked(tmp_path: Path) -> None:
+    """``--dtype fp16``: float16 weights and float inputs (token ids stay integers), equivalence at fp16's
+    tolerance; ``--modes inference`` times inference alone (the table shows '-' for training)."""
+    code, payload = _run(tmp_path, "--models", "resnet,bert", "--dtype", "fp16", "--modes", "inference",
+                         "--repeats", "2", rewrite=fake_rewrite)
+    assert code == 0
+    settings = payload["settings"]
+    assert settings["dtype"] == "fp16" and settings["modes"] == ["inference"] and not settings["autocast"]
+    assert (settings["rtol"], settings["atol"]) == (2e-2, 2e-2)
+    for model in payload["models"]:
+        for variant in model["variants"]:
+            assert "train" not in variant and len(variant["inference"]["times_s"]) == 2
+            assert variant["equivalence"] is None or variant["equivalence"]["ok"]
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert re.search(r"\| resnet \(b=\d+\) \| vanilla \| - \| - \| - \| - \| - \| - \| [\d,.]+ \|", table)
+
+
+def test_fp16_places_weights_and_float_inputs_in_float16() -> None:
+    from gpu_bench.runner import BenchConfig, _place, _to_device
+
+    config = BenchConfig(size="tiny", device=torch.device("cpu"), dtype="fp16", models=["bert"])
+    model = _place(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)), config)
+    assert {t.dtype for t in model.state_dict().values() if t.is_floating_point()} == {torch.float16}
+    moved = _to_device(((torch.zeros(2), torch.zeros(2, dtype=torch.long)), {"x": torch.ones(1)}), config.device,
+                       half=True)
+    assert moved[0][0].dtype == torch.float16 and moved[0][1].dtype == torch.long
+    assert moved[1]["x"].dtype == torch.float16
+    fp32 = dataclasses.replace(config, dtype="fp32")
+    assert next(_place(torch.nn.Linear(2, 2), fp32).parameters()).dtype == torch.float32
+
+
 def test_results_are_written_after_each_model_so_an_interrupted_run_keeps_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -226,6 +257,9 @@ def test_cli_help_and_usage_errors() -> None:
     result = subprocess.run([sys.executable, "-m", "gpu_bench", "--models", "nosuch"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown model(s) nosuch" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "gpu_bench", "--modes", "infer"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--modes takes train and/or inference, not infer" in result.stderr
 
 
 def test_a_seq_len_beyond_a_models_positions_is_a_usage_error(tmp_path: Path,
