@@ -381,15 +381,16 @@ def test_dynamo_hugging_face_models_gain_no_graph_break(name: str) -> None:
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "autocast"])
+@pytest.mark.parametrize("precision", ["bfloat16", "autocast", "float16"])
 def test_dynamo_bfloat16_attention_size_test_adds_no_break_or_warning(precision: str) -> None:
-    """With bfloat16 compute on CPU the SDPA subclasses test the size (and what is forced) while compiling too: no
-    graph break the original lacks, and no warning from dynamo about the code it traces."""
+    """With bfloat16 compute or float16 layers on CPU the SDPA subclasses test the size (and what is forced) while
+    compiling too: no graph break the original lacks, and no warning from dynamo about the code it traces."""
     import warnings
 
     for original, rewritten, args, kwargs in _hf_pair("bert"):
-        if precision == "bfloat16":
-            original, rewritten = original.to(torch.bfloat16), rewritten.to(torch.bfloat16)
+        if precision in ("bfloat16", "float16"):
+            dtype = getattr(torch, precision)
+            original, rewritten = original.to(dtype), rewritten.to(dtype)
             context: Any = torch.autocast("cpu", enabled=False)
         else:
             context = torch.autocast("cpu", dtype=torch.bfloat16)
