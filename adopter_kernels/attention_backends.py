@@ -77,8 +77,8 @@ SDPA = Backend(
     "x heads x queries x keys) in rows of 512 keys (1.13-1.95x there; mostly 0.71-0.99x below), and with float16 "
     "layers from 4x12x16x16 scores in inference (1.01-2.49x; GPT-2 0.97-1.02x up to 128 keys, within noise) and "
     "4x12x64x64 in rows of 64 keys in training (1.00-1.17x; 0.94-0.98x below), where it measured faster than the "
-    "eager attention; elsewhere (smaller "
-    "attention, bfloat16 layers in training, other devices) the original forward runs",
+    "eager attention; elsewhere (smaller attention, bfloat16 layers in training, other devices) the original forward "
+    "runs",
     faster=_sdpa_faster,
 )
 

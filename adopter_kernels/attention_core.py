@@ -115,8 +115,8 @@ SDPA_CORE = Backend(
     "1.29-1.68x training); and in each case with rows of at least as many keys as measured faster (CUDA 512 in "
     "float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training, 16 in float16: windowed "
     "attention, many short rows, measured 0.52-1.00x below; on CPU 512 with a mask that differs between heads, a "
-    "relative position bias: 0.49-1.30x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter rows) the "
-    "original computation runs",
+    "relative position bias: 0.49-1.30x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter "
+    "rows) the original computation runs",
     # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
     supports=lambda call: not call.autocast,
     faster=lambda call: call.device == "cuda"
