@@ -17,11 +17,12 @@ pytest.importorskip("transformers")
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_kernels.py"
 
 
-def _load():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_kernels", SCRIPT)
+def _load(name: str = "bench_kernels") -> Any:
+    """``benchmarks/<name>.py`` as a module (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_kernels"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -46,15 +47,6 @@ def test_every_kernel_dtype_and_mode_runs(args: list[str], capsys: pytest.Captur
     assert seen == expected
 
 
-def _load_sweep() -> Any:
-    """``benchmarks/bench_attention_lengths.py`` as a module (a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_attention_lengths", SCRIPT.parent / "bench_attention_lengths.py")
-    assert spec is not None and spec.loader is not None
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
-    return sweep
-
-
 @pytest.mark.parametrize(
     ("kernel", "extra"),
     [("attention_core", []), ("attention_core", ["--form", "einsum"]), ("bert_self_attention", []),
@@ -65,7 +57,7 @@ def test_attention_length_sweep_runs(kernel: str, extra: list[str], capsys: pyte
     ADP010's core and for each SDPA subclass (its equivalence assert runs on every length)."""
     import torch
 
-    sweep = _load_sweep()
+    sweep = _load("bench_attention_lengths")
     threads = torch.get_num_threads()
     try:
         argv = ["--lengths", "16,32", "--modes", "infer,train", "--repeats", "1", "--warmup", "1", "--min-time", "0",
@@ -85,7 +77,7 @@ def test_attention_length_sweep_takes_several_kernels(capsys: pytest.CaptureFixt
     error that names it."""
     import torch
 
-    sweep = _load_sweep()
+    sweep = _load("bench_attention_lengths")
     threads = torch.get_num_threads()
     try:
         argv = ["--lengths", "16", "--repeats", "1", "--warmup", "1", "--min-time", "0", "--batch", "1", "--heads",
