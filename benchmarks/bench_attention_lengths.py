@@ -8,6 +8,7 @@ test:
     python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
     python benchmarks/bench_attention_lengths.py --kernel t5_attention --dtypes bfloat16 --batch 1
     python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast   # float32 layer, bf16 autocast
+    python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast float16   # ... fp16 autocast
     python benchmarks/bench_attention_lengths.py --kernel bert_self_attention,gpt2_attention   # one table each
 
 The subclass kernels (ADP001-ADP003, ADP014) run one attention layer of ``--heads`` x ``--head-dim`` on
@@ -50,7 +51,8 @@ SCORES, OUTPUT = "b h i d, b h j d -> b h i j", "b h i j, b h j d -> b h i d"
 def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, heads: int, head_dim: int,
             length: int, warmup: int, repeats: int, min_time: float,
             form: str = "matmul", mask_kind: str = "padding",
-            kernel_name: str = "attention_core", autocast: bool = False) -> Tuple[float, float, List[float]]:
+            kernel_name: str = "attention_core",
+            autocast: Optional[torch.dtype] = None) -> Tuple[float, float, List[float]]:
     """(original median seconds, kernel median seconds, per-round ratios original / kernel)."""
     torch.manual_seed(0)
     grad = mode == "train"
@@ -83,9 +85,9 @@ def _ratios(device: torch.device, dtype: torch.dtype, mode: str, batch: int, hea
 
 def _class_ratios(kernel: str, device: torch.device, dtype: torch.dtype, grad: bool, batch: int, heads: int,
                   head_dim: int, length: int, warmup: int, repeats: int, min_time: float,
-                  autocast: bool = False) -> Tuple[float, float, List[float]]:
+                  autocast: Optional[torch.dtype] = None) -> Tuple[float, float, List[float]]:
     """``_ratios`` for an SDPA subclass: one layer of the original class against the subclass with SDPA forced;
-    ``autocast``: both called under bfloat16 autocast."""
+    ``autocast``: both called under autocast to that dtype."""
     original, sdpa, states, call_kw = attention_class_pair(kernel, batch, length, heads * head_dim, heads, dtype,
                                                            device)
     original.train(grad)
@@ -96,12 +98,12 @@ def _class_ratios(kernel: str, device: torch.device, dtype: torch.dtype, grad: b
 
     def call(module: torch.nn.Module) -> Callable[[], torch.Tensor]:
         def forward() -> torch.Tensor:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
                 return module(states, **call_kw)[0]
         return forward
 
     with _dispatch.use_backend(f"{kernel}=sdpa"):
-        exact = dtype in (torch.float32, torch.float64) and not autocast
+        exact = dtype in (torch.float32, torch.float64) and autocast is None
         torch.testing.assert_close(call(sdpa)(), call(original)(), **({} if exact else {"rtol": 3e-2, "atol": 3e-2}))
         orig_t, kern_t = time_pair(wrap(call(original)), wrap(call(sdpa)), device, warmup, repeats, min_time)
     return _summary(orig_t, kern_t)
@@ -129,7 +131,7 @@ def _sweep(kernel: str, args: argparse.Namespace, device: torch.device, lengths:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     what = (f"attention_core SDPA vs the hand-written {args.form} core on {device}, {args.mask} mask"
             if kernel == "attention_core" else f"{kernel} SDPA subclass vs its original class on {device}"
-            + (" under bfloat16 autocast" if args.autocast else ""))
+            + (f" under {args.autocast} autocast" if args.autocast else ""))
     print(f"# {what}, batch {args.batch}, {args.heads} heads, "
           f"head dim {args.head_dim}, {args.repeats} rounds, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), load average at start {load:.2f}")
@@ -141,7 +143,7 @@ def _sweep(kernel: str, args: argparse.Namespace, device: torch.device, lengths:
             for length in lengths:
                 orig, kern, ratios = _ratios(device, dtype, mode, args.batch, args.heads, args.head_dim, length,
                                              args.warmup, args.repeats, args.min_time, args.form, args.mask,
-                                             kernel, args.autocast)
+                                             kernel, args.autocast and getattr(torch, args.autocast))
                 q1, med, q3 = _quartiles(ratios)
                 verdict = "faster" if q1 > 1 else "slower" if q3 < 1 else "same"
                 verdicts.append(verdict)
@@ -190,10 +192,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the additive mask: padding [batch, 1, 1, keys] (default), a relative position bias "
                         "[heads, queries, keys], or causal [1, 1, queries, keys] (attention_core only: a class "
                         "kernel gets its model's mask)")
-    parser.add_argument("--autocast", action="store_true",
-                        help="call both sides under torch.autocast(<device>, bfloat16), the layer and its input in "
-                        "--dtypes (float32: mixed precision, as gpu_bench --dtype bf16); class kernels only "
-                        "(attention_core never takes SDPA under autocast)")
+    parser.add_argument("--autocast", nargs="?", const="bfloat16", choices=("bfloat16", "float16"),
+                        help="call both sides under torch.autocast(<device>, AUTOCAST) (bfloat16 when no dtype is "
+                        "given), the layer and its input in --dtypes (float32: mixed precision, as gpu_bench --dtype "
+                        "bf16); class kernels only (attention_core never takes SDPA under autocast)")
     args = parser.parse_args(argv)
     classes = [name for name in args.kernel if name != "attention_core"]
     if args.autocast and "attention_core" in args.kernel:

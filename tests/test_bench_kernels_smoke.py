@@ -50,11 +50,13 @@ def test_every_kernel_dtype_and_mode_runs(args: list[str], capsys: pytest.Captur
 @pytest.mark.parametrize(
     ("kernel", "extra"),
     [("attention_core", []), ("attention_core", ["--form", "einsum"]), ("bert_self_attention", []),
-     ("t5_attention", []), ("gpt2_attention", []), ("bart_attention", []), ("gpt2_attention", ["--autocast"])],
+     ("t5_attention", []), ("gpt2_attention", []), ("bart_attention", []), ("gpt2_attention", ["--autocast"]),
+     ("bert_self_attention", ["--autocast", "float16"])],
 )
 def test_attention_length_sweep_runs(kernel: str, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """``benchmarks/bench_attention_lengths.py``: one row per dtype, mode and length, and its summary line; for
-    ADP010's core and for each SDPA subclass (its equivalence assert runs on every length)."""
+    ADP010's core and for each SDPA subclass (its equivalence assert runs on every length), under autocast to the
+    dtype named (bfloat16 by default)."""
     import torch
 
     sweep = _load("bench_attention_lengths")
@@ -67,6 +69,8 @@ def test_attention_length_sweep_runs(kernel: str, extra: list[str], capsys: pyte
         torch.set_num_threads(threads)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"# {kernel} SDPA")
+    if "--autocast" in extra:
+        assert f"under {(extra[1:] or ['bfloat16'])[0]} autocast" in lines[0]
     rows = [line.split()[:3] for line in lines if line.startswith("float32")]
     assert rows == [["float32", mode, n] for mode in ("infer", "train") for n in ("16", "32")]
     assert sum("SDPA" in line for line in lines if line.startswith("# float32")) == 2
