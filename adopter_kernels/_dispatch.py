@@ -43,6 +43,8 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "Call",
+    "autocast_dtype",
+    "compute_dtype",
     "REFERENCE",
     "TRITON",
     "backends",
@@ -69,7 +71,20 @@ class Call:
     device: str  # "cpu", "cuda", ... (the device of the first tensor)
     dtype: Optional[torch.dtype]  # of the first floating-point tensor
     grad: bool  # autograd records this call (a training step): grad mode on and some tensor requires grad
-    autocast: bool  # autocast is on for the device
+    autocast: Optional[torch.dtype]  # the dtype autocast computes in on the device; None when autocast is off
+
+    @property
+    def compute(self) -> Optional[torch.dtype]:
+        """The dtype the call's matmuls compute in (``compute_dtype``)."""
+        return compute_dtype(self.dtype, self.autocast)
+
+
+def compute_dtype(dtype: Optional[torch.dtype], autocast: Optional[torch.dtype]) -> Optional[torch.dtype]:
+    """What a matmul on ``dtype`` tensors computes in: autocast's dtype (``autocast``; None when off) for the
+    floating dtypes autocast casts (float64 it leaves alone), else ``dtype``."""
+    if autocast is not None and dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return autocast
+    return dtype
 
 
 def _always(call: Call) -> bool:
@@ -229,6 +244,16 @@ def _autocast_on(device_type: str) -> bool:
         return device_type == "cuda" and torch.is_autocast_enabled()
 
 
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype autocast computes in on ``device_type``; None when autocast is off there."""
+    if not _autocast_on(device_type):
+        return None
+    try:
+        return torch.get_autocast_dtype(device_type)
+    except AttributeError:  # torch < 2.4
+        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
+
+
 def _device_type(tensor: torch.Tensor) -> str:
     # ``is_cuda``/``is_cpu`` are plain flags; ``tensor.device`` builds a device object (a measurable cost per call).
     return "cuda" if tensor.is_cuda else "cpu" if tensor.is_cpu else tensor.device.type
@@ -249,7 +274,7 @@ def call_info(*tensors: Optional[torch.Tensor], training: Optional[bool] = None)
     first = next(t for t in tensors if t is not None)
     device = _device_type(first)
     grad = training if training is not None else records_grad(*tensors)
-    return Call(device, first.dtype, grad, _autocast_on(device))
+    return Call(device, first.dtype, grad, autocast_dtype(device))
 
 
 _fx = torch.fx._symbolic_trace  # no public spelling of the check yet
@@ -304,10 +329,11 @@ def select(kernel: str, *tensors: Optional[torch.Tensor], training: Optional[boo
     assert first is not None, "the first tensor decides device and dtype"
     device = _device_type(first)
     grad = training if training is not None else records_grad(*tensors)
-    return _decision(kernel, _spec(), device, first.dtype, grad, _autocast_on(device))
+    return _decision(kernel, _spec(), device, first.dtype, grad, autocast_dtype(device))
 
 
-def _decision(kernel: str, spec: str, device: str, dtype: torch.dtype, grad: bool, autocast: bool) -> str:
+def _decision(kernel: str, spec: str, device: str, dtype: torch.dtype, grad: bool,
+              autocast: Optional[torch.dtype]) -> str:
     key = (kernel, spec, device, dtype, grad, autocast)
     decision = _DECISIONS.get(key)
     if decision is None:
@@ -352,7 +378,7 @@ def backends() -> Dict[str, Dict[str, object]]:
         for device in ("cpu", "cuda"):
             for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 for grad in (False, True):
-                    call = Call(device, dtype, grad, False)
+                    call = Call(device, dtype, grad, None)
                     selected[f"{device} {str(dtype)[6:]} {'train' if grad else 'infer'}"] = _select_for(kernel, call)
         report[name] = {"doc": kernel.doc, "forced": wanted, "backends": rows, "auto_selects": selected}
     return report

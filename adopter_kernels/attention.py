@@ -51,7 +51,7 @@ from typing import Any, Callable, Optional, Set, Tuple, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
-from ._dispatch import _autocast_on, forced, select
+from ._dispatch import autocast_dtype, compute_dtype, forced, select
 from .attention_backends import fast_attention
 
 __all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa", "bart_attention_sdpa"]
@@ -103,34 +103,39 @@ def _merge_causal_mask(causal: Tensor, mask: Optional[Tensor], dtype: torch.dtyp
     return merged if extra is None else merged + extra
 
 
-#: On CPU with bfloat16 compute (bfloat16 layers, or float32 ones under autocast) SDPA pays for these classes only from
-#: this many attention scores (batch x heads x queries x keys), in rows of at least this many keys. One layer at
-#: BERT-base width (12 heads of 64), one thread, batch 1 and 4, 16 to 1024 keys (benchmarks/bench_attention_lengths.py
-#: --kernel; gpu_bench/results/cpu-2026-11-28/attention_classes_*.txt): bfloat16 inference, BERT, GPT-2 and BART
-#: 0.87-0.98x at 32-256 keys, T5 0.99-1.05x below 256, all four 1.13-1.36x at 4x12x512x512; under autocast inference
-#: 0.92-0.99x at 16-128 keys (GPT-2 to 256), 1.60-1.95x at 4x12x512x512; autocast training 0.71-0.94x to 256 keys,
-#: 1.23-1.28x at 4x12x512x512. float32 without autocast runs SDPA at every size (0.98-0.99x at worst, BART below 128
-#: keys, within noise; 1.02-2.00x elsewhere).
+#: On CPU with bfloat16 compute (bfloat16 layers, or float32 ones under bfloat16 autocast) SDPA pays for these classes
+#: only from this many attention scores (batch x heads x queries x keys), in rows of at least this many keys. One layer
+#: at BERT-base width (12 heads of 64), one thread, batch 1 and 4, 16 to 1024 keys
+#: (benchmarks/bench_attention_lengths.py --kernel; gpu_bench/results/cpu-2026-11-28/attention_classes_*.txt): bfloat16
+#: inference, BERT, GPT-2 and BART 0.87-0.98x at 32-256 keys, T5 0.99-1.05x below 256, all four 1.13-1.36x at
+#: 4x12x512x512; under autocast inference 0.92-0.99x at 16-128 keys (GPT-2 to 256), 1.60-1.95x at 4x12x512x512; autocast
+#: training 0.71-0.94x to 256 keys, 1.23-1.28x at 4x12x512x512. float32 without autocast runs SDPA at every size
+#: (0.98-0.99x at worst, BART below 128 keys, within noise; 1.02-2.00x elsewhere).
 _CPU_BF16_MIN_SCORES = 4 * 12 * 512 * 512
 _CPU_BF16_MIN_KEYS = 512
-#: float16 layers on CPU (``model.half()``), per grad mode (False: inference): the same layers and machine, batch 1 over
-#: 16-512 keys and batch 4 at 16, 64 and 256 (attention_classes_fp16_*.txt). Inference: 1.02-2.49x from 4x12x16x16 or
-#: 1x12x32x32 scores (GPT-2 0.97-1.02x, within noise, up to 128 keys; 0.98x at 1x12x16x16); training: 0.94-0.98x for
-#: BERT and BART at batch 1 up to 64 keys, 1.00-1.36x from 4x12x64x64 or 1x12x128x128 scores in rows of 64 keys.
+#: With float16 compute on CPU, per grad mode (False: inference): the same layers and machine. float16 layers
+#: (``model.half()``), batch 1 over 16-512 keys and batch 4 at 16, 64 and 256
+#: (attention_classes_fp16_{infer,train}.txt): inference 1.02-2.49x from 4x12x16x16 or 1x12x32x32 scores (GPT-2
+#: 0.97-1.02x, within noise, up to 128 keys; 0.98x at 1x12x16x16); training 0.94-0.98x for BERT and BART at batch 1 up
+#: to 64 keys, 1.00-1.36x from 4x12x64x64 or 1x12x128x128 scores in rows of 64 keys. float32 layers under float16
+#: autocast, batch 1 over 16-256 keys and batch 4 at 16-512 (attention_classes_fp16_autocast_*.txt): the same sizes pay
+#: (inference 1.00-3.31x from there, 0.98-1.05x below; training 1.01-1.30x from there, 0.95-0.98x for BERT and BART at
+#: batch 1 below).
 _CPU_FP16_MIN_SCORES = {False: 4 * 12 * 16 * 16, True: 4 * 12 * 64 * 64}
 _CPU_FP16_MIN_KEYS = {False: 16, True: 64}
 
 
 def _sdpa_pays(kernel: str, states: Tensor, heads: int, keys: int) -> bool:
     """The size test of the SDPA backend, which the cached decision cannot make (it sees no shapes): on CPU with
-    bfloat16 compute, ``_CPU_BF16_MIN_SCORES`` scores in rows of ``_CPU_BF16_MIN_KEYS`` keys; with float16 layers,
-    ``_CPU_FP16_MIN_SCORES`` in rows of ``_CPU_FP16_MIN_KEYS`` for the grad mode; elsewhere, and with a backend
-    forced, none. ``states``: the layer's ``[batch, queries, hidden]`` input."""
+    bfloat16 compute (bfloat16 layers or autocast), ``_CPU_BF16_MIN_SCORES`` scores in rows of ``_CPU_BF16_MIN_KEYS``
+    keys; with float16 compute, ``_CPU_FP16_MIN_SCORES`` in rows of ``_CPU_FP16_MIN_KEYS`` for the grad mode;
+    elsewhere, and with a backend forced, none. ``states``: the layer's ``[batch, queries, hidden]`` input."""
     if not states.is_cpu:
         return True
-    if states.dtype == torch.bfloat16 or _autocast_on("cpu"):
+    compute = compute_dtype(states.dtype, autocast_dtype("cpu"))
+    if compute == torch.bfloat16:
         least, least_keys = _CPU_BF16_MIN_SCORES, _CPU_BF16_MIN_KEYS
-    elif states.dtype == torch.float16:
+    elif compute == torch.float16:
         grad = torch.is_grad_enabled()
         least, least_keys = _CPU_FP16_MIN_SCORES[grad], _CPU_FP16_MIN_KEYS[grad]
     else:

@@ -52,9 +52,10 @@ def _xformers_reason() -> Optional[str]:
 def _sdpa_faster(call: Call) -> bool:
     # benchmarks/bench_kernels.py, bench_attention_lengths.py and gpu_bench (docs/KERNEL_PERFORMANCE.md): on CPU SDPA
     # beat the eager attention in float32 (inference and training) at every size, and with bfloat16 compute (bfloat16
-    # inference; float32 layers under autocast) and float16 layers only on large enough attention: the subclasses add
-    # that size test (attention._sdpa_pays: the decision sees no shapes); bfloat16 training was not faster. On an H200
-    # it beat BERT's and GPT-2's eager attention in every dtype and mode (1.2-1.8x).
+    # inference; float32 layers under bfloat16 autocast) and float16 compute (float16 layers; float32 ones under float16
+    # autocast) only on large enough attention: the subclasses add that size test (attention._sdpa_pays: the
+    # decision sees no shapes); bfloat16 training was not faster. On an H200 it beat BERT's and GPT-2's eager
+    # attention in every dtype and mode (1.2-1.8x).
     if call.device == "cuda":
         return True
     if call.device == "cpu":
@@ -73,12 +74,12 @@ XFORMERS = Backend(
 SDPA = Backend(
     "sdpa",
     "CUDA (1.2-1.8x on an H200); CPU float32 (inference and training, 0.98-2.00x from 16 to 512 keys), with "
-    "bfloat16 compute (bfloat16 inference, float32 layers under autocast) from 4x12x512x512 attention scores (batch "
-    "x heads x queries x keys) in rows of 512 keys (1.13-1.95x there; mostly 0.71-0.99x below), and with float16 "
-    "layers from 4x12x16x16 scores in inference (1.01-2.49x; GPT-2 0.97-1.02x up to 128 keys, within noise) and "
-    "4x12x64x64 in rows of 64 keys in training (1.00-1.17x; 0.94-0.98x below), where it measured faster than the "
-    "eager attention; elsewhere (smaller attention, bfloat16 layers in training, other devices) the original forward "
-    "runs",
+    "bfloat16 compute (bfloat16 inference, float32 layers under bfloat16 autocast) from 4x12x512x512 attention scores "
+    "(batch x heads x queries x keys) in rows of 512 keys (1.13-1.95x there; mostly 0.71-0.99x below), and with "
+    "float16 compute (float16 layers, float32 ones under float16 autocast) from 4x12x16x16 scores in inference "
+    "(1.00-3.31x; GPT-2 0.97-1.03x up to 128 keys, within noise) and 4x12x64x64 in rows of 64 keys in training "
+    "(1.00-1.17x; 0.94-0.98x below), where it measured faster than the eager attention; elsewhere (smaller "
+    "attention, bfloat16 layers in training, other devices) the original forward runs",
     faster=_sdpa_faster,
 )
 
@@ -86,25 +87,22 @@ SDPA = Backend(
 def _sdpa_t5_faster(call: Call) -> bool:
     # T5 (no scaling, a full [B, H, S, S] position-bias mask) measured no faster with SDPA on CPU in float32 and in
     # training with bfloat16 compute (bfloat16 layers or autocast), faster in inference with bfloat16 compute on large
-    # attention and with float16 layers from a size in both modes (the subclass's size test, attention._sdpa_pays,
-    # keeps it there); on an H200 slower in every dtype and mode (0.78-0.94x: the float mask rules out the flash
-    # kernel). docs/KERNEL_PERFORMANCE.md.
+    # attention and with float16 compute (layers or autocast) from a size in both modes (the subclass's size test,
+    # attention._sdpa_pays, keeps it there); on an H200 slower in every dtype and mode (0.78-0.94x: the float mask
+    # rules out the flash kernel). docs/KERNEL_PERFORMANCE.md.
     if call.device != "cpu":
         return False
-    if call.dtype == torch.float16 and not call.autocast:
-        return True
-    bfloat16 = call.dtype == torch.bfloat16 or (call.autocast and call.dtype == torch.float32)
-    return bfloat16 and not call.grad
+    return call.compute == torch.float16 or (call.compute == torch.bfloat16 and not call.grad)
 
 
 SDPA_T5 = Backend(
     "sdpa",
-    "CPU inference with bfloat16 compute (bfloat16 layers, float32 ones under autocast) from 4x12x512x512 attention "
-    "scores in rows of 512 keys, where it measured faster than T5's eager attention (1.26-1.47x; bfloat16 layers "
-    "0.99-1.05x below 256 keys, autocast 0.92-0.94x at batch 4 below 512); CPU float16 layers from 4x12x16x16 scores "
-    "in inference (1.02-1.99x) and 4x12x64x64 in rows of 64 keys in training (1.05-1.36x). CPU float32, training "
-    "with bfloat16 compute (0.77-1.05x) and smaller attention measured no faster, CUDA (an H200) slower: the "
-    "original forward runs there",
+    "CPU inference with bfloat16 compute (bfloat16 layers, float32 ones under bfloat16 autocast) from 4x12x512x512 "
+    "attention scores in rows of 512 keys, where it measured faster than T5's eager attention (1.26-1.47x; bfloat16 "
+    "layers 0.99-1.05x below 256 keys, autocast 0.92-0.94x at batch 4 below 512); CPU float16 compute (float16 "
+    "layers, float32 ones under float16 autocast) from 4x12x16x16 scores in inference (1.02-2.43x) and 4x12x64x64 in "
+    "rows of 64 keys in training (1.04-1.36x). CPU float32, training with bfloat16 compute (0.77-1.05x) and smaller "
+    "attention measured no faster, CUDA (an H200) slower: the original forward runs there",
     faster=_sdpa_t5_faster,
 )
 register_kernel("bert_self_attention", XFORMERS, SDPA, doc="ADP001 attention core of the SDPA subclass")

@@ -8,7 +8,7 @@ test:
     python benchmarks/bench_attention_lengths.py --form einsum         # vit-pytorch's torch.einsum products
     python benchmarks/bench_attention_lengths.py --kernel t5_attention --dtypes bfloat16 --batch 1
     python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast   # float32 layer, bf16 autocast
-    python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast float16   # ... fp16 autocast
+    python benchmarks/bench_attention_lengths.py --kernel bert_self_attention --autocast float16   # fp16 autocast
     python benchmarks/bench_attention_lengths.py --kernel bert_self_attention,gpt2_attention   # one table each
 
 The subclass kernels (ADP001-ADP003, ADP014) run one attention layer of ``--heads`` x ``--head-dim`` on

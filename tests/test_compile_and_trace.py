@@ -381,10 +381,11 @@ def test_dynamo_hugging_face_models_gain_no_graph_break(name: str) -> None:
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "autocast", "float16"])
+@pytest.mark.parametrize("precision", ["bfloat16", "autocast-bfloat16", "float16", "autocast-float16"])
 def test_dynamo_bfloat16_attention_size_test_adds_no_break_or_warning(precision: str) -> None:
-    """With bfloat16 compute or float16 layers on CPU the SDPA subclasses test the size (and what is forced) while
-    compiling too: no graph break the original lacks, and no warning from dynamo about the code it traces."""
+    """With bfloat16 or float16 compute on CPU (layers in that dtype, or float32 ones under autocast to it) the SDPA
+    subclasses test the size (and what is forced) while compiling too: no graph break the original lacks, and no
+    warning from dynamo about the code it traces (autocast's dtype is read while tracing)."""
     import warnings
 
     for original, rewritten, args, kwargs in _hf_pair("bert"):
@@ -393,7 +394,7 @@ def test_dynamo_bfloat16_attention_size_test_adds_no_break_or_warning(precision:
             original, rewritten = original.to(dtype), rewritten.to(dtype)
             context: Any = torch.autocast("cpu", enabled=False)
         else:
-            context = torch.autocast("cpu", dtype=torch.bfloat16)
+            context = torch.autocast("cpu", dtype=getattr(torch, precision.split("-")[1]))
         with context, torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("error")
             breaks_o, _ = _graph_breaks(original.eval(), args, kwargs)

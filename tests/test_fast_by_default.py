@@ -22,7 +22,7 @@ def _fast_on(code: str) -> set[str]:
         for device in ("cpu", "cuda"):
             for dtype in (torch.float32, torch.bfloat16):
                 for grad in (False, True):
-                    call = Call(device, dtype, grad, False)
+                    call = Call(device, dtype, grad, None)
                     if any(b.name != "reference" and b.faster(call) and b.supports(call) for b in kernel.backends):
                         devices.add(device)
     return devices

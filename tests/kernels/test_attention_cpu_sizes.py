@@ -1,8 +1,10 @@
-"""The CPU size test of the SDPA subclasses (ADP001-ADP003, ADP014) under ``auto``: with bfloat16 compute (bfloat16
-layers, or float32 ones under autocast) and with float16 layers SDPA runs only from the measured size, which the
+"""The CPU size test of the SDPA subclasses (ADP001-ADP003, ADP014) under ``auto``: with bfloat16 or float16
+compute (layers in that dtype, or float32 ones under autocast to it) SDPA runs only from the measured size, which the
 cached decision cannot see; in float32 it runs at every size. SDPA calls are counted, never forced."""
 
 from __future__ import annotations
+
+import contextlib
 
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
@@ -99,6 +101,7 @@ def test_bfloat16_inference_takes_sdpa_from_the_size(kernel: str, batch: int, le
         assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("layers", ["float16", "float32-autocast"])
 @pytest.mark.parametrize("kernel", CLASSES)
 @pytest.mark.parametrize(
     ("training", "batch", "length", "sdpa"),
@@ -107,16 +110,19 @@ def test_bfloat16_inference_takes_sdpa_from_the_size(kernel: str, batch: int, le
     ids=["inference-few-scores", "inference-enough", "inference-short-rows", "training-few-scores",
          "training-few-scores-long-rows", "training-enough"],
 )
-def test_float16_takes_sdpa_from_the_size_of_its_mode(kernel: str, training: bool, batch: int, length: int,
-                                                      sdpa: bool, sdpa_calls: List[Tensor]) -> None:
-    """float16 layers (``model.half()``): SDPA from a size, larger in training; T5 too. The original forward ran
-    below it, SDPA above within float16 rounding, in inference and in training (gradients)."""
-    original, rewritten = _pair(kernel, torch.float16)
+def test_float16_takes_sdpa_from_the_size_of_its_mode(layers: str, kernel: str, training: bool, batch: int,
+                                                      length: int, sdpa: bool, sdpa_calls: List[Tensor]) -> None:
+    """float16 compute: float16 layers (``model.half()``) or float32 ones under float16 autocast. SDPA from a size,
+    larger in training; T5 too. The original forward ran below it, SDPA above within float16 rounding, in inference
+    and in training (gradients)."""
+    dtype = torch.float16 if layers == "float16" else torch.float32
+    original, rewritten = _pair(kernel, dtype)
     original.train(training)
     rewritten.train(training)
-    states = torch.randn(batch, length, HIDDEN, dtype=torch.float16)
+    states = torch.randn(batch, length, HIDDEN, dtype=dtype)
     inputs = [states.clone().requires_grad_(training) for _ in range(2)]
-    with torch.set_grad_enabled(training):
+    autocast = torch.autocast("cpu", dtype=torch.float16) if dtype == torch.float32 else contextlib.nullcontext()
+    with torch.set_grad_enabled(training), autocast:
         expected = _call(original, kernel, inputs[0])
         got = _call(rewritten, kernel, inputs[1])
         if training:
@@ -150,7 +156,8 @@ def test_autocast_is_bfloat16_compute(kernel: str, batch: int, length: int, sdpa
 @pytest.mark.parametrize(("training", "batch", "sdpa"), [(False, 2, True), (False, 1, False), (True, 2, False)],
                          ids=["inference", "inference-small", "training"])
 def test_t5_under_autocast(training: bool, batch: int, sdpa: bool, sdpa_calls: List[Tensor]) -> None:
-    """T5 under autocast: SDPA in inference from the size (measured faster there), never in training (slower)."""
+    """T5 under bfloat16 autocast: SDPA in inference from the size (measured faster there), never in training
+    (slower); float16 autocast takes it in training too (test_float16_takes_sdpa_from_the_size_of_its_mode)."""
     original, rewritten = _pair("t5_attention", torch.float32)
     states = torch.randn(batch, 8, HIDDEN, requires_grad=training)
     with torch.set_grad_enabled(training), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -200,3 +207,8 @@ def test_the_measured_size() -> None:
     assert not pays(4, 32, 32, torch.float16) and not pays(64, 63, 63, torch.float16)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast decides the compute: bfloat16's size
         assert not pays(4, 64, 64, torch.float16)
+    with torch.autocast("cpu", dtype=torch.float16):  # ... float16's
+        assert pays(4, 64, 64, torch.float32) and pays(4, 64, 64, torch.bfloat16)
+        assert not pays(4, 32, 32, torch.float32)
+        with torch.no_grad():
+            assert pays(4, 16, 16, torch.float32) and not pays(1, 16, 16, torch.float32)
