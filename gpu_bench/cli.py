@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from gpu_bench.report import SCHEMA_VERSION, environment, write_outputs
-from gpu_bench.runner import DTYPES, TOLERANCES, BenchConfig, run_suite
+from gpu_bench.runner import AUTOCAST, DTYPES, TOLERANCES, BenchConfig, run_suite
 from gpu_bench.suite import SIZES, SUITE, max_seq_len
 from gpu_bench.variants import Rewriter, default_rewriter
 
@@ -53,9 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
-                        help="fp32; bf16 autocast (fp32 weights, mixed-precision training); or fp16, float16 "
+                        help="fp32; bf16 autocast (fp32 weights, mixed-precision training); fp16, float16 "
                         "weights and inputs (model.half(), half-precision inference; its training steps plain AdamW "
-                        "in float16); default: fp32")
+                        "in float16); or amp-fp16, float16 autocast over fp32 weights with a gradient scaler "
+                        "(mixed precision on GPUs without bfloat16); default: fp32")
     parser.add_argument("--models", type=_csv, default=list(SUITE),
                         help=f"comma-separated subset of the suite; default: all ({','.join(SUITE)})")
     parser.add_argument("--rules", type=_csv, default=None,
@@ -189,7 +190,7 @@ def main(argv: Sequence[str] | None = None, *, rewrite: Rewriter | None = None) 
             },
             "settings": {
                 "size": config.size, "device": str(config.device), "dtype": config.dtype,
-                "autocast": config.dtype == "bf16", "models": list(config.models), "rules": config.rules,
+                "autocast": config.dtype in AUTOCAST, "models": list(config.models), "rules": config.rules,
                 "compile": config.compile, "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
                 "equivalence": config.equivalence, "rtol": rtol, "atol": atol, "interleave": config.interleave,
                 "modes": list(config.modes),

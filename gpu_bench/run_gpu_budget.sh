@@ -15,14 +15,16 @@
 #                              alternation with vanilla and vanilla with a vanilla twin (--interleave, an A/A control)
 #   base-fp32                  base-fp32/: the same in fp32, unpaired (it gives the peak-memory columns)
 #   base-fp16                  base-fp16/: float16 weights (model.half()), inference, --interleave
+#   base-amp-fp16              base-amp-fp16/: float16 autocast with a gradient scaler (mixed precision where
+#                              bfloat16 is missing: T4, V100), training and inference, --interleave
 #   compile-bf16, compile-fp32 compile-*/: the torch.compile anchors, for COMPILE_BF16_MODELS, COMPILE_FP32_MODELS
 #   bench-kernels              bench_kernels.txt: every kernel's fast backend against the original computation
 #   attention-lengths          attention_lengths.txt, attention_lengths_einsum.txt: ADP010's SDPA against the
 #                              hand-written core, 128 to 1024 keys, matmul and einsum form (where it starts to pay)
 #   attention-short-rows       attention_short_rows.txt: ADP010 over many short rows (windowed attention)
 #   commands.txt               the exact commands, each step's exit status and the seconds spent so far
-# BF16_MODELS, FP32_MODELS and FP16_MODELS (or MODELS for all three) order the suite's models, those not timed yet
-# on a GPU first.
+# BF16_MODELS, FP32_MODELS, FP16_MODELS and AMP16_MODELS (or MODELS for all four) order the suite's models, those
+# not timed yet on a GPU first.
 # llama (TinyLlama-1.1B shapes) is left out: its ~14 builds at 1.1B parameters do not fit a short budget (smollm
 # runs its rules at 135M); run `python -m gpu_bench --size base --models llama` for it (and `--models vilt`, a
 # CPU-sized ADP010 check). DEVICE=cpu SIZE=tiny is a dry run without a GPU.
@@ -32,10 +34,11 @@ BUDGET=${BUDGET:-540}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-base}
 STEPS=${STEPS:-kernel-tests attention-classes attention-classes-autocast attention-masks base-bf16 base-fp32 \
-base-fp16 compile-bf16 compile-fp32 bench-kernels attention-lengths attention-short-rows}
+base-fp16 base-amp-fp16 compile-bf16 compile-fp32 bench-kernels attention-lengths attention-short-rows}
 BF16_MODELS=${BF16_MODELS:-${MODELS:-bart,vit_einsum,t5,gpt_neo,smollm,bert,gpt2,nanogpt,resnet,dpt,groupvit}}
 FP32_MODELS=${FP32_MODELS:-${MODELS:-t5,gpt_neo,smollm,bart,vit_einsum,nanogpt,bert,gpt2,resnet,dpt,groupvit}}
 FP16_MODELS=${FP16_MODELS:-${MODELS:-bert,gpt2,bart,t5,nanogpt,vit_einsum}}
+AMP16_MODELS=${AMP16_MODELS:-${MODELS:-bert,gpt2,bart,t5,resnet}}
 COMPILE_BF16_MODELS=${COMPILE_BF16_MODELS:-gpt2,bart,vit_einsum,bert,nanogpt,resnet}
 COMPILE_FP32_MODELS=${COMPILE_FP32_MODELS:-bert,gpt2,nanogpt}
 start=$(date +%s)
@@ -83,6 +86,8 @@ for name in $STEPS; do
         --no-compile --repeats 20 --models "$FP32_MODELS" --out "$out/base-fp32" ;;
     base-fp16) step 90 base-fp16.log $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype fp16 \
         --no-compile --modes inference --interleave --repeats 20 --models "$FP16_MODELS" --out "$out/base-fp16" ;;
+    base-amp-fp16) step 90 base-amp-fp16.log $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" \
+        --dtype amp-fp16 --no-compile --interleave --repeats 20 --models "$AMP16_MODELS" --out "$out/base-amp-fp16" ;;
     compile-bf16) step 300 compile-bf16.log $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype bf16 \
         --compile --models "$COMPILE_BF16_MODELS" --out "$out/compile-bf16" ;;
     compile-fp32) step 300 compile-fp32.log $PYTHON -m gpu_bench --size "$SIZE" --device "$DEVICE" --dtype fp32 \

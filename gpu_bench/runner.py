@@ -22,11 +22,17 @@ from gpu_bench.variants import Rewriter, make_variants
 #: Equivalence tolerances per benchmark dtype (rtol, atol), applied to outputs, gradients and buffers.
 #: fp32: different but exact kernels (SDPA vs eager softmax, folded BN) differ by float rounding only.
 #: bf16 autocast: both sides round to bf16 (8 bits of mantissa, eps 7.8e-3) at different points. fp16 (float16
-#: weights): 11 bits (eps 9.8e-4), rounded at different points through a dozen layers.
-TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-2, 5e-2), "fp16": (2e-2, 2e-2)}
+#: weights) and amp-fp16 (float16 autocast): 11 bits (eps 9.8e-4), rounded at different points through a dozen layers.
+TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-2, 5e-2), "fp16": (2e-2, 2e-2),
+                                              "amp-fp16": (2e-2, 2e-2)}
 #: The benchmark dtypes: fp32; bf16 autocast over float32 weights (mixed-precision training); fp16, float16 weights
-#: and float inputs (``model.half()``, as half-precision inference runs; its training steps are plain AdamW in float16).
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: and float inputs (``model.half()``, as half-precision inference runs; its training steps are plain AdamW in float16);
+#: amp-fp16, float16 autocast over float32 weights with a gradient scaler (classic mixed-precision training, as on
+#: GPUs without bfloat16).
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                                  "amp-fp16": torch.float16}
+#: The autocast dtype of the dtypes that run under autocast.
+AUTOCAST: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
 
 @dataclasses.dataclass
@@ -60,9 +66,11 @@ Log = Callable[[str], None]
 
 
 def _autocast(config: BenchConfig) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-    """Forward-pass context: bf16 autocast (weights stay fp32, as in mixed-precision training) or nothing."""
-    if config.dtype == "bf16":
-        return lambda: torch.autocast(config.device.type, dtype=torch.bfloat16)
+    """Forward-pass context: bf16 or float16 autocast (weights stay fp32, as in mixed-precision training) or
+    nothing."""
+    dtype = AUTOCAST.get(config.dtype)
+    if dtype is not None:
+        return lambda: torch.autocast(config.device.type, dtype=dtype)
     return contextlib.nullcontext
 
 
@@ -115,10 +123,12 @@ def _error(exc: BaseException) -> str:
 
 def _steps(model: nn.Module, inputs: Inputs, config: BenchConfig) -> dict[str, Callable[[], None]]:
     """The timed calls per mode: inference (eval, ``inference_mode``) and a training step (forward, backward,
-    AdamW step). Each sets the model's mode itself, so two models can be timed in alternation."""
+    AdamW step; amp-fp16 scales the loss and unscales the step, as float16 mixed precision trains). Each sets the
+    model's mode itself, so two models can be timed in alternation."""
     args, kwargs = inputs
     autocast = _autocast(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    scaler = torch.amp.GradScaler(config.device.type, enabled=config.dtype == "amp-fp16")
 
     def infer() -> None:
         model.eval()
@@ -130,8 +140,9 @@ def _steps(model: nn.Module, inputs: Inputs, config: BenchConfig) -> dict[str, C
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             output = model(*args, **kwargs)
-        synthetic_loss(output).backward()
-        optimizer.step()
+        scaler.scale(synthetic_loss(output)).backward()
+        scaler.step(optimizer)
+        scaler.update()
 
     return {"inference": infer, "train": train_step}
 

@@ -29,7 +29,7 @@ def _run(tmp_path: Path, budget: int, **extra: str) -> list[str]:
     results = tmp_path / "results"
     env = {**os.environ, "PYTHON": str(fake), "BUDGET": str(budget), "DEVICE": "cpu", "SIZE": "tiny",
            "RESULTS": str(results), **extra}
-    for name in ("STEPS", "MODELS", "BF16_MODELS", "FP32_MODELS", "FP16_MODELS"):
+    for name in ("STEPS", "MODELS", "BF16_MODELS", "FP32_MODELS", "FP16_MODELS", "AMP16_MODELS"):
         if name not in extra:
             env.pop(name, None)
     subprocess.run(["sh", str(SCRIPT)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=60)
@@ -50,6 +50,7 @@ def test_steps_run_what_no_gpu_measured_first(tmp_path: Path) -> None:
         ["-m", "gpu_bench", "--size"],
         ["-m", "gpu_bench", "--size"],
         ["-m", "gpu_bench", "--size"],
+        ["-m", "gpu_bench", "--size"],
         ["benchmarks/bench_kernels.py", "--device", "cpu"],
         [sweep, "--device", "cpu"],
         [sweep, "--device", "cpu"],
@@ -62,11 +63,12 @@ def test_steps_run_what_no_gpu_measured_first(tmp_path: Path) -> None:
     assert "--dtype bf16 --no-compile --interleave" in calls[4] and "--models bart,vit_einsum,t5," in calls[4]
     assert "--dtype fp32 --no-compile" in calls[5] and "--models t5,gpt_neo,smollm," in calls[5]
     assert "--dtype fp16 --no-compile --modes inference --interleave" in calls[6]
-    assert "--dtype bf16 --compile --models gpt2,bart,vit_einsum" in calls[7]
-    assert "--dtype fp32 --compile --models bert,gpt2,nanogpt" in calls[8]
-    assert "--form" not in calls[10] and calls[11].endswith("--form einsum") and "--batch 1024" in calls[12]
+    assert "--dtype amp-fp16 --no-compile --interleave" in calls[7] and "--modes" not in calls[7]
+    assert "--dtype bf16 --compile --models gpt2,bart,vit_einsum" in calls[8]
+    assert "--dtype fp32 --compile --models bert,gpt2,nanogpt" in calls[9]
+    assert "--form" not in calls[11] and calls[12].endswith("--form einsum") and "--batch 1024" in calls[13]
     log = (tmp_path / "results" / "commands.txt").read_text()
-    assert log.count("# exit 0 at") == 13
+    assert log.count("# exit 0 at") == 14
 
 
 def test_steps_and_models_can_be_chosen(tmp_path: Path) -> None:
@@ -80,4 +82,4 @@ def test_steps_and_models_can_be_chosen(tmp_path: Path) -> None:
 def test_a_spent_budget_skips_the_steps(tmp_path: Path) -> None:
     assert _run(tmp_path, budget=10) == []
     log = (tmp_path / "results" / "commands.txt").read_text()
-    assert log.count("# skipped, budget spent:") == 13
+    assert log.count("# skipped, budget spent:") == 14

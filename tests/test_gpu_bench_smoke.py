@@ -214,6 +214,41 @@ def test_fp16_places_weights_and_float_inputs_in_float16() -> None:
     assert next(_place(torch.nn.Linear(2, 2), fp32).parameters()).dtype == torch.float32
 
 
+def test_amp_fp16_runs_under_float16_autocast_and_scales_the_loss(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--dtype amp-fp16``: float32 weights, forward passes under float16 autocast (timed and in the equivalence
+    check), and training steps through a gradient scaler, as float16 mixed precision trains."""
+    from gpu_bench.runner import BenchConfig, _steps
+
+    seen: list[torch.dtype | None] = []
+
+    class Probe(torch.nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+            return super().forward(x)
+
+    scales: list[float] = []
+    real_scale = torch.amp.GradScaler.scale
+    monkeypatch.setattr(torch.amp.GradScaler, "scale",
+                        lambda self, loss: scales.append(self.get_scale()) or real_scale(self, loss))
+    config = BenchConfig(size="tiny", device=torch.device("cpu"), dtype="amp-fp16", models=["bert"])
+    torch.manual_seed(0)
+    model = Probe(4, 4)
+    before = model.weight.detach().clone()
+    steps = _steps(model, ((torch.randn(3, 4),), {}), config)
+    steps["train"]()
+    steps["inference"]()
+    assert seen == [torch.float16, torch.float16] and scales and scales[0] > 1
+    assert model.weight.dtype == torch.float32 and not torch.equal(model.weight.detach(), before)
+
+    code, payload = _run(tmp_path, "--models", "bert", "--dtype", "amp-fp16", "--repeats", "1")
+    assert code == 0
+    settings = payload["settings"]
+    assert settings["dtype"] == "amp-fp16" and settings["autocast"] and (settings["rtol"], settings["atol"]) == (
+        2e-2, 2e-2)
+    assert all(v["equivalence"] is None or v["equivalence"]["ok"] for v in payload["models"][0]["variants"])
+
+
 def test_results_are_written_after_each_model_so_an_interrupted_run_keeps_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
