@@ -359,10 +359,16 @@ def _decide(entry: _Kernel, spec: str, call: Call) -> str:
     return _select_for(entry, call)
 
 
+#: (tensor dtype, autocast dtype or None) pairs whose choice ``backends()`` reports.
+_REPORTED_PRECISIONS = ((torch.float32, None), (torch.bfloat16, None), (torch.float16, None),
+                        (torch.float32, torch.bfloat16), (torch.float32, torch.float16))
+
+
 def backends() -> Dict[str, Dict[str, object]]:
     """Per kernel: each backend (available or why not, where auto picks it), what is forced, and what a plain
-    float32 / bfloat16 / float16 training and inference call picks on CPU and on CUDA right now (before a kernel's
-    size test, which ``auto_picks_it`` describes)."""
+    float32 / bfloat16 / float16 training and inference call, and a float32 one under bfloat16 or float16 autocast
+    (``"cpu float32 bfloat16-autocast train"``), picks on CPU and on CUDA right now (before a kernel's size test,
+    which ``auto_picks_it`` describes)."""
     report: Dict[str, Dict[str, object]] = {}
     for name, kernel in sorted(_KERNELS.items()):
         try:
@@ -376,10 +382,11 @@ def backends() -> Dict[str, Dict[str, object]]:
                          "auto_picks_it": backend.where})
         selected: Dict[str, str] = {}
         for device in ("cpu", "cuda"):
-            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for dtype, autocast in _REPORTED_PRECISIONS:
+                precision = str(dtype)[6:] + (f" {str(autocast)[6:]}-autocast" if autocast else "")
                 for grad in (False, True):
-                    call = Call(device, dtype, grad, None)
-                    selected[f"{device} {str(dtype)[6:]} {'train' if grad else 'infer'}"] = _select_for(kernel, call)
+                    call = Call(device, dtype, grad, autocast)
+                    selected[f"{device} {precision} {'train' if grad else 'infer'}"] = _select_for(kernel, call)
         report[name] = {"doc": kernel.doc, "forced": wanted, "backends": rows, "auto_selects": selected}
     return report
 

@@ -50,8 +50,11 @@ def test_auto_runs_the_original_on_cpu_where_not_measured_faster() -> None:
         assert {v for k, v in selects[name].items() if k.startswith("cpu")} == {"reference"}, name  # type: ignore
     # float32, float16, and bfloat16 inference, from a size on (the size test: test_kernel_attention_core.py)
     core = {k: v for k, v in selects["attention_core"].items() if k.startswith("cpu")}  # type: ignore[union-attr]
+    autocast = {f"cpu float32 {dtype}-autocast {mode}": "reference" for dtype in ("bfloat16", "float16")
+                for mode in ("infer", "train")}  # the original's float32 softmax under autocast: never SDPA
     assert core == {"cpu float32 infer": "sdpa", "cpu float32 train": "sdpa", "cpu bfloat16 infer": "sdpa",
-                    "cpu bfloat16 train": "reference", "cpu float16 infer": "sdpa", "cpu float16 train": "sdpa"}
+                    "cpu bfloat16 train": "reference", "cpu float16 infer": "sdpa", "cpu float16 train": "sdpa",
+                    **autocast}
     for name in ("bert_self_attention", "gpt2_attention", "t5_attention", "bart_attention"):
         cpu = selects[name]
         float32 = "reference" if name == "t5_attention" else "sdpa"
@@ -59,6 +62,10 @@ def test_auto_runs_the_original_on_cpu_where_not_measured_faster() -> None:
         assert cpu["cpu bfloat16 infer"] == "sdpa" and cpu["cpu bfloat16 train"] == "reference"  # type: ignore
         # float16 layers: from a size on in both modes (test_attention_cpu_sizes.py)
         assert cpu["cpu float16 infer"] == cpu["cpu float16 train"] == "sdpa"  # type: ignore[index]
+        # float32 layers under autocast: SDPA from a size, but never for T5 in bfloat16-autocast training
+        for key in ("float16-autocast infer", "float16-autocast train", "bfloat16-autocast infer"):
+            assert cpu[f"cpu float32 {key}"] == "sdpa", key  # type: ignore[index]
+        assert cpu["cpu float32 bfloat16-autocast train"] == float32  # type: ignore[index]
 
 
 def _xformers_usable() -> bool:
@@ -81,7 +88,9 @@ def test_auto_on_cuda_runs_what_measured_faster_on_a_gpu() -> None:
     # one packed QKV GEMM, and the Triton RMSNorm in inference (test_kernel_triton_llm_blocks).
     for name in ("bert_self_attention", "gpt2_attention"):
         assert cuda(name) == ({"xformers"} if _xformers_usable() else {"sdpa"}), name
-    assert cuda("attention_core") == {"sdpa"}
+    core = selects["attention_core"]
+    assert {v for k, v in core.items() if k.startswith("cuda") and "autocast" not in k} == {"sdpa"}  # type: ignore
+    assert {v for k, v in core.items() if k.startswith("cuda") and "autocast" in k} == {"reference"}  # type: ignore
     assert cuda("packed_qkv_linear") == {"packed"}
 
 
