@@ -22,9 +22,11 @@ from gpu_bench.variants import Rewriter, make_variants
 #: Equivalence tolerances per benchmark dtype (rtol, atol), applied to outputs, gradients and buffers.
 #: fp32: different but exact kernels (SDPA vs eager softmax, folded BN) differ by float rounding only.
 #: bf16 autocast: both sides round to bf16 (8 bits of mantissa, eps 7.8e-3) at different points. fp16 (float16
-#: weights) and amp-fp16 (float16 autocast): 11 bits (eps 9.8e-4), rounded at different points through a dozen layers.
+#: weights): 11 bits (eps 9.8e-4), rounded at different points through a dozen layers. amp-fp16 (float16 autocast)
+#: as bf16: T5-base's original parameter gradients under it were 1.9% of the largest gradient from float64's, and
+#: its SDPA rewrite's as far (gpu_bench/results/cpu-2026-11-28/amp_fp16_t5_gradient_error.txt).
 TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-2, 5e-2), "fp16": (2e-2, 2e-2),
-                                              "amp-fp16": (2e-2, 2e-2)}
+                                              "amp-fp16": (5e-2, 5e-2)}
 #: The benchmark dtypes: fp32; bf16 autocast over float32 weights (mixed-precision training); fp16, float16 weights
 #: and float inputs (``model.half()``, as half-precision inference runs; its training steps are plain AdamW in float16);
 #: amp-fp16, float16 autocast over float32 weights with a gradient scaler (classic mixed-precision training, as on

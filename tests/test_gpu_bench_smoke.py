@@ -245,7 +245,7 @@ def test_amp_fp16_runs_under_float16_autocast_and_scales_the_loss(tmp_path: Path
     assert code == 0
     settings = payload["settings"]
     assert settings["dtype"] == "amp-fp16" and settings["autocast"] and (settings["rtol"], settings["atol"]) == (
-        2e-2, 2e-2)
+        5e-2, 5e-2)
     assert all(v["equivalence"] is None or v["equivalence"]["ok"] for v in payload["models"][0]["variants"])
 
 
