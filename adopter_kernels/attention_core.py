@@ -102,8 +102,8 @@ _NOT_GIVEN: Any = _NotGiven()
 # keys trains 1.12x and infers 1.17-1.19x with half the memory. CPU, one thread (16 to 1024 keys, batch 1 and 4,
 # head dims 32 and 64): SDPA with its checks pays once the score matrix is large enough, earlier in inference than in
 # training; bfloat16 training was slower at every length (0.28-0.76x); float16 (batch 4 x 12 heads, 16 to 512 keys)
-# was faster at every length, 2.03-8.60x in inference, 1.29-1.68x in training. The decision sees no shapes, so
-# _sdpa_pays adds the size test.
+# was faster at every length, 2.03-8.60x in inference, 1.29-1.68x in training (2.22-8.41x with a per-head bias). The
+# decision sees no shapes, so _sdpa_pays adds the size test.
 SDPA_CORE = Backend(
     "sdpa",
     "CUDA from 8x12x512x512 attention scores (batch x heads x queries x keys) in float32 inference (1.06-1.32x on an "
@@ -114,8 +114,9 @@ SDPA_CORE = Backend(
     "bfloat16 inference (1.27-1.38x) and 4x12x16x16, the smallest measured, in float16 (2.03-8.60x inference, "
     "1.29-1.68x training); and in each case with rows of at least as many keys as measured faster (CUDA 512 in "
     "float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training, 16 in float16: windowed "
-    "attention, many short rows, measured 0.52-1.00x below; on CPU 512 with a mask that differs between heads, a "
-    "relative position bias: 0.49-1.30x below). Elsewhere (bfloat16 training on CPU, smaller attention, shorter "
+    "attention, many short rows, measured 0.52-1.00x below; on CPU in float32 and bfloat16 512 with a mask that "
+    "differs between heads, a relative position bias: 0.49-1.30x below; float16 2.22-8.41x at 16-512 keys with "
+    "one). Elsewhere (bfloat16 training on CPU, smaller attention, shorter "
     "rows) the original computation runs",
     # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
     supports=lambda call: not call.autocast,
@@ -160,12 +161,15 @@ _MIN_KEYS = {
     ("cpu", torch.float16, False): 16,
     ("cpu", torch.float16, True): 16,
 }
-#: On CPU, a mask that differs between heads (a relative position bias [heads, queries, keys]: BEiT, MaxViT; a full
-#: [batch, heads, queries, keys] or [batch x heads, queries, keys] mask) needs rows of this many keys: SDPA with
-#: such a mask ran 0.49-1.15x up to 128 keys, 0.88-0.93x at 197, 0.83-1.30x at 256 and 1.18-1.21x at 512, inference
-#: and training (gpu_bench/results/cpu-2026-11-28/attention_masks.txt); padding [batch, 1, 1, keys] and causal
-#: [1, 1, queries, keys] masks keep the thresholds above (causal: 1.68-3.38x in inference from 128 keys).
-_CPU_MIN_KEYS_PER_HEAD_MASK = 512
+#: On CPU, per dtype, a mask that differs between heads (a relative position bias [heads, queries, keys]: BEiT, Swin,
+#: MaxViT; a full [batch, heads, queries, keys] or [batch x heads, queries, keys] mask) needs rows of this many keys:
+#: in float32 SDPA with such a mask ran 0.49-1.15x up to 128 keys, 0.88-0.93x at 197, 0.83-1.30x at 256 and
+#: 1.18-1.21x at 512, inference and training (gpu_bench/results/cpu-2026-11-28/attention_masks.txt); bfloat16 was not
+#: measured with one and keeps float32's; float16 with one ran 2.22-5.26x in inference and 3.20-8.41x in training at
+#: 4 x 12 heads x 16-512 keys, 2.66-6.44x at 64 x 4 heads x 16-256 (attention_masks_fp16_{a,b}.txt): no longer rows
+#: than the thresholds above. Padding [batch, 1, 1, keys] and causal [1, 1, queries, keys] masks keep the thresholds
+#: above (causal: 1.68-3.38x in float32 inference from 128 keys).
+_CPU_MIN_KEYS_PER_HEAD_MASK = {torch.float32: 512, torch.bfloat16: 512}
 register_kernel("attention_core", SDPA_CORE, doc="ADP010 softmax(q @ k^T ...) @ v; SDPA where provably the same")
 
 
@@ -280,7 +284,7 @@ def _sdpa_pays(query: Tensor, keys: int, grad: bool, mask: object = None) -> boo
     least = _MIN_SCORES.get(kind)
     least_keys = _MIN_KEYS.get(kind, 0)
     if device == "cpu" and isinstance(mask, Tensor) and mask.dim() >= 3 and mask.shape[-3] > 1:
-        least_keys = max(least_keys, _CPU_MIN_KEYS_PER_HEAD_MASK)
+        least_keys = max(least_keys, _CPU_MIN_KEYS_PER_HEAD_MASK.get(query.dtype, 0))
     if least is not None and keys >= least_keys and math.prod(query.shape[:-1]) * keys >= least:
         return True
     return _dispatch.forced("attention_core") == "sdpa"  # asked only below the size: it costs a lookup per call

@@ -277,28 +277,33 @@ def test_auto_on_cpu_takes_sdpa_from_the_measured_size(
     ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
 )
 def test_auto_on_cpu_needs_longer_rows_for_a_mask_per_head(mask_shape: tuple[int, ...], keys: int, sdpa: bool) -> None:
-    """SDPA with a mask that differs between heads measured slower on CPU below 512 keys
-    (gpu_bench/results/cpu-2026-11-28/attention_masks.txt); padding and causal masks keep the score threshold."""
+    """SDPA with a mask that differs between heads measured slower on CPU below 512 keys in float32
+    (gpu_bench/results/cpu-2026-11-28/attention_masks.txt), and faster at every length in float16
+    (attention_masks_fp16_*.txt); padding and causal masks keep the score threshold."""
     from types import SimpleNamespace
 
     from adopter_kernels.attention_core import _sdpa_pays
 
-    query = SimpleNamespace(is_cuda=False, is_cpu=True, dtype=torch.float32, shape=(4, 12, keys, 64))
     mask = torch.zeros(1).expand(mask_shape)  # the shape only: the size test reads no data
-    with use_backend("auto"):
-        assert _sdpa_pays(query, keys, False, mask) is sdpa  # type: ignore[arg-type]
+    for dtype, expected in ((torch.float32, sdpa), (torch.float16, True)):
+        query = SimpleNamespace(is_cuda=False, is_cpu=True, dtype=dtype, shape=(4, 12, keys, 64))
+        with use_backend("auto"):
+            assert _sdpa_pays(query, keys, False, mask) is expected, dtype  # type: ignore[arg-type]
 
 
-def test_auto_on_cpu_runs_float16_through_sdpa_and_agrees(sdpa_calls: list[int]) -> None:
-    """float16 on CPU, inference and training, from 4 x 12 heads x 16 keys: SDPA, within float16 rounding of the
-    eager core computed in float32."""
+@pytest.mark.parametrize("per_head_bias", [False, True], ids=["no-mask", "per-head-bias"])
+def test_auto_on_cpu_runs_float16_through_sdpa_and_agrees(per_head_bias: bool, sdpa_calls: list[int]) -> None:
+    """float16 on CPU, inference and training, from 4 x 12 heads x 16 keys, with a relative position bias per head
+    too: SDPA, within float16 rounding of the eager core computed in float32."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(4, 12, 16, 8, generator=g) for _ in range(3))
-    expected = _eager(q, k, v, scale=0.25)
+    bias = torch.randn(12, 16, 16, generator=g) if per_head_bias else None
+    expected = _eager(q, k, v, scale=0.25, mask=bias)
     for grad in (False, True):
         half = [t.half().requires_grad_(grad) for t in (q, k, v)]
         with use_backend("auto"), torch.set_grad_enabled(grad):
-            out = attention_core(half[0], half[1].transpose(-2, -1), half[2], scale=0.25)
+            out = attention_core(half[0], half[1].transpose(-2, -1), half[2], scale=0.25,
+                                 mask=None if bias is None else bias.half())
         assert out.dtype == torch.float16
         torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
         if grad:
