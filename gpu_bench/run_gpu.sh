@@ -11,6 +11,7 @@
 #   attention_lengths.txt   ADP010's SDPA against the hand-written core from 128 to 2048 keys (where it starts to pay)
 #   attention_lengths_einsum.txt   the same for cores written with torch.einsum (vit-pytorch)
 #   base-fp32/, base-bf16/   python -m gpu_bench base-size suite with the torch.compile anchors
+#   base-amp-fp16/       the same in float16 autocast with a gradient scaler (mixed precision without bfloat16)
 #   commands.txt         the exact commands, environment and load
 # Then copy the tables of base-*/results.md into README.md and commit the folder.
 set -eu
@@ -39,4 +40,5 @@ run $PYTHON benchmarks/bench_attention_lengths.py --device cuda --batch 8 --dtyp
     --modes infer,train --lengths 128,256,384,512,768,1024,2048 --form einsum 2>&1 | tee "$out/attention_lengths_einsum.txt"
 run $PYTHON -m gpu_bench --size base --device cuda --dtype fp32 --out "$out/base-fp32"
 run $PYTHON -m gpu_bench --size base --device cuda --dtype bf16 --out "$out/base-bf16"
+run $PYTHON -m gpu_bench --size base --device cuda --dtype amp-fp16 --out "$out/base-amp-fp16"
 echo "results in $out"
