@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: tiny")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32",
                         help="fp32; bf16 autocast (fp32 weights, mixed-precision training); fp16, float16 "
                         "weights and inputs (model.half(), half-precision inference; its training steps plain AdamW "
                         "in float16); or amp-fp16, float16 autocast over fp32 weights with a gradient scaler "

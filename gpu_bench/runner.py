@@ -31,8 +31,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-5), "bf16": (5e-
 #: and float inputs (``model.half()``, as half-precision inference runs; its training steps are plain AdamW in float16);
 #: amp-fp16, float16 autocast over float32 weights with a gradient scaler (classic mixed-precision training, as on
 #: GPUs without bfloat16).
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                                  "amp-fp16": torch.float16}
+DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp-fp16")
 #: The autocast dtype of the dtypes that run under autocast.
 AUTOCAST: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
