@@ -382,7 +382,7 @@ def test_dynamo_hugging_face_models_gain_no_graph_break(name: str) -> None:
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "autocast-bfloat16", "float16", "autocast-float16"])
-def test_dynamo_bfloat16_attention_size_test_adds_no_break_or_warning(precision: str) -> None:
+def test_dynamo_half_precision_attention_size_test_adds_no_break_or_warning(precision: str) -> None:
     """With bfloat16 or float16 compute on CPU (layers in that dtype, or float32 ones under autocast to it) the SDPA
     subclasses test the size (and what is forced) while compiling too: no graph break the original lacks, and no
     warning from dynamo about the code it traces (autocast's dtype is read while tracing)."""

@@ -5,7 +5,6 @@ cached decision cannot see; in float32 it runs at every size. SDPA calls are cou
 from __future__ import annotations
 
 import contextlib
-
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
