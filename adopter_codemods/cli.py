@@ -15,7 +15,6 @@ import shutil
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO, TypeVar
 
@@ -387,6 +386,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from importlib import resources  # here, not at import: it imports tempfile, which scan never needs
+
     data = resources.files("adopter_codemods").joinpath(*EXAMPLE).read_bytes()
     label = "/".join(("adopter_codemods", *EXAMPLE))
     keys = _rule_keys(args.rules)

@@ -8,7 +8,6 @@ build output, installed packages, VCS metadata), which LibCST would otherwise re
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 CONFIG_NAME = ".libcst.codemod.yaml"  # the name LibCST looks for, from the current directory upwards
@@ -16,6 +15,8 @@ CONFIG_NAME = ".libcst.codemod.yaml"  # the name LibCST looks for, from the curr
 
 def config_text() -> str:
     """The shipped configuration."""
+    from importlib import resources  # here, not at import: it imports tempfile, which scan never needs
+
     return resources.files("adopter_codemods").joinpath("data", "libcst.codemod.yaml").read_text(encoding="utf-8")
 
 

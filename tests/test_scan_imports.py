@@ -10,7 +10,8 @@ from conftest import ROOT
 
 PROBE = """
 import sys
-before = set(sys.modules)  # what the interpreter's start-up (site, .pth files) imported is not ours
+import pathlib  # the CLI's paths; on Python <= 3.12 it imports urllib.parse itself
+before = set(sys.modules)  # what the interpreter's start-up (site, .pth files) and pathlib imported is not ours
 from adopter_codemods.cli import main
 assert main(["scan", "--no-cache", "--no-progress", sys.argv[1]]) == 1  # findings
 unused = ("multiprocessing", "hashlib", "tempfile", "difflib", "urllib.parse", "torch", "fixit")
