@@ -116,8 +116,7 @@ SDPA_CORE = Backend(
     "float32 inference, 768 otherwise; CPU 49 in inference, 64 in float32 training, 16 in float16: windowed "
     "attention, many short rows, measured 0.52-1.00x below; on CPU in float32 and bfloat16 512 with a mask that "
     "differs between heads, a relative position bias: 0.49-1.30x below; float16 2.22-8.41x at 16-512 keys with "
-    "one). Elsewhere (bfloat16 training on CPU, smaller attention, shorter "
-    "rows) the original computation runs",
+    "one). Elsewhere (bfloat16 training on CPU, smaller attention, shorter rows) the original computation runs",
     # Under autocast the original runs (see _sdpa): deciding it here spares every such call the size test.
     supports=lambda call: not call.autocast,
     faster=lambda call: call.device == "cuda"
