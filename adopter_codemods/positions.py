@@ -127,7 +127,7 @@ class _Placer:
         self.keyword_lines: dict[cst.CSTNode, int] = {}
         # With the source: its header lines, and the lines of the top-level definition being placed (the body of a
         # class found by its header: its methods are then found by theirs, see `block`).
-        self.headers: Optional[_HeaderLines] = None
+        self.headers: Optional[HeaderLines] = None
         self.region: Optional[tuple[int, Optional[int]]] = None
 
     def block(self, statements: Sequence[cst.CSTNode], line: int, indent: str, region: bool = False) -> None:
@@ -236,7 +236,7 @@ def _place(
     placer = _Placer(module, wanted_ids, on_path, render_definitions)
     # Lines are counted by newlines in the source: where a lone carriage return ends one, the tree counts them.
     lines_end_in_newlines = source is not None and source.count(b"\r") == source.count(b"\r\n")
-    headers = placer.headers = _HeaderLines(source) if source is not None and holding and lines_end_in_newlines else None
+    headers = placer.headers = HeaderLines(source) if source is not None and holding and lines_end_in_newlines else None
     if headers is not None:
         # The top-level definitions found by their header, in order: each one's lines end before the next one's.
         found = [(top, headers.header(top)) for top in module.body]
@@ -368,15 +368,17 @@ def _line_starts(source: bytes, needle: bytes, lo: int, hi: int) -> tuple[int, i
 
 # Every line starting a top-level `class` or `def` header, with the name: one scan of the source serves every top.
 _TOP_HEADER = re.compile(rb"^(?:(class)|(?:async[ \t]+)?def)[ \t]+(\w+)", re.M)
+_DECORATOR_LINE = re.compile(rb"^@", re.M)
 
 
-class _HeaderLines:
+class HeaderLines:
     """1-based lines of the top-level ``class Name``/``def Name`` headers of a source, found on first use."""
 
     def __init__(self, source: bytes) -> None:
         self.source = source
         self.lines: Optional[dict[tuple[bool, bytes], list[tuple[int, int]]]] = None  # (line, offset) per header
         self.offsets: Optional[list[int]] = None
+        self.starts: Optional[list[int]] = None  # offsets of every header line, in order
 
     def header(self, top: cst.CSTNode) -> Optional[tuple[int, int]]:
         """The line of ``class Name``/``def Name`` for a top-level class or function, when it occurs exactly once at
@@ -396,6 +398,22 @@ class _HeaderLines:
                 self.lines.setdefault((hit.group(1) is not None, hit.group(2)), []).append((line, offset))
         hits = self.lines.get((isinstance(top, cst.ClassDef), top.name.value.encode()), [])
         return hits[0] if len(hits) == 1 else None
+
+    def span(self, top: cst.CSTNode) -> Optional[tuple[int, int]]:
+        """Offsets of the text of a top-level class or function without decorators: from its header line (found
+        once, see :meth:`header`) to the next line that starts with a ``class``/``def`` header or a decorator (or
+        the end). That line starts the next top-level statement or lies inside a string or brackets; text cut there
+        does not parse, so a caller that parses the text knows which. None where the header is not found."""
+        found = self.header(top)
+        if found is None:
+            return None
+        assert self.lines is not None  # filled by `header`
+        if self.starts is None:
+            self.starts = sorted(offset for hits in self.lines.values() for _, offset in hits)
+        after = bisect.bisect_right(self.starts, found[1])
+        end = self.starts[after] if after < len(self.starts) else len(self.source)
+        decorator = _DECORATOR_LINE.search(self.source, found[1], end)
+        return found[1], decorator.start() if decorator is not None else end
 
     def nested_line(self, stmt: cst.CSTNode, indent: str, start: int, end: Optional[int]) -> Optional[int]:
         """The line of a class's method (or nested class) `stmt` whose body is indented by `indent`, when its

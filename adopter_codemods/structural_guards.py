@@ -17,6 +17,7 @@ is refused: the call might not reach the definition that was checked.
 from __future__ import annotations
 
 import ast
+import codecs
 import copy
 import functools
 import re
@@ -25,7 +26,7 @@ from typing import Optional, Sequence, Union
 
 import libcst as cst
 
-from . import cstwalk, files
+from . import cstwalk, files, positions
 from .dsl import CallNode, Const
 from .guards import Refused, guard
 from .matcher import Match, Placement
@@ -169,6 +170,8 @@ class _ParsedModule:
         # ADP001-003, ADP014: why an attention class does not fit the drop-in (None: it fits), per class and rule
         self.drop_in_misfits: dict[tuple[str, str, str], Optional[str]] = {}
         self._asts: dict[str, ast.AST] = {}
+        self._headers: Optional[positions.HeaderLines] = None  # where definitions start in the source
+        self._utf8 = codecs.lookup(module.encoding).name == "utf-8"  # source bytes `ast.parse` reads without a cookie
         self._rotations: Optional[set[str]] = None
         self._bindings: Optional[dict[str, int]] = None
         self._mutated: set[str] = set()  # `Name.attr = ...`, `del Name.attr`, `setattr(Name, ...)`
@@ -181,8 +184,28 @@ class _ParsedModule:
         if len(found) != 1 or not isinstance(found[0], kind):
             return None
         if name not in self._asts:
-            self._asts[name] = ast.parse(self.module.code_for_node(found[0])).body[0]
+            self._asts[name] = self._from_source(found[0]) or ast.parse(self.module.code_for_node(found[0])).body[0]
         return self._asts[name]
+
+    def _from_source(self, node: Union[cst.ClassDef, cst.FunctionDef]) -> Optional[ast.stmt]:
+        """`node` parsed from its own lines of the source bytes, where they can be cut out (a header line that occurs
+        once, no decorators, UTF-8): rendering a class's code from the tree costs more than parsing it."""
+        source = files.source_of(self.module)
+        after_keyword = node.whitespace_after_class if isinstance(node, cst.ClassDef) else node.whitespace_after_def
+        if not isinstance(source, bytes) or node.decorators or after_keyword.value.strip(" \t") or not self._utf8:
+            return None  # (whitespace other than blanks after the keyword: the header pattern may miss it)
+        if self._headers is None:
+            self._headers = positions.HeaderLines(source)
+        span = self._headers.span(node)
+        if span is None:
+            return None
+        try:
+            body = ast.parse(source[span[0] : span[1]]).body
+        except (SyntaxError, ValueError):
+            return None  # cut inside a string (the next header line is text), or decorators of what follows
+        first = body[0] if body else None
+        kind = ast.ClassDef if isinstance(node, cst.ClassDef) else (ast.FunctionDef, ast.AsyncFunctionDef)
+        return first if isinstance(first, kind) and first.name == node.name.value else None
 
     def rotation_helpers(self) -> set[str]:
         """Top-level functions whose body is a rotation template (either kind): ADP013's cheap per-file test."""
