@@ -177,16 +177,32 @@ class _Progress:
         self.stream.flush()
 
 
+# Without `--jobs`, a worker process per usable CPU, but one only for every this many files: starting a worker costs
+# about as much as analysing a few small files (with "spawn", macOS's and Windows' start method, it imports LibCST
+# and the rules again), so a handful of files (a pre-commit run, one model file) stays in this process.
+FILES_PER_WORKER = 16
+
+
+def _job_count(jobs: Optional[int], files: int) -> int:
+    """Worker processes for `files` files: `jobs` (0: one per usable CPU), or when None one per usable CPU and per
+    :data:`FILES_PER_WORKER` files; never more than the files, at least 1."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if jobs is None:
+        return max(1, min(cpus, files // FILES_PER_WORKER))
+    return max(1, min(jobs or cpus, files))
+
+
 def _run(
     worker: Callable[[str], T],
     paths: list[str],
-    jobs: int,
+    jobs: Optional[int],
     init: tuple[Any, ...],
     show_progress: bool,
 ) -> list[T]:
-    """Run ``worker`` on every path, in ``jobs`` processes when > 1; results in input order."""
+    """Run ``worker`` on every path, in ``jobs`` processes when > 1 (None: see :func:`_job_count`); results in input
+    order."""
     _init_worker(*init)
-    jobs = min(jobs or os.cpu_count() or 1, len(paths))
+    jobs = _job_count(jobs, len(paths))
     progress = _Progress(len(paths), sys.stderr) if show_progress and sys.stderr.isatty() and paths else None
     results: list[T] = []
     pool = None
@@ -446,7 +462,12 @@ def _add_file_options(parser: argparse.ArgumentParser, no_path: str) -> None:
         "node_modules, __pycache__, site-packages, ... are always skipped when walking directories",
     )
     parser.add_argument(
-        "-j", "--jobs", type=int, default=1, metavar="N", help="process files in N processes (0: one per CPU)"
+        "-j",
+        "--jobs",
+        type=int,
+        metavar="N",
+        help=f"process files in N processes (0: one per CPU); default: one per CPU, at most one per "
+        f"{FILES_PER_WORKER} files (fewer files run in this process)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr (shown on a TTY)")
 

@@ -1,4 +1,4 @@
-"""Scan speed end to end: ``python -m adopter_codemods scan --no-cache DIR`` as a process (start-up, imports, rule
+"""Scan speed end to end: ``python -m adopter_codemods scan --no-cache -j 1 DIR`` as a process (start-up, imports, rule
 loading, discovery, reading, parsing, analysis and the report included) against a process that only imports LibCST
 and runs a bare ``libcst.parse_module`` on the same files. A script, not a test (docs/DESIGN.md §7):
 
@@ -98,7 +98,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="bench_cli_") as tmp:
         corpus = copy_corpus(files, Path(tmp))
-        scan = [sys.executable, "-m", "adopter_codemods", "scan", "--no-cache", "--no-progress", str(corpus)]
+        # One process, as the baseline (without -j, scan would use a worker per CPU for this many files).
+        scan = [sys.executable, "-m", "adopter_codemods", "scan", "--no-cache", "--no-progress", "-j", "1", str(corpus)]
         # `python -m` puts the working directory first on the path: each scan runs in its own checkout.
         commands = {"bare parse": ([sys.executable, "-c", BARE_PARSE, str(corpus)], environment(ROOT, Path(tmp)), ROOT)}
         commands["scan"] = (scan, environment(ROOT, Path(tmp)), ROOT)

@@ -219,6 +219,35 @@ def test_parallel_output_is_deterministic(project: Path, capsys: pytest.CaptureF
     assert serial[1] == parallel[1]
 
 
+@pytest.mark.parametrize(
+    ("jobs", "files", "expected"),
+    [
+        (None, 1, 1), (None, 31, 1), (None, 32, 2), (None, 5000, 4),  # default: a worker per CPU and per 16 files
+        (0, 3, 3), (0, 100, 4), (1, 100, 1), (3, 2, 2), (-2, 9, 1),  # -j N, 0: one per CPU
+    ],
+)  # fmt: skip
+def test_job_count(jobs: int | None, files: int, expected: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert cli._job_count(jobs, files) == expected
+
+
+def test_many_files_use_workers_by_default(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(2 * cli.FILES_PER_WORKER):
+        (project / "src" / f"m{i:02}.py").write_text(ADP005_SOURCE if i % 3 else CLEAN_SOURCE, encoding="utf-8")
+    serial = run(capsys, "scan", "src", "--format", "json", "-j", "1")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    counts: list[int] = []
+    job_count = cli._job_count
+    monkeypatch.setattr(cli, "_job_count", lambda jobs, files: counts.append(job_count(jobs, files)) or counts[-1])
+    default = run(capsys, "scan", "src", "--format", "json")
+    assert counts == [2]
+    assert default == serial and default[0] == 1
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
