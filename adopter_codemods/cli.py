@@ -101,15 +101,20 @@ class _Scanned:
     refused: list[RefusedSite] = field(default_factory=list)
 
 
+def _cached_scan(path: str, data: Optional[bytes]) -> Optional[_Scanned]:
+    """The cached result for these bytes of `path`, if this process has a cache and holds one."""
+    cached = _CACHE[0].get(data, path) if _CACHE and data is not None else None
+    return _Scanned(path, cached[0], skipped=cached[1]) if cached is not None else None
+
+
 @collector_paused  # for the file's whole life, parse included: see gc_pause
 def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
     try:
         cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
         data = _readable(path) if cache else None
-        if cache and data is not None:
-            cached = cache.get(data, path)
-            if cached is not None:
-                return _Scanned(path, cached[0], skipped=cached[1])
+        hit = _cached_scan(path, data) if cache else None
+        if hit is not None:
+            return hit
         analysis = analyse_file(path, _RULES, data, with_refusals=show_refused)
         findings, skipped = analysis.findings(), analysis.skips()
         if cache and data is not None:  # judged on these very bytes, even if the file was edited meanwhile
@@ -198,11 +203,15 @@ def _run(
     jobs: Optional[int],
     init: tuple[Any, ...],
     show_progress: bool,
+    served: Optional[Callable[[str], Optional[T]]] = None,
 ) -> list[T]:
     """Run ``worker`` on every path, in ``jobs`` processes when > 1 (None: see :func:`_job_count`); results in input
-    order."""
+    order. `served`: the result of a path this process has at hand (a cache hit), else None; no worker runs for
+    those, so a re-run of unchanged files starts no worker process."""
     _init_worker(*init)
-    jobs = _job_count(jobs, len(paths))
+    ready: list[Optional[T]] = [served(p) for p in paths] if served is not None else [None] * len(paths)
+    todo = [p for p, result in zip(paths, ready) if result is None]
+    jobs = _job_count(jobs, len(todo))
     progress = _Progress(len(paths), sys.stderr) if show_progress and sys.stderr.isatty() and paths else None
     results: list[T] = []
     pool = None
@@ -211,10 +220,11 @@ def _run(
 
         pool = multiprocessing.get_context().Pool(jobs, _init_worker, init)
     try:
-        for done, result in enumerate(pool.imap(worker, paths) if pool else map(worker, paths), 1):
-            results.append(result)
+        computed = pool.imap(worker, todo) if pool else map(worker, todo)
+        for done, (path, result) in enumerate(zip(paths, ready), 1):
+            results.append(result if result is not None else next(computed))
             if progress:
-                progress.step(done, paths[done - 1])
+                progress.step(done, path)
     finally:
         if pool:
             pool.terminate()
@@ -233,9 +243,12 @@ def cmd_scan(args: argparse.Namespace) -> int:
     # As ruff does: no PATH means the current directory, except for the pre-commit hook, which lists the files.
     roots = args.paths or ([] if args.no_default_path else [os.curdir])
     paths, errors = discover(roots, args.exclude)
-    worker = functools.partial(_scan_file, with_fix=args.format == "sarif", show_refused=args.show_refused)
+    with_fix = args.format == "sarif"
+    worker = functools.partial(_scan_file, with_fix=with_fix, show_refused=args.show_refused)
     use_cache = not args.no_cache and not args.show_refused  # refusals are not stored in the cache
-    scanned = _run(worker, paths, args.jobs, (keys, args.rule_file, use_cache), not args.no_progress)
+    served = (lambda path: _cached_scan(path, _readable(path))) if use_cache and not with_fix else None
+    init = (keys, args.rule_file, use_cache)
+    scanned = _run(worker, paths, args.jobs, init, not args.no_progress, served)
     errors += [s.error for s in scanned if s.error]
     results = ScanResults(
         files_scanned=sum(s.error is None for s in scanned),

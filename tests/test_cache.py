@@ -130,3 +130,17 @@ def test_corrupt_or_unwritable_cache_is_ignored(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")  # the cache directory cannot be created
     blocked.put(data, [])
     assert blocked.get(data, "m.py") is None
+
+
+def test_hits_are_served_without_workers(project: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Enough files for worker processes by default: on a re-run the hits are served by the command's own process,
+    only the changed file is analysed, and the report is the same as without the cache."""
+    for i in range(2 * cli.FILES_PER_WORKER):
+        (project / f"m{i:02}.py").write_text(MODEL)
+    left: list[int] = []  # per run, the files left to analyse once the cache served its hits
+    monkeypatch.setattr(cli, "_job_count", lambda jobs, files: left.append(files) or 1)  # no pool in this test
+    first = scan(capsys)
+    (project / "m07.py").write_text(MODEL + "\n# edited\n")
+    assert scan(capsys) == first
+    assert scan(capsys, "--no-cache") == first
+    assert left == [2 * cli.FILES_PER_WORKER + 1, 1, 2 * cli.FILES_PER_WORKER + 1]

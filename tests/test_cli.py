@@ -237,13 +237,13 @@ def test_many_files_use_workers_by_default(
 ) -> None:
     for i in range(2 * cli.FILES_PER_WORKER):
         (project / "src" / f"m{i:02}.py").write_text(ADP005_SOURCE if i % 3 else CLEAN_SOURCE, encoding="utf-8")
-    serial = run(capsys, "scan", "src", "--format", "json", "-j", "1")
+    serial = run(capsys, "scan", "src", "--format", "json", "--no-cache", "-j", "1")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     counts: list[int] = []
     job_count = cli._job_count
     monkeypatch.setattr(cli, "_job_count", lambda jobs, files: counts.append(job_count(jobs, files)) or counts[-1])
-    default = run(capsys, "scan", "src", "--format", "json")
+    default = run(capsys, "scan", "src", "--format", "json", "--no-cache")
     assert counts == [2]
     assert default == serial and default[0] == 1
 
