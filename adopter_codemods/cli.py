@@ -188,10 +188,33 @@ class _Progress:
 FILES_PER_WORKER = 16
 
 
+def _cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> Optional[int]:
+    """The CPUs a cgroup quota grants this process (a container run with ``--cpus``, a Kubernetes CPU limit), rounded
+    up; None without one. The CPU affinity there still lists every core of the host."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]  # cgroup v2: "max 100000" or "150000 100000"
+    except (OSError, ValueError):
+        try:  # cgroup v1: a quota of -1 is none
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if not (quota.isdigit() and period.isdigit()) or int(quota) == 0 or int(period) == 0:
+        return None
+    return -(-int(quota) // int(period))
+
+
+def _usable_cpus() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = _cpu_quota()
+    return min(cpus, quota) if quota is not None else cpus
+
+
 def _job_count(jobs: Optional[int], files: int) -> int:
     """Worker processes for `files` files: `jobs` (0: one per usable CPU), or when None one per usable CPU and per
-    :data:`FILES_PER_WORKER` files; never more than the files, at least 1."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    :data:`FILES_PER_WORKER` files; never more than the files, at least 1. Usable CPUs: those of the process's
+    affinity, no more than its cgroup quota grants."""
+    cpus = _usable_cpus()
     if jobs is None:
         return max(1, min(cpus, files // FILES_PER_WORKER))
     return max(1, min(jobs or cpus, files))

@@ -227,9 +227,36 @@ def test_parallel_output_is_deterministic(project: Path, capsys: pytest.CaptureF
     ],
 )  # fmt: skip
 def test_job_count(jobs: int | None, files: int, expected: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(cli, "_usable_cpus", lambda: 4)
     assert cli._job_count(jobs, files) == expected
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "max 100000\n"}, None),  # cgroup v2
+        ({"cpu.max": "150000 100000\n"}, 2),
+        ({"cpu.max": "50000 100000\n"}, 1),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # cgroup v1
+        ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),
+        ({"cpu.max": "garbage"}, None),
+        ({}, None),
+    ],
+)
+def test_cpu_quota_of_a_container(files: dict[str, str], expected: int | None, tmp_path: Path) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cli._cpu_quota(tmp_path) == expected
+
+
+def test_usable_cpus_are_capped_by_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(cli, "_cpu_quota", lambda: 2)
+    assert cli._usable_cpus() == 2
+    monkeypatch.setattr(cli, "_cpu_quota", lambda: None)
+    assert cli._usable_cpus() == 64
 
 
 def test_many_files_use_workers_by_default(
@@ -238,8 +265,7 @@ def test_many_files_use_workers_by_default(
     for i in range(2 * cli.FILES_PER_WORKER):
         (project / "src" / f"m{i:02}.py").write_text(ADP005_SOURCE if i % 3 else CLEAN_SOURCE, encoding="utf-8")
     serial = run(capsys, "scan", "src", "--format", "json", "--no-cache", "-j", "1")
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cli, "_usable_cpus", lambda: 2)
     counts: list[int] = []
     job_count = cli._job_count
     monkeypatch.setattr(cli, "_job_count", lambda jobs, files: counts.append(job_count(jobs, files)) or counts[-1])
