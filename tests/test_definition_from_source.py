@@ -1,7 +1,7 @@
 """The guards of ADP001-003/ADP011/ADP013/ADP014 read a top-level definition as a Python AST
 (structural_guards._ParsedModule.definition). With the source bytes it is parsed from its own lines, cut from its
-header to the next header line; otherwise, or wherever that cut is not certain, from code rendered from the tree.
-Both must give the same AST."""
+header to the next header or decorator line; otherwise, or wherever that cut is not certain, from code rendered from
+the tree. Both must give the same AST."""
 
 from __future__ import annotations
 
