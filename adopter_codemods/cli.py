@@ -101,20 +101,19 @@ class _Scanned:
     refused: list[RefusedSite] = field(default_factory=list)
 
 
-def _cached_scan(path: str, data: Optional[bytes]) -> Optional[_Scanned]:
-    """The cached result for these bytes of `path`, if this process has a cache and holds one."""
+def _cached_scan(path: str) -> Optional[_Scanned]:
+    """The cached result for the file's current bytes, if this process has a cache and holds one."""
+    data = _readable(path) if _CACHE else None
     cached = _CACHE[0].get(data, path) if _CACHE and data is not None else None
     return _Scanned(path, cached[0], skipped=cached[1]) if cached is not None else None
 
 
 @collector_paused  # for the file's whole life, parse included: see gc_pause
 def _scan_file(path: str, with_fix: bool, show_refused: bool = False) -> _Scanned:
+    """Analyse a file (`cmd_scan` has served its cache hits already) and cache the result."""
     try:
         cache = _CACHE[0] if _CACHE and not with_fix else None  # SARIF also reports fixes: not cached
         data = _readable(path) if cache else None
-        hit = _cached_scan(path, data) if cache else None
-        if hit is not None:
-            return hit
         analysis = analyse_file(path, _RULES, data, with_refusals=show_refused)
         findings, skipped = analysis.findings(), analysis.skips()
         if cache and data is not None:  # judged on these very bytes, even if the file was edited meanwhile
@@ -269,7 +268,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     with_fix = args.format == "sarif"
     worker = functools.partial(_scan_file, with_fix=with_fix, show_refused=args.show_refused)
     use_cache = not args.no_cache and not args.show_refused  # refusals are not stored in the cache
-    served = (lambda path: _cached_scan(path, _readable(path))) if use_cache and not with_fix else None
+    served = _cached_scan if use_cache and not with_fix else None
     init = (keys, args.rule_file, use_cache)
     scanned = _run(worker, paths, args.jobs, init, not args.no_progress, served)
     errors += [s.error for s in scanned if s.error]

@@ -262,8 +262,14 @@ def _scope(module: cst.Module) -> Optional[_Analysed]:
 def source_of(module: cst.Module) -> Union[str, bytes]:
     """What to give ``ast.parse`` for a whole module: the bytes it was parsed from while it is analysed, else its
     code, generated from the tree (the same text: LibCST round-trips exactly; generating it costs about a parse)."""
+    source = source_bytes(module)
+    return source if source is not None else module.code
+
+
+def source_bytes(module: cst.Module) -> Optional[bytes]:
+    """The bytes `module` was parsed from while it is analysed and they are known, else None (nothing rendered)."""
     scope = _scope(module)
-    return scope.source if scope is not None and scope.source is not None else module.code
+    return scope.source if scope is not None else None
 
 
 def memo_of(module: cst.Module) -> dict[str, object]:

@@ -190,9 +190,9 @@ class _ParsedModule:
     def _from_source(self, node: Union[cst.ClassDef, cst.FunctionDef]) -> Optional[ast.stmt]:
         """`node` parsed from its own lines of the source bytes, where they can be cut out (a header line that occurs
         once, no decorators, UTF-8): rendering a class's code from the tree costs more than parsing it."""
-        source = files.source_of(self.module)
+        source = files.source_bytes(self.module)  # not `source_of`: rendering the module to discard it would cost more
         after_keyword = node.whitespace_after_class if isinstance(node, cst.ClassDef) else node.whitespace_after_def
-        if not isinstance(source, bytes) or node.decorators or after_keyword.value.strip(" \t") or not self._utf8:
+        if source is None or node.decorators or after_keyword.value.strip(" \t") or not self._utf8:
             return None  # (whitespace other than blanks after the keyword: the header pattern may miss it)
         if self._headers is None:
             self._headers = positions.HeaderLines(source)

@@ -66,14 +66,16 @@ def test_falls_back_to_rendering_where_the_cut_is_not_certain(tail: str) -> None
     assert _same(found, rendered)
 
 
-def test_other_encodings_and_unknown_source_are_rendered() -> None:
+def test_other_encodings_and_unknown_source_are_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
     source = ("# -*- coding: latin-1 -*-\n" + HEAD + "NAME = 'caf\xe9'\n\n\n" + CLASS).encode("latin-1")
     cut, found, rendered = _definitions(source, "N", cst.ClassDef)
     assert cut is None and _same(found, rendered)
     module = cst.parse_module(HEAD + CLASS)
     with files.analysing(module):  # no bytes
         parsed = _parsed(module)
-        assert parsed._from_source(module.body[-1]) is None  # type: ignore[arg-type]
+        with monkeypatch.context() as patch:  # nor is the whole module rendered to find that out
+            patch.setattr(files, "source_of", lambda module: pytest.fail("rendered the module"))
+            assert parsed._from_source(module.body[-1]) is None  # type: ignore[arg-type]
         found = parsed.definition("N", cst.ClassDef)
     assert _same(found, ast.parse(CLASS).body[0])
 
