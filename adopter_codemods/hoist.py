@@ -259,16 +259,18 @@ def _may_leave(statement: cst.CSTNode) -> bool:
     """Whether a compound statement in between may end the block early (``if flag: return q``): the walk folds
     statements without layer calls into one event, so such a path is not among the class's paths. An exception
     ends the computation, so ``raise`` is fine: the nodes have no effect of their own."""
+    return isinstance(statement, cst.BaseCompoundStatement) and _leaves_early(statement, False)
 
-    def search(node: cst.CSTNode, in_loop: bool) -> bool:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        if isinstance(node, cst.Return) or (isinstance(node, (cst.Break, cst.Continue)) and not in_loop):
-            return True
-        inner = in_loop or isinstance(node, (cst.For, cst.While))
-        return any(search(child, inner) for child in cstwalk.children(node))
 
-    return isinstance(statement, cst.BaseCompoundStatement) and search(statement, False)
+# The searches below are module-level functions, not recursive closures: such a closure is a reference cycle, left
+# with what it captures to the garbage collector (docs/PERFORMANCE.md, "Reference cycles").
+def _leaves_early(node: cst.CSTNode, in_loop: bool) -> bool:
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return False
+    if isinstance(node, cst.Return) or (isinstance(node, (cst.Break, cst.Continue)) and not in_loop):
+        return True
+    inner = in_loop or isinstance(node, (cst.For, cst.While))
+    return any(_leaves_early(child, inner) for child in cstwalk.children(node))
 
 
 def _references_layers(small: cst.CSTNode, layers: set[str], matched: set[int]) -> bool:
@@ -292,22 +294,22 @@ def _enclosing_function(match: Match, line: cst.CSTNode) -> Optional[cst.Functio
     """The innermost function definition holding `line` (a method of the class or of a local base, whose helper
     was inlined, or a top-level function)."""
     root = match.cls.module if match.cls.module is not None else match.cls.node
-    if root is None:
-        return None
+    return None if root is None else _function_holding(root, line, None)
 
-    def search(node: cst.CSTNode, function: Optional[cst.FunctionDef]) -> Optional[cst.FunctionDef]:
-        if node is line:
-            return function
-        if isinstance(node, cst.BaseSmallStatement):
-            return None  # statements hold no statement lines below them
-        inner = node if isinstance(node, cst.FunctionDef) else function
-        for child in cstwalk.children(node):
-            found = search(child, inner)
-            if found is not None:
-                return found
-        return None
 
-    return search(root, None)
+def _function_holding(
+    node: cst.CSTNode, line: cst.CSTNode, function: Optional[cst.FunctionDef]
+) -> Optional[cst.FunctionDef]:
+    if node is line:
+        return function
+    if isinstance(node, cst.BaseSmallStatement):
+        return None  # statements hold no statement lines below them
+    inner = node if isinstance(node, cst.FunctionDef) else function
+    for child in cstwalk.children(node):
+        found = _function_holding(child, line, inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _fresh_names(function: cst.FunctionDef, outputs: list[DLNode], replaces: Optional[cst.Assign]) -> tuple[str, ...]:

@@ -1826,34 +1826,36 @@ def _guarded_reads(stmt: cst.CSTNode, names: set[str], cls: ClassStructure) -> O
     `if`/conditional expression); None when some read is not guarded that way (or sits in a nested scope, which may
     run later)."""
     tests: list[cst.BaseExpression] = []
+    return tests if _reads_guarded(stmt, None, names, cls, tests) else None
 
-    def visit(node: cst.CSTNode, guard: Optional[cst.BaseExpression]) -> bool:
-        if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
-            return not (_names_in_node(node) & names)
-        if isinstance(node, cst.If):
-            return (
-                visit(node.test, guard)
-                and visit(node.body, node.test if _fallback_test(node.test, cls) else guard)
-                and (node.orelse is None or visit(node.orelse, guard))
-            )
-        if isinstance(node, cst.IfExp):
-            return (
-                visit(node.test, guard)
-                and visit(node.body, node.test if _fallback_test(node.test, cls) else guard)
-                and visit(node.orelse, guard)
-            )
-        if isinstance(node, cst.Attribute):
-            return visit(node.value, guard)
-        if isinstance(node, cst.Arg):
-            return visit(node.value, guard)
-        if isinstance(node, cst.Name) and node.value in names:
-            if guard is None:
-                return False
-            tests.append(guard)
-            return True
-        return all(visit(child, guard) for child in cstwalk.children(node))
 
-    return tests if visit(stmt, None) else None
+def _reads_guarded(
+    node: cst.CSTNode,
+    guard: Optional[cst.BaseExpression],
+    names: set[str],
+    cls: ClassStructure,
+    tests: list[cst.BaseExpression],
+) -> bool:
+    """`_guarded_reads` below `node`, under the fallback test `guard` (None: none), collecting the tests in `tests`.
+    A module-level function rather than a recursive closure: that closure would be a reference cycle holding the
+    class structure, and with it the module's tree, until the next garbage collection."""
+    if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+        return not (_names_in_node(node) & names)
+    if isinstance(node, (cst.If, cst.IfExp)):
+        if not _reads_guarded(node.test, guard, names, cls, tests):
+            return False
+        inner = node.test if _fallback_test(node.test, cls) else guard
+        return _reads_guarded(node.body, inner, names, cls, tests) and (
+            node.orelse is None or _reads_guarded(node.orelse, guard, names, cls, tests)
+        )
+    if isinstance(node, (cst.Attribute, cst.Arg)):
+        return _reads_guarded(node.value, guard, names, cls, tests)
+    if isinstance(node, cst.Name) and node.value in names:
+        if guard is None:
+            return False
+        tests.append(guard)
+        return True
+    return all(_reads_guarded(child, guard, names, cls, tests) for child in cstwalk.children(node))
 
 
 def _names_in_node(node: cst.CSTNode) -> set[str]:
