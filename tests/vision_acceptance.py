@@ -108,9 +108,9 @@ def _engine(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def run_acceptance(workdir: Path) -> dict[str, Row]:
     """The whole acceptance run in ``workdir`` (a fresh directory); one ``Row`` per model of ``MODELS``."""
-    original = workdir / "original.pt"
+    original = workdir / "original"
     _worker("original", str(original))
-    with open(original.with_suffix(".json")) as handle:
+    with open(original / "classes.json") as handle:
         classes: dict[str, list[list[str]]] = json.load(handle)  # model -> [relative file, class name]
     tree = workdir / "tree"
     for package in PACKAGES:
@@ -257,6 +257,12 @@ def _class_files(model: Any) -> list[list[str]]:
     return sorted([file, name] for file, name in found)
 
 
+def _saved(directory: Path, index: int) -> Path:
+    """Where the original run keeps the results of ``MODELS[index]``: one file per model, so that neither worker
+    holds more than one model's float64 weights, gradients and outputs at a time (all of them: 2.3 GB)."""
+    return directory / f"model{index}.pt"
+
+
 def _original(out: Path) -> None:
     import torch
     from model_zoo import import_vision
@@ -264,20 +270,22 @@ def _original(out: Path) -> None:
     torchvision, timm = import_vision()
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
-    saved, classes = {}, {}
-    for name, library, builder in MODELS:
+    out.mkdir()
+    classes = {}
+    for index, (name, library, builder) in enumerate(MODELS):
         model = _build(library, builder, torchvision, timm)
         state = {k: v.clone() for k, v in model.state_dict().items()}
         train = _step(model, "train")
         with _executed_pairs(model) as pairs:
             evaluated = _step(model, "eval")
-        saved[name] = {"state_dict": state, "train": train, "eval": evaluated, "pairs": pairs}
+        saved = {"state_dict": state, "train": train, "eval": evaluated, "pairs": pairs}
         if builder == "resnet18":
             model.load_state_dict(state)
-            saved[name]["features"] = _features(model, torchvision)
+            saved["features"] = _features(model, torchvision)
+        torch.save(saved, _saved(out, index))
         classes[name] = _class_files(model)
-    torch.save(saved, out)
-    out.with_suffix(".json").write_text(json.dumps(classes))
+        del model, state, train, evaluated, saved  # before the next model is built
+    (out / "classes.json").write_text(json.dumps(classes))
 
 
 @contextmanager
@@ -333,23 +341,24 @@ def _rewritten(tree: Path, original: Path, out: Path) -> None:
         assert tree in Path(module.__file__).parents, f"{module.__name__} imported from {module.__file__}"
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
-    saved = torch.load(original, weights_only=False)
     rows = {}
-    for name, library, builder in MODELS:
+    for index, (name, library, builder) in enumerate(MODELS):
+        saved = torch.load(_saved(original, index), weights_only=False)
+        _saved(original, index).unlink()  # read once: the run leaves no gigabytes behind in the temporary directory
         model = _build(library, builder, torchvision, timm)
-        model.load_state_dict(saved[name]["state_dict"], strict=True)
+        model.load_state_dict(saved["state_dict"], strict=True)
         names = {id(module): module_name for module_name, module in model.named_modules()}
         report = EquivalenceReport(rtol=RTOL, atol=ATOL, modes=("train", "eval"))
         with adopter_kernels.use_backend(FOLDED):
-            _compare(report, "train", saved[name]["train"], _step(model, "train"))
+            _compare(report, "train", saved["train"], _step(model, "train"))
             with _kernel_calls() as (calls, folded):
-                _compare(report, "eval folded", saved[name]["eval"], _step(model, "eval"))
-        _compare(report, "eval auto", saved[name]["eval"], _step(model, "eval"))
-        if "features" in saved[name]:
-            model.load_state_dict(saved[name]["state_dict"], strict=True)
+                _compare(report, "eval folded", saved["eval"], _step(model, "eval"))
+        _compare(report, "eval auto", saved["eval"], _step(model, "eval"))
+        if "features" in saved:
+            model.load_state_dict(saved["state_dict"], strict=True)
             with adopter_kernels.use_backend(FOLDED):
-                _compare(report, "fx features", saved[name]["features"], _features(model, torchvision))
-        executed = [tuple(pair) for pair in saved[name]["pairs"]]
+                _compare(report, "fx features", saved["features"], _features(model, torchvision))
+        executed = [tuple(pair) for pair in saved["pairs"]]
         called = [(names[id(conv)], names[id(bn)]) for conv, bn in calls]
         through = sum(1 for pair in called if pair in executed)
         rows[name] = {
@@ -362,6 +371,7 @@ def _rewritten(tree: Path, original: Path, out: Path) -> None:
             "max_abs_diff": max(report.max_abs_diff.values(), default=0.0),
             "mismatches": [str(m) for m in report.mismatches[:10]],
         }
+        del saved, model, calls  # before the next model is loaded and built
     out.write_text(json.dumps(rows, indent=1))
 
 
