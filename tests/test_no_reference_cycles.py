@@ -18,9 +18,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import adopter_codemods.rules as rules_module
 from adopter_codemods import files
 from adopter_codemods.engine import analyse
+from adopter_codemods.rules import builtin_rules
 from adopter_codemods.structure import ClassStructure, ModuleStructure
 from conftest import fixture_cases
 
@@ -48,8 +48,8 @@ def collector_off() -> Iterator[None]:
 def _analyse(path: Path) -> None:
     """Analyse `path`, report (findings, skips, refusals) and rewrite it, and drop it all."""
     data = path.read_bytes()
-    analysis = analyse(files.parse_file(str(path), data), list(rules_module.builtin_rules()), str(path), source=data,
-                       with_refusals=True)
+    module = files.parse_file(str(path), data)
+    analysis = analyse(module, list(builtin_rules()), str(path), source=data, with_refusals=True)
     analysis.findings()
     analysis.skips()
     analysis.refused()
