@@ -7,7 +7,8 @@ files measured in the same run. A script, not a test (docs/DESIGN.md §7):
 Corpus: every PyTorch ``models/*/modeling_*.py`` of the installed transformers (4.34.1: 206 files, 13.5 MB), or
 the files/directories given. Per file, this process runs what ``scan --no-cache`` runs for it (``cli._scan_file``):
 read the bytes, screen them for input that would crash LibCST's parser, decode, parse ("its parse": these three),
-build the model structure, match every rule, place the findings and the skipped units ("analysis"). The baseline is the
+build the model structure, match every rule, place the findings and the skipped units, then the garbage collection
+the file leaves pending ("analysis"). The baseline is the
 bare parse of the same bytes in a child process that imports nothing but LibCST (a process that has run the
 analysis parses slower: its collections traverse more objects). Goal (docs/PERFORMANCE.md): ratio = scan / bare
 parse <= 1.2 on one core. Both are CPU times (a busy machine's wall clock varies too much), each the best of
