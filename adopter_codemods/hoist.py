@@ -19,7 +19,8 @@ function's graph):
   comprehensions, conditional expressions and ``and``/``or`` hold no DSL nodes; chained comparisons are refused);
 * every input of the target holds, at the new statement, the value each node reads (a name defined in between,
   a name first defined on the new statement's line, a value computed in a matched statement: refused); no
-  statement in between that makes calls reads it (it may mutate it in place); no call of a node's own statement
+  statement in between that makes calls reads it (it may mutate it in place), nor changes in place a value that
+  may share its memory (``flow.aliasing``: ``z += 1`` after ``z = x.view(-1)``); no call of a node's own statement
   runs before the node;
 * the layers the nodes call are not referenced in between other than by those calls (``self.k.weight.mul_(2)``).
 
@@ -37,6 +38,7 @@ import libcst as cst
 
 from . import cstwalk
 from .dsl import Wildcard
+from .flow import aliasing
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
 from .matcher import Match, Placement, _EffectScan, _names_at_anchor, _target_inputs
@@ -231,6 +233,8 @@ def _instance_safe(
                 read.add(vid)
     matched = {id(n.expr) for n in occ}
     carried = reach.carried(read, chain)
+    sharing = aliasing.sharing_memory(graph, read)
+    carried_sharing = reach.carried(sharing, chain)
     scanned: set[int] = set()
     for pos in range(start, stop + 1):
         event = graph.events[pos]
@@ -247,6 +251,9 @@ def _instance_safe(
                 event.site.small.visit(scan)
                 impure = scan.unsafe
             if impure:
+                return False
+        if any(vid in reads and reach.reads_at(pos, chain, joins) for vid, joins in carried_sharing.items()):
+            if aliasing.changes_in_place(graph, event, sharing):
                 return False
         if id(event.site.small) not in scanned:
             scanned.add(id(event.site.small))

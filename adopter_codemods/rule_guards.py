@@ -12,7 +12,7 @@ from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
-from .provider.syntax import METADATA_METHODS
+from .provider.syntax import METADATA_ATTRIBUTES, METADATA_METHODS, _object_name, in_place_targets
 from .signatures import SIGNATURES
 from .structure import Def, DLNode, Site, Value
 
@@ -169,68 +169,7 @@ def _assigned_name(match: Match, placement: Placement, vid: int) -> Optional[str
 # ------------------------------------------------------------------------------------------ ADP009 FuseQKV
 
 
-def _root_name(node: cst.BaseExpression) -> Optional[str]:
-    """``x`` for ``x``, ``x.a``, ``x[i]`` (``self.x`` for ``self.x...``); None for anything else."""
-    while isinstance(node, (cst.Attribute, cst.Subscript)):
-        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
-            return "self." + node.attr.value
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
-
-
-class _InPlaceTargets(cst.CSTVisitor):
-    """Names whose object a statement modifies in place: ``x += y``, ``x[i] = y``, ``x.add_(y)``,
-    ``f(x, inplace=True)``."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def _add(self, node: cst.BaseExpression) -> None:
-        name = _root_name(node)
-        if name is not None:
-            self.names.add(name)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._add(node.target)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        if isinstance(node.target, (cst.Subscript, cst.Attribute)):
-            self._add(node.target)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
-            self._add(func.value)
-        inplace = any(
-            a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in node.args
-        )
-        if inplace:
-            for arg in node.args:
-                if arg.keyword is None:
-                    self._add(arg.value)
-
-
-def _is_false(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
-
-
-def _in_place_targets(small: cst.CSTNode) -> set[str]:
-    # A field walk rather than `small.visit(...)`: LibCST's visitor made this guard cost more than parsing.
-    visitor = _InPlaceTargets()
-    for node in cstwalk.walk(small):
-        kind = type(node)
-        if kind is cst.AugAssign:
-            visitor.visit_AugAssign(node)  # type: ignore[arg-type]
-        elif kind is cst.AssignTarget:
-            visitor.visit_AssignTarget(node)  # type: ignore[arg-type]
-        elif kind is cst.Call:
-            visitor.visit_Call(node)  # type: ignore[arg-type]
-    return visitor.names
-
-
 _PROJECTION = "%projection"  # `_view_root` of an expression that may be a view of a matched projection's result
-# What a tensor answers about itself, never a view of it: `n = k.shape[-2]; n += 1` modifies no tensor.
-_METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
 
 
 def _view_root(
@@ -245,10 +184,10 @@ def _view_root(
             return _PROJECTION
         if isinstance(expr, cst.Name):
             return expr.value
-        if isinstance(expr, cst.Attribute) and expr.attr.value in _METADATA_ATTRIBUTES:
+        if isinstance(expr, cst.Attribute) and expr.attr.value in METADATA_ATTRIBUTES:
             return None
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
-            name = _root_name(expr)
+            name = _object_name(expr)
             if name is not None and name.startswith("self.") and held(name):
                 return name
             expr = expr.value
@@ -256,7 +195,7 @@ def _view_root(
             func = expr.func
             if isinstance(func, cst.Attribute) and func.attr.value in METADATA_METHODS:
                 return None
-            receiver = _root_name(func.value) if isinstance(func, cst.Attribute) else None
+            receiver = _object_name(func.value) if isinstance(func, cst.Attribute) else None
             if isinstance(func, cst.Attribute) and (receiver is None or held(receiver)):
                 expr = func.value  # a method of a tracked tensor or of a computed value (a chain)
             else:
@@ -322,7 +261,7 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
         first = all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds)  # type: ignore[union-attr]
         if first and names:
             if id(site.small) not in in_place:
-                in_place[id(site.small)] = _in_place_targets(site.small)
+                in_place[id(site.small)] = in_place_targets(site.small)
             modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
             if modified is not None:
                 return Refused(

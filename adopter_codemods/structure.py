@@ -130,6 +130,9 @@ class DLNode:
 class Use:
     vids: tuple[int, ...]
     site: Site
+    # The scoped names holding `vids`, in step with them, where the walk reads them by name (a statement read as a
+    # whole, an assignment's value and target): what `flow.aliasing` follows from name to value.
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -59,6 +59,25 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_inplace_dropout.py': [
         '13: init-mismatch: the __init__ binding of self.dropout does not fit the rule: inplace=True, where the rule needs inplace=False (line 9)',
     ],
+    'ADP005_fuse_dropout_ln/neg_input_changed_through_alias.py': [
+        "17: input-may-be-mutated: this statement may change `x` in place, which a matched statement moved to "
+        "the fused call's place reads (line 18)",
+        "30: input-may-be-mutated: this statement may change a value that may share memory with `x` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 31)",
+        "43: input-may-be-mutated: this statement may change a value that may share memory with `x` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 44)",
+        "56: input-may-be-mutated: this statement may change a value that may share memory with `x` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 57)",
+        "69: input-may-be-mutated: this statement may change a value that may share memory with `x` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 70)",
+        "83: input-may-be-mutated: this statement may change a value that may share memory with `x` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 84)",
+    ],
     'ADP005_fuse_dropout_ln/neg_input_redefined.py': [
         "13: input-redefined: `h` is assigned again here, so at the fused call's place it would hold another value (line 14)",
     ],
@@ -154,6 +173,18 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     # The forked classes: q/k read a phi of the two aliases, v the value before the branch. The graph matches no
     # such structure (a pattern variable binds one value on every path), so nothing is refused there.
     'ADP009_fuse_qkv/neg_different_inputs.py': [],
+    'ADP009_fuse_qkv/neg_input_changed_through_alias.py': [
+        "21: input-may-be-mutated: this statement may change `h` in place, which a matched statement moved to "
+        "the fused call's place reads (line 22)",
+        '32: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 34)',
+        '43: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 44)',
+        "54: input-may-be-mutated: this statement may change a value that may share memory with `h` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 55)",
+        "65: input-may-be-mutated: this statement may change a value that may share memory with `h` (a view, "
+        "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 66)",
+    ],
     'ADP009_fuse_qkv/neg_inputs_from_two_helpers.py': [],
     'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
         '38: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 39)',

@@ -19,6 +19,7 @@ from .. import cstwalk
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
 from ..structure import Def, DLNode, Event
+from . import aliasing
 from .graph import FlowGraph, Reach, read_vids
 
 Key = tuple[int, Optional[str]]
@@ -702,9 +703,10 @@ def _moved_reads_touched(
     match: "m.Match", graph: FlowGraph, reach: Reach, anchor: DLNode, keys: set[Key], deleted: set[int],
     chain: list[int],
 ) -> Optional["m.Reason"]:
-    """(iv) Deleted statements now run at the anchor: what they read must not reach code with calls in between, on
-    a path through the copy, which may mutate it in place (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``). The
-    reason naming the first such call (in graph order), if any."""
+    """(iv) Deleted statements now run at the anchor: what they read must not be changed in place in between, on a
+    path through the copy: by code with calls reading it (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``), or by a
+    statement changing in place a value that may share its memory (`aliasing`: ``z += 1``, ``z[0] = 0``,
+    ``z.add_(1)`` after ``z = x.view(-1)``). The reason naming the first such statement (in graph order), if any."""
     moved_at = [
         pos
         for statement in deleted
@@ -718,8 +720,12 @@ def _moved_reads_touched(
         event = graph.events[pos]
         moved |= {vid for vid in read_vids(event) if vid not in _temporaries(event)}
     skip = deleted | {id(anchor.site.small)}
-    suspects: set[int] = set()  # readers of a moved value between a deleted statement and the anchor
-    for vid, joins in reach.carried(moved, chain).items():
+    sharing = aliasing.sharing_memory(graph, moved)
+    direct = reach.carried(moved, chain)
+    # readers of a value sharing memory with a moved one between a deleted statement and the anchor -> whether they
+    # read a moved value itself
+    suspects: dict[int, bool] = {}
+    for vid, joins in reach.carried(sharing, chain).items():
         for pos in graph.readers.get(vid, ()):
             event = graph.events[pos]
             assert event is not None
@@ -730,18 +736,25 @@ def _moved_reads_touched(
             if not (reach.before(pos, anchor.index) and any(p != pos and reach.before(p, pos) for p in moved_at)):
                 continue
             if reach.reads_at(pos, chain, joins):
-                suspects.add(pos)
-    for pos in sorted(suspects):  # in graph order: the reason names the first call that may mutate
+                reads_moved = vid in direct and reach.reads_at(pos, chain, direct[vid])
+                suspects[pos] = suspects.get(pos, False) or reads_moved
+    # A helper called by a deleted statement runs with it at the fused call's place: its stores (a memo such as
+    # `self.cache[key] = bias`) change in place what the helper itself reads next, and are judged by its calls only.
+    inlined = {pos for statement in deleted for pos in graph.inlined_from.get(statement, ())}
+    for pos in sorted(suspects):  # in graph order: the reason names the first statement that may mutate
         event = graph.events[pos]
         assert event is not None
-        if isinstance(event, DLNode):
-            impure = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
+        calls = False
+        if not suspects[pos]:
+            pass  # only a value sharing memory with a moved one: judged by what changes in place below
+        elif isinstance(event, DLNode):
+            calls = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
         else:
             scan = m._EffectScan(skip)
             event.site.small.visit(scan)
-            impure = scan.unsafe
-        if impure:
-            sentence = _mutated_sentence(graph, match, moved, event)
+            calls = scan.unsafe
+        if calls or (pos not in inlined and aliasing.changes_in_place(graph, event, sharing)):
+            sentence = _mutated_sentence(graph, match, moved, event, calls)
             return m.Reason(m.RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
     before = m._CallBefore(anchor.expr)
     anchor.site.small.visit(before)
@@ -755,13 +768,23 @@ def _moved_reads_touched(
     return None
 
 
-def _mutated_sentence(graph: FlowGraph, match: "m.Match", moved: set[int], event: Event) -> Callable[[], str]:
+def _mutated_sentence(
+    graph: FlowGraph, match: "m.Match", moved: set[int], event: Event, calls: bool
+) -> Callable[[], str]:
     def sentence() -> str:
         read = read_vids(event)
         name = m._name_of({v for v in moved if graph.flowing([v]) & read}, graph, match.cls)
+        subject = f"`{name}`" if name else "a value"
+        if calls:
+            return f"a call here may modify {subject} in place, which a matched statement moved to the fused call's place reads"
+        if name is None:  # the statement reads a value sharing memory with a moved one: name the moved one
+            name = m._name_of(
+                {v for v in moved if graph.flowing(aliasing.sharing_memory(graph, [v])) & read}, graph, match.cls
+            )
+            subject = f"a value that may share memory with `{name}` (a view, an alias, a container holding it)"
         return (
-            f"a call here may modify {f'`{name}`' if name else 'a value'} in place, which a matched statement moved "
-            "to the fused call's place reads"
+            f"this statement may change {subject} in place, which a matched statement moved to the fused call's "
+            "place reads"
         )
 
     return sentence

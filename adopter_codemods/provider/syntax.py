@@ -54,6 +54,8 @@ def _not_self_attr(node: cst.CSTNode) -> bool:
     return not (type(node) is cst.Attribute and _is_self_attr(node) is not None)
 
 
+# What a tensor answers about itself, never a view of it: `n = k.shape[-2]; n += 1` modifies no tensor.
+METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "layout", "is_cuda", "requires_grad"})
 # Tensor methods that only read their receiver's metadata (`q.size(-1)`, `bsz, n, _ = x.size()`), and builtins that
 # only convert or compare numbers: calls without effects, whose result changes only with what they read.
 METADATA_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "get_device"})
@@ -141,6 +143,39 @@ def _written_names(node: cst.CSTNode) -> set[str]:
     collector = _TargetCollector()
     collector.visit(node)
     return collector.names
+
+
+def in_place_targets(small: cst.CSTNode) -> set[str]:
+    """Names whose object a statement modifies in place: ``x += y``, ``x[i] = y``, ``x.a = y``, ``del x[i]``,
+    ``x.add_(y)``, ``f(x, inplace=True)`` (``self.<attr>`` for ``self.<attr>...``; a store to ``self.<attr>`` itself
+    counts too)."""
+    names: set[str] = set()
+    roots: list[cst.BaseExpression] = []
+    # A field walk rather than a LibCST visitor, which made the ADP009 guard reading this cost more than parsing.
+    for node in cstwalk.walk(small):
+        kind = type(node)
+        if kind is cst.AugAssign:
+            roots.append(node.target)  # type: ignore[attr-defined]
+        elif kind is cst.AssignTarget or kind is cst.Del:
+            target = node.target  # type: ignore[attr-defined]
+            if type(target) is cst.Subscript or type(target) is cst.Attribute:
+                roots.append(target)
+        elif kind is cst.Call:
+            func = node.func  # type: ignore[attr-defined]
+            if type(func) is cst.Attribute and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+                roots.append(func.value)
+            args = node.args  # type: ignore[attr-defined]
+            if any(a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in args):
+                roots.extend(a.value for a in args if a.keyword is None)
+    for root in roots:
+        name = _object_name(root)
+        if name is not None:
+            names.add(name)
+    return names
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return type(node) is cst.Name and node.value == "False"  # type: ignore[attr-defined]
 
 
 def _call_receivers(node: cst.CSTNode) -> set[str]:

@@ -192,9 +192,10 @@ class _ClassWalker(_Unchainer):
         names, _ = self.read_names(at.small)
         site = at.site()
         prefix = at.ctx.prefix
-        vids = tuple(self.lookup(p.state, prefix + n if not n.startswith("self.") else n) for n in names)
+        held = tuple(prefix + n if not n.startswith("self.") else n for n in names)
+        vids = tuple(self.lookup(p.state, n) for n in held)
         if vids:
-            p.events.append(Use(vids, site))
+            p.events.append(Use(vids, site, held))
         for name in self.written_names(at.small):
             scoped = name if name.startswith("self.") else prefix + name
             vid = p.state[scoped] = self.new_vid()
@@ -359,15 +360,16 @@ class _ClassWalker(_Unchainer):
                 p.events.append(Def(name, val.vid, site))
                 continue
             if val.kind == "expr" and val.uses:
-                p.events.append(Use(tuple(v for _, v in val.uses), site))
+                p.events.append(Use(tuple(v for _, v in val.uses), site, tuple(n for n, _ in val.uses)))
             if name is not None:
                 vid = p.state[name] = self.new_vid()
                 p.events.append(Def(name, vid, site))
                 continue
             reads, _ = syntax._read_names(target)
-            vids = tuple(self.lookup(p.state, self.scoped(n, ctx)) for n in reads)
+            held = tuple(self.scoped(n, ctx) for n in reads)
+            vids = tuple(self.lookup(p.state, n) for n in held)
             if vids:
-                p.events.append(Use(vids, site))
+                p.events.append(Use(vids, site, held))
             for written in sorted(syntax._written_names(cst.Assign([cst.AssignTarget(target)], cst.Name("None")))):
                 scoped = self.scoped(written, ctx)
                 vid = p.state[scoped] = self.new_vid()
