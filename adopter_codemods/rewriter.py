@@ -3,7 +3,8 @@
 Given verified matches, build the target calls from the rule's target patterns and the match bindings, and edit
 the CST: replace the anchor expression, delete the absorbed statements (their leading comments move to the next
 statement), rewrite or delete ``__init__`` statements, copy prefix statements into the other branch when the match
-crosses an ``if`` (paper Fig. 4/5), and add ``import adopter_kernels`` once. Everything else is left byte-for-byte.
+crosses an ``if`` (paper Fig. 4/5), and add ``import adopter_kernels`` once (as a free name where the module binds
+that one to something else). Everything else is left byte-for-byte.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from . import cstwalk
 from .dsl import Atom, CallNode, Const, Var
 from .init_bindings import converted_construction
 from .matcher import InitArg, LayerRef, PlacedMatch, Placement, RestArgs, layers_to_delete
-from .qualnames import ImportTable
+from .qualnames import ImportTable, dotted_name
 from .structure import Value
-
-KERNEL_PACKAGE = "adopter_kernels"
 
 
 class RewriteError(Exception):
@@ -68,8 +67,7 @@ def _callee(target: CallNode, found: PlacedMatch, imports: set[str]) -> cst.Base
     if target.layer is not None:
         return _atom_expr(target.layer, found)
     name = target.types[0]
-    root = name.split(".")[0]
-    imports.add(root)
+    imports.add(name)
     return _expr(name)
 
 
@@ -118,7 +116,7 @@ class EditPlan:
     originals: dict[int, cst.CSTNode] = field(default_factory=dict)  # keeps ids alive and checkable
     delete: set[int] = field(default_factory=set)  # id(small statement) to remove
     branch_copies: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = field(default_factory=dict)
-    imports: set[str] = field(default_factory=set)
+    imports: set[str] = field(default_factory=set)  # the dotted names the new code calls (their roots are imported)
     init_statements: set[int] = field(default_factory=set)  # id(__init__ line) edited: shared edits are merged
     init_nodes: set[int] = field(default_factory=set)  # ids among `replace`/`delete` that are __init__ edits
     remove_lines: set[int] = field(default_factory=set)  # id(statement) dropped from its block (fallback region)
@@ -145,7 +143,7 @@ def plan_match(found: PlacedMatch) -> EditPlan:
         # `nn.Sequential(...)` becomes `FusedSequential(...)`; a subclass of nn.Sequential (value: the base in its
         # class line) derives from the drop-in instead.
         callee = value.func if isinstance(value, cst.Call) else value
-        plan.imports.add(rule.sequential.split(".")[0])
+        plan.imports.add(rule.sequential)
         _put(plan, callee, _expr(rule.sequential))
         # An __init__ edit: matches in the same container (one per pair, or from several rules) apply together.
         plan.init_nodes.add(id(callee))
@@ -471,15 +469,96 @@ def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
     targets = set(plan.replace) | plan.delete | set(plan.branch_copies) | set(plan.insert_before)
     new = module.visit(_Apply(plan, _holding(module, targets)))
     assert isinstance(new, cst.Module)
-    for root in sorted(plan.imports):
-        new = add_import(new, root)
+    for root in sorted({name.split(".")[0] for name in plan.imports}):
+        local = root
+        if _binds_elsewhere(module, root, root):  # `adopter_kernels = ...`, `def adopter_kernels(...)`, a parameter
+            table = ImportTable.from_module(new)
+            reused = sorted(n for n, q in table.names.items() if q == root and not _binds_elsewhere(module, n, root))
+            local = reused[0] if reused else _unused_name(module, root)
+            generated = {name for name in plan.imports if name.startswith(root + ".")}
+            new = new.visit(_RenameRoot(generated, local))
+        new = add_import(new, root, local)
     return new
 
 
-def add_import(module: cst.Module, name: str) -> cst.Module:
-    """``import <name>`` after the module's leading imports, unless already imported."""
+def _binds_elsewhere(module: cst.Module, name: str, package: str) -> bool:
+    """Whether the module binds `name`, in any scope, other than by importing `package` (``import package``,
+    ``import package.sub``, ``import package as name``): an import of `package` as `name` added for the rewritten
+    code would not be what the name holds everywhere."""
+    for node in cstwalk.walk(module):
+        kind = type(node)
+        if kind in (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del):
+            bound: Optional[cst.CSTNode] = node.target  # type: ignore[attr-defined]
+        elif kind in (cst.FunctionDef, cst.ClassDef, cst.Param, cst.MatchAs, cst.MatchStar):
+            bound = node.name  # type: ignore[attr-defined]
+        elif kind is cst.WithItem or kind is cst.ExceptHandler:
+            asname = node.asname if kind is cst.WithItem else node.name  # type: ignore[attr-defined]
+            bound = asname.name if asname is not None else None
+        elif kind is cst.Import:
+            for alias in node.names:  # type: ignore[attr-defined]
+                imported = dotted_name(alias.name) or ""
+                local = alias.asname.name.value if alias.asname is not None else imported.split(".")[0]
+                if local == name and (imported if alias.asname is not None else local) != package:
+                    return True
+            continue
+        elif kind is cst.ImportFrom and not isinstance(node.names, cst.ImportStar):  # type: ignore[attr-defined]
+            for alias in node.names:  # type: ignore[attr-defined]
+                local = alias.asname.name.value if alias.asname is not None else dotted_name(alias.name)
+                if local == name:
+                    return True
+            continue
+        else:
+            continue
+        if bound is not None and _target_binds(bound, name):  # type: ignore[arg-type]
+            return True
+    return False
+
+
+def _target_binds(target: cst.BaseExpression, name: str) -> bool:
+    kind = type(target)
+    if kind is cst.Name:
+        return target.value == name  # type: ignore[attr-defined,no-any-return]
+    if kind is cst.Tuple or kind is cst.List:
+        return any(_target_binds(element.value, name) for element in target.elements)  # type: ignore[attr-defined]
+    if kind is cst.StarredElement:
+        return _target_binds(target.value, name)  # type: ignore[attr-defined]
+    return False
+
+
+def _unused_name(module: cst.Module, name: str) -> str:
+    """`name` followed by as many underscores as make it a name the module uses nowhere."""
+    used = {node.value for node in cstwalk.walk(module) if type(node) is cst.Name}  # type: ignore[attr-defined]
+    local = name + "_"
+    while local in used:
+        local += "_"
+    return local
+
+
+class _RenameRoot(cst.CSTTransformer):
+    """``adopter_kernels.attention_core`` -> ``adopter_kernels_.attention_core`` for the dotted names the plan wrote."""
+
+    def __init__(self, dotted: set[str], local: str) -> None:
+        super().__init__()
+        self.dotted = dotted
+        self.local = local
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        if dotted_name(original_node) not in self.dotted:
+            return updated_node
+        chain = [updated_node]
+        while type(chain[-1].value) is cst.Attribute:
+            chain.append(chain[-1].value)  # type: ignore[arg-type]
+        node: cst.BaseExpression = chain[-1].value.with_changes(value=self.local)  # the root Name
+        for attribute in reversed(chain):
+            node = attribute.with_changes(value=node)
+        return node  # type: ignore[return-value]
+
+
+def add_import(module: cst.Module, name: str, local: Optional[str] = None) -> cst.Module:
+    """``import <name>`` (``as <local>``) after the module's leading imports, unless already imported so."""
+    local = local or name
     table = ImportTable.from_module(module)
-    if table.names.get(name) == name:
+    if table.names.get(local) == name:
         return module
     body = list(module.body)
     insert_at = 0
@@ -494,7 +573,8 @@ def add_import(module: cst.Module, name: str) -> cst.Module:
             insert_at = i + 1  # `try: import x except ImportError:` blocks belong to the import section
             continue
         break
-    line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name))])])
+    asname = None if local == name else cst.AsName(cst.Name(local))
+    line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name), asname=asname)])])
     body.insert(insert_at, line)
     return module.with_changes(body=body)
 
