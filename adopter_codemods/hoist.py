@@ -32,7 +32,7 @@ in an opaque call in between that replaces a layer's weights, would now run in a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import libcst as cst
 
@@ -41,7 +41,7 @@ from .dsl import Wildcard
 from .flow import aliasing
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
-from .matcher import Match, Placement, _EffectScan, _names_at_anchor, _target_inputs
+from .matcher import Match, Placement, Reason, RefusalCategory, _EffectScan, _names_at_anchor, _target_inputs
 from .provider.syntax import is_metadata_call
 from .structure import DLNode, Value
 
@@ -99,9 +99,9 @@ class Hoist:
     function: cst.FunctionDef  # where the names are bound: one hoist per function and rewrite round
 
 
-def plan_hoist(match: Match) -> Optional[Placement]:
-    """The placement of `match` as a hoist (see the module docstring); None when the rule does not allow it or it is
-    unsafe."""
+def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
+    """The placement of `match` as a hoist (see the module docstring); why it is unsafe where the nodes can move to
+    one statement but something in between forbids it; None when the rule or the code's shape does not allow it."""
     rule = match.rule
     assert rule.forward is not None and rule.forward.target is not None
     target = rule.forward.target[0]
@@ -152,8 +152,10 @@ def plan_hoist(match: Match) -> Optional[Placement]:
     if instances is None:
         return None  # some path runs only part of the nodes or one of them twice, or they read other values
     entry_names = match.cls.entry_names
-    if not all(_instance_safe(graph, instance, line, replaces, layers, entry_names) for instance in instances):
-        return None
+    for instance in instances:
+        reason = _instance_refusal(graph, instance, line, replaces, layers, entry_names)
+        if reason is not None:
+            return reason
     function = _enclosing_function(match, line)
     if function is None:
         return None
@@ -194,17 +196,20 @@ def _whole_assignment(node: DLNode) -> Optional[cst.Assign]:
     return None
 
 
-def _instance_safe(
+_BEFORE_THE_FIRST = "the packed call, before the first projection, would read it as it was"
+
+
+def _instance_refusal(
     graph: FlowGraph,
     instance: dict[flow_checks.Key, DLNode],
     line: cst.SimpleStatementLine,
     replaces: Optional[cst.Assign],
     layers: set[str],
     entry_names: dict[int, str],
-) -> bool:
+) -> Optional[Reason]:
     """The checks on the paths through one copy of the match (`flow_checks.hoist_instances`), from the new
     statement's place to the last node: the nodes read what their inputs hold there, and nothing in between may
-    change it, touch a layer, or leave the block."""
+    change it, touch a layer, or leave the block. The first failure's reason."""
     reach = graph.reach
     occ = sorted(instance.values(), key=lambda n: n.index)
     chain = [n.index for n in occ]
@@ -229,7 +234,12 @@ def _instance_safe(
         for value in (*node.args, *(v for _, v in node.kwargs)):
             for name, vid in value.uses:
                 if holding.get(name, vid if entry_names.get(vid) == name else None) != vid:
-                    return False
+                    return Reason(
+                        RefusalCategory.INPUT_REDEFINED,
+                        f"`{name.rsplit('::', 1)[-1]}` is assigned again before this projection, so the packed call, "
+                        "before the first projection, would read another value",
+                        node.site.line,
+                    )
                 read.add(vid)
     matched = {id(n.expr) for n in occ}
     carried = reach.carried(read, chain)
@@ -251,15 +261,37 @@ def _instance_safe(
                 event.site.small.visit(scan)
                 impure = scan.unsafe
             if impure:
-                return False
+                return Reason(
+                    RefusalCategory.INPUT_MAY_BE_MUTATED,
+                    f"this statement may change the projections' input (a call may modify it in place, `:=` rebinds "
+                    f"it); {_BEFORE_THE_FIRST}",
+                    event.site.line,
+                )
         if any(vid in reads and reach.reads_at(pos, chain, joins) for vid, joins in carried_sharing.items()):
             if aliasing.changes_in_place(graph, event, sharing):
-                return False
+                return Reason(
+                    RefusalCategory.INPUT_MAY_BE_MUTATED,
+                    "this statement may change the projections' input in place (or a value that may share its "
+                    f"memory: a view, an alias, a container holding it); {_BEFORE_THE_FIRST}",
+                    event.site.line,
+                )
         if id(event.site.small) not in scanned:
             scanned.add(id(event.site.small))
-            if _references_layers(event.site.small, layers, matched) or _may_leave(event.site.small):
-                return False
-    return True
+            if _references_layers(event.site.small, layers, matched):
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    "this statement reaches a projected layer other than by calling it; the packed call, before the "
+                    "first projection, would use the layer as it was",
+                    event.site.line,
+                )
+            if _may_leave(event.site.small):
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    "this statement may leave the block (a return, break or continue) between the projections, "
+                    "which the packed call before the first one would all compute",
+                    event.site.line,
+                )
+    return None
 
 
 def _may_leave(statement: cst.CSTNode) -> bool:

@@ -1464,9 +1464,15 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
                 if isinstance(fallback, Placement):  # else the block plan's reason stands
                     placement, reason = fallback, None
         if reason is not None:
-            placement = hoist.plan_hoist(match)
-            if placement is None:
-                return reason  # the statement-deleting plans' reason: the hoist is the rule's last resort
+            hoisted = hoist.plan_hoist(match)
+            if not isinstance(hoisted, Placement):
+                # The hoist is the rule's last resort: where it could place the nodes but something in between
+                # forbids it, that is why, unless the statement-deleting plans failed for another reason than
+                # where their call could go.
+                if hoisted is not None and reason.category is RefusalCategory.NOT_PLACEABLE:
+                    return hoisted
+                return reason
+            placement = hoisted
     assert placement is not None
     return flow_checks.helper_refusal(match, placement) or _guards_refusal(match, placement) or placement
 

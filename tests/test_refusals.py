@@ -176,8 +176,8 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP009_fuse_qkv/neg_input_changed_through_alias.py': [
         "21: input-may-be-mutated: this statement may change `h` in place, which a matched statement moved to "
         "the fused call's place reads (line 22)",
-        '32: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 34)',
-        '43: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 44)',
+        "32: input-may-be-mutated: this statement may change the projections' input in place (or a value that may share its memory: a view, an alias, a container holding it); the packed call, before the first projection, would read it as it was (line 33)",
+        "43: input-may-be-mutated: this statement may change the projections' input in place (or a value that may share its memory: a view, an alias, a container holding it); the packed call, before the first projection, would read it as it was (line 45)",
         "54: input-may-be-mutated: this statement may change a value that may share memory with `h` (a view, "
         "an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
         "(line 55)",
@@ -187,14 +187,14 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP009_fuse_qkv/neg_inputs_from_two_helpers.py': [],
     'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
-        '38: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 39)',
+        "38: input-may-be-mutated: this statement may change the projections' input (a call may modify it in place, `:=` rebinds it); the packed call, before the first projection, would read it as it was (line 39)",
         '46: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 48)',
         '81: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 82)',
-        '89: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 92)',
+        '89: not-placeable: this statement may leave the block (a return, break or continue) between the projections, which the packed call before the first one would all compute (line 90)',
         '99: not-placeable: the matched calls run in different loop iterations or loops (line 101)',
         '108: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 110)',
         '121: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 122)',
-        '129: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 131)',
+        '129: not-placeable: this statement reaches a projected layer other than by calling it; the packed call, before the first projection, would use the layer as it was (line 130)',
         '138: guard: guard qkv_distinct_layers: one layer stands for two of the projections: packing it would compute its GEMM twice',
         '149: output-read-early: `q` is read here, before the place where the fused call would produce it (line 150)',
     ],
@@ -202,7 +202,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '24: guard: guard qkv_outputs_not_modified_in_place: `query_vectors` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 31)',
         '49: guard: guard qkv_outputs_not_modified_in_place: `heads` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 53)',
         '65: guard: guard qkv_outputs_not_modified_in_place: `v` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 68)',
-        '83: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 84)',
+        "83: input-may-be-mutated: this statement may change the projections' input (a call may modify it in place, `:=` rebinds it); the packed call, before the first projection, would read it as it was (line 83)",
         '103: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 106)',
     ],
     'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
