@@ -68,6 +68,52 @@ def test_change_through_an_alias_is_refused_with_its_line() -> None:
     assert site.cause_line == source.splitlines().index("        flat.mul_(3)") + 1
 
 
+@pytest.mark.parametrize(
+    "between",
+    [
+        "flat = x.view(-1)\ny = self.dropout(x)\nif x.dim() > 1:\n    flat[0] = 0.0",
+        "flat = x.view(-1)\ny = self.dropout(x)\nfor t in [flat]:\n    t += 1",
+        "y = self.dropout(x)\nfor t in [x, r]:\n    t.mul_(2)",
+        "flat = x.view(-1)\ny = self.dropout(x)\nwhile flat[0] > 0:\n    flat.sub_(1)",
+    ],
+    ids=["store-under-if", "loop-variable-augmented", "loop-variable-in-place-method", "in-place-method-in-while"],
+)
+def test_change_inside_a_compound_statement_is_refused(between: str) -> None:
+    [site] = refused_sites(_dropout_norm(between), ["ADP005"])
+    assert site.category == "input-may-be-mutated", site.reason
+
+
+_LOOP_BETWEEN_PROJECTIONS = '''
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+        self.scale = nn.Linear(d, d)
+
+    def forward(self, h):
+        h = h * 2
+        held = [h]
+        q = self.q(h)
+        for t in held:
+            t += self.scale(t)
+        k = self.k(h)
+        v = self.v(h)
+        return q, k, v
+'''
+
+
+def test_loop_variable_of_a_walked_loop_is_what_the_iterable_holds() -> None:
+    """The loop calls a layer, so its body is walked: `t` takes `held`'s elements, `h` itself."""
+    [site] = refused_sites(_LOOP_BETWEEN_PROJECTIONS, ["ADP009"])
+    assert site.category == "input-may-be-mutated", site.reason
+
+
 _HOISTED_QKV = '''
 import torch
 from torch import nn

@@ -13,8 +13,9 @@ new object; a value a statement computes outside DSL nodes the names its express
 ``+``/``*``, both arms of a conditional; not metadata such as ``x.shape`` or ``x.size(0)``); a phi its operands; a
 name changed in place (``z += 1``) what it held. Two values may share memory when both derive from one value (a
 view of a view, a tensor and the list holding it), not when only something derived from both does (``x + r`` or
-``[x, r]`` does not make ``r`` share memory with ``x``). Not followed: the elements a ``for`` loop takes from a
-container, and what code of unknown type does with arguments other than its first.
+``[x, r]`` does not make ``r`` share memory with ``x``); a loop variable may be what the iterable holds. A compound
+statement the walk reads as one event (no layer call inside) changes what it reads wherever its body changes
+anything in place. Not followed: what code of unknown type does with arguments other than its first.
 """
 
 from __future__ import annotations
@@ -81,14 +82,20 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
     small = event.site.small
     if isinstance(event, DLNode) and event.kind == "layer" and _layer_in_place(event) and read_vids(event) & vids:
         return True
-    # A compound statement's own event is its header (an `if` test, a loop's iterable): its body has events of its own.
+    positions = graph.by_statement.get(id(small), ())
+    if id(small) in graph.folded:
+        # One event for a whole compound statement: what its body changes is not tied to the values it reads (a
+        # loop variable takes elements of a container), so any change in place there counts.
+        return (bool(in_place_targets(small)) or _calls_in_place(small)) and any(
+            read_vids(graph.events[pos]) & vids for pos in positions
+        )
+    # Another compound statement's own event is its header (an `if` test, a loop's iterable): its body has events.
     scanned = small if isinstance(small, cst.BaseSmallStatement) else _header(small)
     if scanned is None:
         return False
     targets = in_place_targets(scanned)
     scope = event.site.scope
     scoped = {name if name.startswith("self.") else scope + name for name in targets}
-    positions = graph.by_statement.get(id(small), ())
     for pos in positions:
         other = graph.events[pos]
         if isinstance(other, Def) and other.name in scoped and graph.previous.get((other.name, other.vid)) in vids:
@@ -167,7 +174,14 @@ def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[i
         for event in events:
             if not isinstance(event, Def) or event.vid in reads or event.vid in node_outs.values():
                 continue  # an alias (`b = a`) or a node's result: no new value here
-            expr = _assigned(event.site.small)
+            line = event.site.line
+            if type(line) is cst.For and _is_loop_target(event.site.small, line):
+                # the loop variable takes the elements of the iterable, read by the loop header's own event
+                expr: Optional[cst.BaseExpression] = line.iter
+                header = [graph.events[pos] for pos in graph.by_statement.get(id(line.iter), ())]
+                named = {n: v for e in header if isinstance(e, Use) for n, v in zip(e.names, e.vids)}
+            else:
+                expr = _assigned(event.site.small)
             if expr is None:  # `z.add_(1)`, a `with ... as`, a handler's name: what the statement read
                 for vid in reads | set(node_outs.values()):
                     link(event.vid, vid)
@@ -185,6 +199,11 @@ def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[i
         for vid in operands:
             link(phi, vid)
     return sources, results
+
+
+def _is_loop_target(small: cst.CSTNode, loop: cst.For) -> bool:
+    """The walk binds a loop's target by a statement of its own, ``<target> = None`` (`provider.walk.walk_loop`)."""
+    return type(small) is cst.Assign and small.targets[0].target is loop.target  # type: ignore[attr-defined]
 
 
 def _link_changed(graph: FlowGraph, event: Def, link: Callable[[int, int], None]) -> None:

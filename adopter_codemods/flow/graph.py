@@ -45,6 +45,8 @@ class FlowGraph:
         self.previous: dict[tuple[str, int], Optional[int]] = {}
         self.defined_by: dict[tuple[str, int], int] = {}
         self.states: dict[int, dict[str, int]] = {}  # id(DLNode) -> the names' value ids where it is evaluated
+        # ids of the compound statements walked as one event (no layer call inside): their body has no events
+        self.folded: set[int] = set()
         self.exit = -1
 
     def add(self, event: Event, preds: tuple[int, ...]) -> int:

@@ -159,7 +159,7 @@ class _ClassWalker(_Unchainer):
                 partials = self._flat_map(partials, lambda p, s=small: self.walk_small(s, stmt, ctx, p))
             return partials
         if not self.is_interesting(stmt):
-            return [self.opaque(ctx.at(stmt, stmt), p) for p in partials]
+            return self.folded(stmt, ctx, partials)
         if isinstance(stmt, cst.If):
             return self._flat_map(partials, lambda p: self.walk_if(stmt, ctx, p))
         if isinstance(stmt, (cst.For, cst.While)):
@@ -175,6 +175,12 @@ class _ClassWalker(_Unchainer):
             return out
         if isinstance(stmt, cst.Match):
             return self._flat_map(partials, lambda p: self.walk_match(stmt, ctx, p))
+        return self.folded(stmt, ctx, partials)
+
+    def folded(self, stmt: cst.BaseStatement, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
+        """A compound statement walked as one opaque event (`FlowGraph.folded`)."""
+        assert self.graph is not None
+        self.graph.folded.add(id(stmt))
         return [self.opaque(ctx.at(stmt, stmt), p) for p in partials]
 
     def _flat_map(self, partials: list[_Partial], fn) -> list[_Partial]:  # type: ignore[no-untyped-def]
