@@ -83,7 +83,7 @@ def test_change_inside_a_compound_statement_is_refused(between: str) -> None:
     assert site.category == "input-may-be-mutated", site.reason
 
 
-_LOOP_BETWEEN_PROJECTIONS = '''
+_PROJECTIONS = '''
 import torch
 from torch import nn
 
@@ -94,7 +94,9 @@ class Attention(nn.Module):
         self.q = nn.Linear(d, d)
         self.k = nn.Linear(d, d)
         self.v = nn.Linear(d, d)
-        self.scale = nn.Linear(d, d)
+'''
+
+_LOOP_BETWEEN_PROJECTIONS = _PROJECTIONS + '''        self.scale = nn.Linear(d, d)
 
     def forward(self, h):
         h = h * 2
@@ -114,18 +116,7 @@ def test_loop_variable_of_a_walked_loop_is_what_the_iterable_holds() -> None:
     assert site.category == "input-may-be-mutated", site.reason
 
 
-_HOISTED_QKV = '''
-import torch
-from torch import nn
-
-
-class Attention(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.q = nn.Linear(d, d)
-        self.k = nn.Linear(d, d)
-        self.v = nn.Linear(d, d)
-
+_HOISTED_QKV = _PROJECTIONS + '''
     def forward(self, h):
         h = h * 2
         n = h.shape[0]
