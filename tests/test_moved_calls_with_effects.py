@@ -2,8 +2,9 @@
 have effects (a random draw, a layer, a function of other code) then runs later than it did, after whatever stands
 between, and every argument runs before the matched computation: the engine refuses that unless only removed
 statements stand between and no call with effects changes order with it (`flow/checks._moved_effect`,
-`_effect_keeps_its_order`, `_input_after_an_effect`). The engine of b529c32 rewrote the refused
-cases below into different models."""
+`_effect_keeps_its_order`, `_input_after_an_effect`); nor may a matched dropout move past another call with effects
+(`_draw_moved_past_another`). The engine of b529c32 rewrote the refused cases below into different models (those
+after a matched dropout, the engine of 623b915)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,22 @@ REFUSED = {
         noise = torch.rand(4)
         return F.gelu(h) + noise
         """, MLP_ARGS, "ADP006"),
+    # a draw between the matched dropout and the product: the fused call would run the dropout after it
+    "draw-after-the-dropout": (ATTENTION_INIT, """\
+        q, k, v = args
+        attn = (q @ k).softmax(dim=-1)
+        attn = self.drop(attn)
+        noise = torch.rand_like(v)
+        return attn @ v + noise.sum()
+        """, ATTENTION_ARGS, "ADP010"),
+    # a layer holding a dropout called between the matched dropout and the product
+    "dropout-layer-after-the-dropout": (ATTENTION_INIT, """\
+        q, k, v = args
+        attn = (q @ k).softmax(dim=-1)
+        attn = self.drop(attn)
+        w = self.value(v)
+        return attn @ w
+        """, ATTENTION_ARGS, "ADP010"),
 }
 
 REWRITTEN = {
@@ -87,6 +104,14 @@ REWRITTEN = {
         attn = (q @ self.value(k.transpose(1, 2)).transpose(1, 2)).softmax(dim=-1)
         attn = self.drop(attn)
         return attn @ v
+        """, ATTENTION_ARGS, "ADP010"),
+    # a Linear and reshaping methods between the matched dropout and the product: they draw nothing
+    "computing-calls-after-the-dropout": (ATTENTION_INIT + "self.proj = nn.Linear(4, 4)\n", """\
+        q, k, v = args
+        attn = (q @ k).softmax(dim=-1)
+        attn = self.drop(attn)
+        w = self.proj(v).transpose(1, 2).contiguous().transpose(1, 2)
+        return attn @ w
         """, ATTENTION_ARGS, "ADP010"),
     # pure calls: `math.sqrt` of tensor metadata
     "metadata": (ATTENTION_INIT, """\

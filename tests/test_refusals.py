@@ -45,10 +45,10 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
     'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
-        '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 18)',
+        "17: not-placeable: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 18)",
     ],
     'ADP005_fuse_dropout_ln/neg_call_between_on_one_path.py': [
-        '17: guard: guard no_call_after_dropout: this call runs between the dropout and the LayerNorm; the fused call would run it first (line 19)',
+        "17: not-placeable: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 19)",
     ],
     'ADP005_fuse_dropout_ln/neg_dropout_used_elsewhere.py': [
         '14: layer-used-elsewhere: self.dropout, which the rewrite removes from __init__, is also used here (line 13)',

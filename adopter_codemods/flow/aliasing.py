@@ -26,7 +26,14 @@ from typing import Callable, Iterable, Optional
 import libcst as cst
 
 from .. import cstwalk
-from ..provider.syntax import METADATA_ATTRIBUTES, _is_false, _is_self_attr, in_place_targets, is_metadata_call
+from ..provider.syntax import (
+    METADATA_ATTRIBUTES,
+    _is_false,
+    _is_self_attr,
+    compound_header,
+    in_place_targets,
+    is_metadata_call,
+)
 from ..structure import Def, DLNode, Event, Use
 from .graph import FlowGraph, read_vids
 
@@ -90,7 +97,7 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
             read_vids(graph.events[pos]) & vids for pos in positions
         )
     # Another compound statement's own event is its header (an `if` test, a loop's iterable): its body has events.
-    scanned = small if isinstance(small, cst.BaseSmallStatement) else _header(small)
+    scanned = small if isinstance(small, cst.BaseSmallStatement) else compound_header(small)
     if scanned is None:
         return False
     targets = in_place_targets(scanned)
@@ -103,17 +110,6 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
     if not _calls_in_place(scanned):
         return False
     return any(read_vids(graph.events[pos]) & vids for pos in positions)
-
-
-def _header(statement: cst.CSTNode) -> Optional[cst.CSTNode]:
-    kind = type(statement)
-    if kind is cst.If or kind is cst.While:
-        return statement.test  # type: ignore[attr-defined,no-any-return]
-    if kind is cst.For:
-        return statement.iter  # type: ignore[attr-defined,no-any-return]
-    if kind is cst.Match:
-        return statement.subject  # type: ignore[attr-defined,no-any-return]
-    return None
 
 
 def _layer_in_place(node: DLNode) -> bool:

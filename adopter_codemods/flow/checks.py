@@ -18,7 +18,8 @@ import libcst as cst
 from .. import cstwalk
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
-from ..structure import Def, DLNode, Event
+from ..provider import syntax
+from ..structure import Def, DLNode, Event, Use
 from . import aliasing
 from .graph import FlowGraph, Reach, read_vids
 
@@ -371,8 +372,8 @@ def _check_complete(
 ) -> Optional["m.Reason"]:
     """On the paths through one copy of the match: (i) intermediates are read by matched nodes only; (ii) other
     target outputs are not read before the anchor; (iii) every input of the fused call holds the same value at the
-    anchor once the deleted statements are gone; (iv) `_moved_reads_touched` finds nothing. The first failure's
-    reason, if any."""
+    anchor once the deleted statements are gone; (iv) `_moved_reads_touched` finds nothing; (v) no matched random
+    draw moves past another (`_draw_moved_past_another`). The first failure's reason, if any."""
     assert placement.anchor is not None
     ignore = ignore | {id(s) for s in placement.feeders}  # removed with the match: their reads go too
     keys = set(instance)
@@ -454,7 +455,9 @@ def _check_complete(
                 "another value",
                 definition.site.line if definition is not None else None,
             )
-    return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain)
+    return _moved_reads_touched(match, graph, reach, anchor, keys, deleted, chain) or _draw_moved_past_another(
+        graph, reach, anchor, instance, deleted, chain
+    )
 
 
 def _holds_on_chain(reach: Reach, phi: int, vid: int, chain: list[int], pos: int) -> bool:
@@ -560,6 +563,81 @@ def may_have_effects(node: DLNode) -> bool:
     return (
         name in _RANDOM or "dropout" in name or name.endswith("_") or not name.startswith(_EFFECT_FREE_ROOTS)
     )
+
+
+# Layers whose call only computes (no random draw, no state read by another call): a matched dropout may move past
+# them. Any other layer may hold a dropout.
+_COMPUTING_LAYERS = frozenset({
+    "torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.LayerNorm",
+    "torch.nn.GroupNorm", "torch.nn.RMSNorm", "torch.nn.Embedding", "torch.nn.Softmax", "torch.nn.GELU",
+    "torch.nn.Tanh", "torch.nn.Sigmoid", "torch.nn.ReLU", "torch.nn.SiLU", "torch.nn.Identity",
+})
+# Tensor methods that only compute or reshape: a statement calling only these (and metadata reads) draws nothing.
+_COMPUTING_METHODS = frozenset({
+    "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze", "expand", "expand_as",
+    "flatten", "to", "type_as", "float", "half", "bfloat16", "double", "chunk", "split", "unbind", "masked_fill",
+    "softmax", "sum", "mean", "clone", "detach",
+})
+
+
+def _draw_moved_past_another(
+    graph: FlowGraph, reach: Reach, anchor: DLNode, instance: dict[Key, DLNode], deleted: set[int], chain: list[int]
+) -> Optional["m.Reason"]:
+    """(v) A matched call with effects in a deleted statement (a dropout's random draw) now runs at the anchor: a
+    call between, on a path through the copy, that may have effects too (another dropout, ``torch.rand_like``, an
+    unknown function or layer) would swap places with it, and the two would draw each other's random numbers
+    (``p = self.drop(p); v2 = self.drop2(v); out = p @ v2``). The reason naming the first such statement, if any.
+    Calls of deleted statements and of the anchor's own statement are judged with the fused call's inputs (iii)."""
+    moved = [
+        n.index for n in instance.values()
+        if id(n.site.small) in deleted and n.index < anchor.index and _may_draw(n)
+    ]
+    if not moved:
+        return None
+    first = min(moved)
+    matched = {id(n) for n in instance.values()}
+    for pos in range(first + 1, anchor.index):
+        event = graph.events[pos]
+        if event is None or id(event) in matched or id(event.site.small) in deleted:
+            continue
+        if event.site.small is anchor.site.small or not (reach.before(first, pos) and reach.on_chain(pos, chain)):
+            continue
+        if isinstance(event, DLNode):
+            draws = _may_draw(event)
+        elif isinstance(event, Use):
+            small = event.site.small
+            whole = isinstance(small, cst.BaseSmallStatement) or id(small) in graph.folded
+            scanned = small if whole else syntax.compound_header(small)
+            draws = scanned is not None and _calls_beyond_computing(scanned)
+        else:
+            continue
+        if draws:
+            return m.Reason(
+                m.RefusalCategory.NOT_PLACEABLE,
+                "a call here may have effects (random numbers, state), and a matched call that has them (a dropout) "
+                "would now run after it, at the fused call's place: the two would swap their draws",
+                event.site.line,
+            )
+    return None
+
+
+def _may_draw(node: DLNode) -> bool:
+    """`may_have_effects`, less the layers known to only compute."""
+    if node.kind == "layer" and node.qualname in _COMPUTING_LAYERS:
+        return False
+    return may_have_effects(node)
+
+
+def _calls_beyond_computing(node: cst.CSTNode) -> bool:
+    """A call other than a metadata read, a number builtin and a `_COMPUTING_METHODS` method."""
+    for sub in cstwalk.walk(node):
+        if type(sub) is not cst.Call or syntax.is_metadata_call(sub):  # type: ignore[arg-type]
+            continue
+        func = sub.func  # type: ignore[attr-defined]
+        if type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS:
+            continue
+        return True
+    return False
 
 
 def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: set[int]) -> bool:

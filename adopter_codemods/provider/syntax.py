@@ -145,6 +145,19 @@ def _written_names(node: cst.CSTNode) -> set[str]:
     return collector.names
 
 
+def compound_header(statement: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """What the event of a compound statement whose body is walked reads: an ``if``/``while`` test, a loop's
+    iterable, a ``match`` subject (None for other statements: their events are their body's)."""
+    kind = type(statement)
+    if kind is cst.If or kind is cst.While:
+        return statement.test  # type: ignore[attr-defined,no-any-return]
+    if kind is cst.For:
+        return statement.iter  # type: ignore[attr-defined,no-any-return]
+    if kind is cst.Match:
+        return statement.subject  # type: ignore[attr-defined,no-any-return]
+    return None
+
+
 def in_place_targets(small: cst.CSTNode) -> set[str]:
     """Names whose object a statement modifies in place: ``x += y``, ``x[i] = y``, ``x.a = y``, ``del x[i]``,
     ``x.add_(y)``, ``f(x, inplace=True)`` (``self.<attr>`` for ``self.<attr>...``; a store to ``self.<attr>`` itself
