@@ -34,7 +34,7 @@ from ..provider.syntax import (
     in_place_targets,
     is_metadata_call,
 )
-from ..structure import Def, DLNode, Event, Use
+from ..structure import Def, DLNode, Event, Use, Value
 from .graph import FlowGraph, read_vids
 
 # Nodes whose result never shares memory with what they read, whatever the operands: a new tensor (or number).
@@ -171,11 +171,12 @@ def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[i
             if not isinstance(event, Def) or event.vid in reads or event.vid in node_outs.values():
                 continue  # an alias (`b = a`) or a node's result: no new value here
             line = event.site.line
+            held = named
             if type(line) is cst.For and _is_loop_target(event.site.small, line):
                 # the loop variable takes the elements of the iterable, read by the loop header's own event
                 expr: Optional[cst.BaseExpression] = line.iter
                 header = [graph.events[pos] for pos in graph.by_statement.get(id(line.iter), ())]
-                named = {n: v for e in header if isinstance(e, Use) for n, v in zip(e.names, e.vids)}
+                held = {n: v for e in header if isinstance(e, Use) for n, v in zip(e.names, e.vids)}
             else:
                 expr = _assigned(event.site.small)
             if expr is None:  # `z.add_(1)`, a `with ... as`, a handler's name: what the statement read
@@ -187,9 +188,9 @@ def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[i
                 link(event.vid, out)
             scope = event.site.scope
             for name in names:
-                vid = named.get(name if name.startswith("self.") else scope + name)
-                if vid is not None:
-                    link(event.vid, vid)
+                source = held.get(name if name.startswith("self.") else scope + name)
+                if source is not None:
+                    link(event.vid, source)
             _link_changed(graph, event, link)
     for phi, operands in graph.phis.items():
         for vid in operands:
@@ -219,7 +220,7 @@ def _fresh(node: DLNode) -> bool:
     return node.qualname in _FRESH_RESULTS
 
 
-def _returnable(node: DLNode) -> list:  # type: ignore[type-arg]
+def _returnable(node: DLNode) -> list[Value]:
     """The operands a node of unknown result may return or view: both of an operator's, else the first argument
     (a method's receiver; the first keyword argument of a call without positional ones)."""
     if node.kind == "op":
