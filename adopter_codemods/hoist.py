@@ -255,7 +255,7 @@ def _instance_refusal(
         reads = read_vids(event)
         if any(vid in reads and reach.reads_at(pos, chain, joins) for vid, joins in carried.items()):
             if isinstance(event, DLNode):
-                impure = event.kind != "op" or not all(v.pure for v in (*event.args, *(v for _, v in event.kwargs)))
+                impure = flow_checks.makes_calls(event)
             else:  # a statement's opaque part: judged by the calls it makes
                 scan = _MutationScan(matched)
                 event.site.small.visit(scan)

@@ -18,6 +18,7 @@ from . import cstwalk
 from .dsl import Atom, CallNode, Const, Var
 from .init_bindings import converted_construction
 from .matcher import InitArg, LayerRef, PlacedMatch, Placement, RestArgs, layers_to_delete
+from .provider import syntax
 from .qualnames import ImportTable, dotted_name
 from .structure import Value
 
@@ -484,44 +485,26 @@ def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
 def _binds_elsewhere(module: cst.Module, name: str, package: str) -> bool:
     """Whether the module binds `name`, in any scope, other than by importing `package` (``import package``,
     ``import package.sub``, ``import package as name``): an import of `package` as `name` added for the rewritten
-    code would not be what the name holds everywhere."""
+    code would not be what the name holds everywhere. A statement changing an object through the name counts too."""
+    if name in syntax._written_names(module):  # assignment, loop, `with`, `except`, `del` and walrus targets
+        return True
     for node in cstwalk.walk(module):
         kind = type(node)
-        if kind in (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del):
-            bound: Optional[cst.CSTNode] = node.target  # type: ignore[attr-defined]
-        elif kind in (cst.FunctionDef, cst.ClassDef, cst.Param, cst.MatchAs, cst.MatchStar):
+        if kind in (cst.FunctionDef, cst.ClassDef, cst.Param, cst.MatchAs, cst.MatchStar):
             bound = node.name  # type: ignore[attr-defined]
-        elif kind is cst.WithItem or kind is cst.ExceptHandler:
-            asname = node.asname if kind is cst.WithItem else node.name  # type: ignore[attr-defined]
-            bound = asname.name if asname is not None else None
+            if type(bound) is cst.Name and bound.value == name:  # type: ignore[attr-defined]
+                return True
         elif kind is cst.Import:
             for alias in node.names:  # type: ignore[attr-defined]
                 imported = dotted_name(alias.name) or ""
                 local = alias.asname.name.value if alias.asname is not None else imported.split(".")[0]
                 if local == name and (imported if alias.asname is not None else local) != package:
                     return True
-            continue
         elif kind is cst.ImportFrom and not isinstance(node.names, cst.ImportStar):  # type: ignore[attr-defined]
             for alias in node.names:  # type: ignore[attr-defined]
                 local = alias.asname.name.value if alias.asname is not None else dotted_name(alias.name)
                 if local == name:
                     return True
-            continue
-        else:
-            continue
-        if bound is not None and _target_binds(bound, name):  # type: ignore[arg-type]
-            return True
-    return False
-
-
-def _target_binds(target: cst.BaseExpression, name: str) -> bool:
-    kind = type(target)
-    if kind is cst.Name:
-        return target.value == name  # type: ignore[attr-defined,no-any-return]
-    if kind is cst.Tuple or kind is cst.List:
-        return any(_target_binds(element.value, name) for element in target.elements)  # type: ignore[attr-defined]
-    if kind is cst.StarredElement:
-        return _target_binds(target.value, name)  # type: ignore[attr-defined]
     return False
 
 

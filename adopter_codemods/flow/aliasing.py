@@ -28,11 +28,12 @@ import libcst as cst
 from .. import cstwalk
 from ..provider.syntax import (
     METADATA_ATTRIBUTES,
-    _is_false,
     _is_self_attr,
     compound_header,
     in_place_targets,
+    is_in_place_name,
     is_metadata_call,
+    passes_inplace,
 )
 from ..structure import Def, DLNode, Event, Use, Value
 from .graph import FlowGraph, read_vids
@@ -114,14 +115,11 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
 
 def _layer_in_place(node: DLNode) -> bool:
     """A layer built with ``inplace=`` other than False, or with a positional ``True`` (``nn.ReLU(True)``)."""
-    for binding in node.bindings:
-        for arg in binding.args:
-            keyword = arg.keyword.value if arg.keyword is not None else None
-            if (keyword == "inplace" and not _is_false(arg.value)) or (
-                keyword is None and type(arg.value) is cst.Name and arg.value.value == "True"
-            ):
-                return True
-    return False
+    return any(
+        passes_inplace(binding.args)
+        or any(a.keyword is None and type(a.value) is cst.Name and a.value.value == "True" for a in binding.args)
+        for binding in node.bindings
+    )
 
 
 def _calls_in_place(small: cst.CSTNode) -> bool:
@@ -132,9 +130,7 @@ def _calls_in_place(small: cst.CSTNode) -> bool:
             continue
         func = node.func  # type: ignore[attr-defined]
         name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""  # type: ignore[attr-defined]
-        if name.endswith("_") and not name.endswith("__"):
-            return True
-        if any(a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in node.args):  # type: ignore[attr-defined]
+        if is_in_place_name(name) or passes_inplace(node.args):  # type: ignore[attr-defined]
             return True
     return False
 

@@ -551,6 +551,12 @@ def _input_after_an_effect(instance: dict[Key, DLNode], inputs: dict[int, DLNode
     return min(late, key=lambda n: n.index) if late else None
 
 
+def makes_calls(node: DLNode) -> bool:
+    """Whether evaluating the node calls something (it is no operator, or an operand has a call): the call may
+    modify in place what it reaches."""
+    return node.kind != "op" or not all(v.pure for v in (*node.args, *(v for _, v in node.kwargs)))
+
+
 def may_have_effects(node: DLNode) -> bool:
     """Whether the node may do more than compute its result: a layer (it may hold a dropout or change state), a
     call the walk could not resolve, a random draw, dropout, an in-place method (`add_`), a function outside `math`,
@@ -822,11 +828,10 @@ def _moved_reads_touched(
     for pos in sorted(suspects):  # in graph order: the reason names the first statement that may mutate
         event = graph.events[pos]
         assert event is not None
-        calls = False
         if not suspects[pos]:
-            pass  # only a value sharing memory with a moved one: judged by what changes in place below
+            calls = False  # only a value sharing memory with a moved one: judged by what changes in place below
         elif isinstance(event, DLNode):
-            calls = event.kind != "op" or not all(v.pure for v in [*event.args, *(v for _, v in event.kwargs)])
+            calls = makes_calls(event)
         else:
             scan = m._EffectScan(skip)
             event.site.small.visit(scan)

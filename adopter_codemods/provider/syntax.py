@@ -111,7 +111,7 @@ class _TargetCollector:
             elif kind is cst.Call:
                 # `x.add_(y)`: in-place tensor methods mutate their receiver.
                 func = node.func  # type: ignore[attr-defined]
-                if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+                if isinstance(func, cst.Attribute) and is_in_place_name(func.attr.value):
                     self._targets(func.value)
 
     def _targets(self, node: cst.BaseExpression) -> None:
@@ -175,10 +175,10 @@ def in_place_targets(small: cst.CSTNode) -> set[str]:
                 roots.append(target)
         elif kind is cst.Call:
             func = node.func  # type: ignore[attr-defined]
-            if type(func) is cst.Attribute and func.attr.value.endswith("_") and not func.attr.value.endswith("__"):
+            if type(func) is cst.Attribute and is_in_place_name(func.attr.value):  # type: ignore[attr-defined]
                 roots.append(func.value)
             args = node.args  # type: ignore[attr-defined]
-            if any(a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in args):
+            if passes_inplace(args):
                 roots.extend(a.value for a in args if a.keyword is None)
     for root in roots:
         name = _object_name(root)
@@ -189,6 +189,16 @@ def in_place_targets(small: cst.CSTNode) -> set[str]:
 
 def _is_false(node: cst.BaseExpression) -> bool:
     return type(node) is cst.Name and node.value == "False"  # type: ignore[attr-defined]
+
+
+def is_in_place_name(name: str) -> bool:
+    """``add_``, ``zeros_``: torch's spelling of a call that changes its receiver or argument (not a dunder)."""
+    return name.endswith("_") and not name.endswith("__")
+
+
+def passes_inplace(args: Sequence[cst.Arg]) -> bool:
+    """An ``inplace=`` argument other than the constant False."""
+    return any(a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in args)
 
 
 def _call_receivers(node: cst.CSTNode) -> set[str]:
