@@ -16,10 +16,12 @@ from typing import Mapping, Optional, Sequence, Union
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from . import files
+from . import cstwalk, files
 from .dsl import Rule
 from .gc_pause import collector_paused
-from .matcher import Certainty, LayerRef, Match, PlacedMatch, Refusal, RefusalCategory, find_matches, may_match
+from .matcher import (
+    Certainty, LayerRef, Match, PlacedMatch, Reason, Refusal, RefusalCategory, find_matches, may_match,
+)
 from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
 from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_match
@@ -133,15 +135,92 @@ def find_all(
     With a `refusals` list, also appends the sites each rule matched structurally but refused (silenced ones
     included, as :attr:`RefusalCategory.SUPPRESSED`; a rule silenced for the whole file is not run at all)."""
     matches: list[PlacedMatch] = []
-    fallback = [v for rule in rules for v in (rule, *rule.alternatives) if v.fallback and v.forward is not None]
-    for cls in structure.classes:
-        cls.split_guarded_ifs = any(may_match(v, cls) for v in fallback)
+    _split_guarded_ifs(structure, rules)
+    confirm_sink = SinkCheck(structure, rules)
     for rule in rules:
         if file_suppressed(structure.module, (rule.code, rule.name)):
             continue
         for cls in structure.classes:
-            matches.extend(find_matches(rule, cls, refusals))
+            matches.extend(find_matches(rule, cls, refusals, confirm_sink))
     return matches
+
+
+def _split_guarded_ifs(structure: ModuleStructure, rules: Sequence[Rule]) -> None:
+    """Before any class is walked: whether its walk splits the ``if``s a fallback rule may absorb."""
+    fallback = [v for rule in rules for v in (rule, *rule.alternatives) if v.fallback and v.forward is not None]
+    for cls in structure.classes:
+        cls.split_guarded_ifs = any(may_match(v, cls) for v in fallback)
+
+
+class SinkCheck:
+    """Why the next round would not fuse a match that plan "sink" (sink.py) copies into an ``if``'s arms, None when
+    it would: with the copies made, the rule must place a match there with the same layers and the same last
+    statement (the copies leave the arms' own statements as they are, the very nodes). The copied module is analysed
+    once per ``if``. The reason given is the one the copied code's match is refused for, else why the match could
+    not be placed where it stands."""
+
+    def __init__(self, structure: ModuleStructure, rules: Sequence[Rule]) -> None:
+        self.structure = structure
+        self.rules = rules
+        self.sunk: dict[tuple[int, ...], ModuleStructure] = {}
+        # (if, rule, class) -> the class in the copied module, its placed matches and refusals there
+        self.found: dict[
+            tuple[tuple[int, ...], str, str], tuple[Optional[cst.ClassDef], list[PlacedMatch], list[Refusal]]
+        ] = {}
+
+    def __call__(self, found: PlacedMatch) -> Optional[Reason]:
+        placement = found.placement
+        assert placement.anchor is not None and placement.branch_if is not None and placement.unsunk is not None
+        key = (id(placement.branch_if), *(id(line) for line in placement.prefix_lines))
+        sunk = self.sunk.get(key)
+        if sunk is None:
+            # only the class changes (a top-level statement: the file's functions form a unit without one)
+            top = found.match.cls.node
+            module = apply_plan(self.structure.module, plan_match(found), top if isinstance(top, cst.ClassDef) else None)
+            sunk = build_module_structure(module, previous=self.structure, only=found.match.cls.name)
+            self.sunk[key] = sunk
+            _split_guarded_ifs(sunk, self.rules)
+        rule, name = found.match.rule, found.match.cls.name
+        done = self.found.get((key, rule.code, name))
+        if done is None:
+            cls = next((c for c in sunk.classes if c.name == name), None)
+            refused: list[Refusal] = []
+            placed = find_matches(rule, cls, refused) if cls is not None else []
+            done = self.found[(key, rule.code, name)] = (cls.node if cls is not None else None, placed, refused)
+        sunk_class, placed, refusals = done
+        layers = {n.layer for n in found.match.nodes}
+        line = placement.anchor.site.line
+        if any(
+            {n.layer for n in p.match.nodes} == layers and any(n.site.line is line for n in p.match.nodes)
+            for p in placed
+        ):
+            return None
+        refusal = next((r for r in refusals if any(s is line for s in r.statements)), None)
+        if refusal is None:
+            return placement.unsunk
+        return Reason(
+            refusal.category,
+            f"even with the statements before the `if` copied into its arms: {refusal.reason}",
+            _original_node(refusal.cause, found, sunk_class),
+        )
+
+
+def _original_node(
+    cause: Optional[cst.CSTNode], found: PlacedMatch, sunk_class: Optional[cst.ClassDef]
+) -> Optional[cst.CSTNode]:
+    """Where a refusal in the copied module points in the original, for the report's line: the node itself where
+    the copies left it as it was, else the moved line a copy holding it was made from."""
+    original_class = found.match.cls.node
+    if cause is None or original_class is None or sunk_class is None:
+        return None
+    if any(n is cause for n in cstwalk.walk(original_class)):
+        return cause
+    empty = cst.Module([])
+    code = {empty.code_for_node(line.with_changes(leading_lines=())): line for line in found.placement.prefix_lines}  # type: ignore[attr-defined]
+    for line in cstwalk.walk(sunk_class):
+        if isinstance(line, cst.SimpleStatementLine) and any(n is cause for n in cstwalk.walk(line)):
+            return code.get(empty.code_for_node(line.with_changes(leading_lines=())))
+    return None
 
 
 GUARDED_NOTE = (

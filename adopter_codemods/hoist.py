@@ -332,8 +332,11 @@ def _references_layers(small: cst.CSTNode, layers: set[str], matched: set[int]) 
 def _enclosing_function(match: Match, line: cst.CSTNode) -> Optional[cst.FunctionDef]:
     """The innermost function definition holding `line` (a method of the class or of a local base, whose helper
     was inlined, or a top-level function)."""
-    root = match.cls.module if match.cls.module is not None else match.cls.node
-    return None if root is None else _function_holding(root, line, None)
+    for root in (match.cls.node, match.cls.module):  # the class first: most lines are its own
+        found = None if root is None else _function_holding(root, line, None)
+        if found is not None:
+            return found
+    return None
 
 
 def _function_holding(
@@ -341,8 +344,8 @@ def _function_holding(
 ) -> Optional[cst.FunctionDef]:
     if node is line:
         return function
-    if isinstance(node, cst.BaseSmallStatement):
-        return None  # statements hold no statement lines below them
+    if isinstance(node, (cst.BaseSmallStatement, cst.BaseExpression)):
+        return None  # statements and expressions hold no statement lines below them
     inner = node if isinstance(node, cst.FunctionDef) else function
     for child in cstwalk.children(node):
         found = _function_holding(child, line, inner)

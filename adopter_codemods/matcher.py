@@ -91,9 +91,10 @@ def _code(node: cst.CSTNode) -> str:
 
 # How a match is rewritten (docs/ENGINE.md): "inline" (nested in the anchor call), "block" (statements of the
 # anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the region kept as written
-# under conditions), "hoist" (the call bound to temporaries before the first node), "init" (an instantiation rule),
-# "container" (an nn.Sequential).
-Plan = Literal["inline", "block", "branch", "fallback", "hoist", "init", "container"]
+# under conditions), "hoist" (the call bound to temporaries before the first node), "sink" (statements before an `if`
+# copied into every arm, the fusion left to the next round), "init" (an instantiation rule), "container" (an
+# nn.Sequential).
+Plan = Literal["inline", "block", "branch", "fallback", "hoist", "sink", "init", "container"]
 Certainty = Literal["exact", "guarded"]
 
 
@@ -136,9 +137,11 @@ class Placement:
     # tuple targets: output value id -> the plain copy `alias = name` of it the rewrite deletes, assigning the output
     # to `alias` instead (`_output_copies`)
     output_copies: Mapping[int, cst.Assign] = field(default_factory=dict)
-    branch_if: Optional[cst.If] = None  # plan "branch": the `if` whose other arm receives a copy of the prefix
+    # plans "branch" and "sink": the `if` whose other arms (every arm: "sink") receive a copy of the prefix
+    branch_if: Optional[cst.If] = None
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
     prefix_lines: tuple[cst.BaseStatement, ...] = ()
+    unsunk: Optional[Reason] = None  # plan "sink" (sink.py): why the match cannot be placed where it stands
     # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
     # `if <any of fallback_tests>: <region as written> else: <region fused>`; no tests: the fused region alone),
     # and the `if`s in it the fused copy drops
@@ -1314,7 +1317,14 @@ def _rest_args_fit(match: Match) -> Optional[Reason]:
     return None
 
 
-def find_matches(rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusal]] = None) -> list[PlacedMatch]:
+# Why the next rewrite round would not place a match that plan "sink" copies into an `if`'s arms (sink.py), None
+# when it would: the engine analyses the copied code (engine.SinkCheck). Without one, no match is placed that way.
+ConfirmSink = Callable[["PlacedMatch"], Optional["Reason"]]
+
+
+def find_matches(
+    rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusal]] = None, confirm_sink: Optional[ConfirmSink] = None
+) -> list[PlacedMatch]:
     """Every safe, non-overlapping match of `rule` in one class, with its placement; its variants are tried in file
     order.
 
@@ -1324,7 +1334,7 @@ def find_matches(rule: Rule, cls: ClassStructure, refusals: Optional[list[Refusa
     found: list[PlacedMatch] = []
     taken: set[tuple[int, Optional[str]]] = set()
     for variant in (rule, *rule.alternatives):
-        for placed in _variant_matches(variant, cls, taken, refused):
+        for placed in _variant_matches(variant, cls, taken, refused, confirm_sink):
             # Instantiation matches have no forward nodes: one finding per __init__ binding.
             bindings = {id(b) for b in placed.match.init_matches.values()}
             if placed.placement.plan != "init" or all(
@@ -1366,7 +1376,8 @@ def reported_statements(match: Match, placement: Optional[Placement]) -> list[cs
 
 
 def _variant_matches(
-    rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]], refused: Optional[Refused] = None
+    rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]], refused: Optional[Refused] = None,
+    confirm_sink: Optional[ConfirmSink] = None,
 ) -> list[PlacedMatch]:
     """The matches of one variant whose forward nodes are not in `taken` (which grows with them); the structural
     matches it refuses go to `refused` with their reason, when given."""
@@ -1409,6 +1420,10 @@ def _variant_matches(
                     found.append(PlacedMatch(match, placement))
             elif reason is None:
                 outcome = _place_forward(match, nodes)
+                if isinstance(outcome, Placement) and outcome.plan == "sink":
+                    assert outcome.unsunk is not None
+                    unconfirmed = outcome.unsunk if confirm_sink is None else confirm_sink(PlacedMatch(match, outcome))
+                    outcome = unconfirmed if unconfirmed is not None else outcome
                 if isinstance(outcome, Reason):
                     reason = outcome
                 else:
@@ -1433,6 +1448,10 @@ def _admitting_possible_types(rule: Rule) -> Rule:
     if entry is None:
         entry = _WALKERS[id(rule)] = (rule, dataclasses.replace(rule, uncertain="guarded"))
     return entry[1]
+
+
+# Why a match cannot be placed where it stands that plan "sink" may remedy.
+_SINKABLE = (RefusalCategory.NOT_PLACEABLE, RefusalCategory.BRANCH_NOT_DUPLICABLE)
 
 
 def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Placement, Reason]:
@@ -1464,16 +1483,21 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
                 if isinstance(fallback, Placement):  # else the block plan's reason stands
                     placement, reason = fallback, None
         if reason is not None:
-            hoisted = hoist.plan_hoist(match)
-            if not isinstance(hoisted, Placement):
-                # The hoist is the rule's last resort: where it could place the nodes but something in between
-                # forbids it, that is why, unless the statement-deleting plans failed for another reason than
-                # where their call could go.
-                if hoisted is not None and reason.category is RefusalCategory.NOT_PLACEABLE:
-                    return hoisted
-                return reason
-            placement = hoisted
+            moved = hoist.plan_hoist(match)
+            if not isinstance(moved, Placement):
+                # The hoist is the rule's last resort in place: where it could place the nodes but something in
+                # between forbids it, that is why, unless the statement-deleting plans failed for another reason
+                # than where their call could go.
+                why = moved if moved is not None and reason.category is RefusalCategory.NOT_PLACEABLE else reason
+                # Split between statements before an `if` and one arm: copied into the arms, the next round may
+                # place it there; where it has that shape but cannot be copied, that is why.
+                moved = sink.plan_sink(match, why) if reason.category in _SINKABLE else None
+                if not isinstance(moved, Placement):
+                    return moved if moved is not None else why
+            placement = moved
     assert placement is not None
+    if placement.plan == "sink":
+        return placement  # only copies statements: the helpers and guards judge the match the next round places
     return flow_checks.helper_refusal(match, placement) or _guards_refusal(match, placement) or placement
 
 
@@ -2126,4 +2150,4 @@ def _bound_name(bound: Optional[Binding]) -> Optional[str]:
 
 
 # Plan "hoist" lives in its own module, which reads this one's checks (so it is imported last, as a module).
-from . import hoist  # noqa: E402
+from . import hoist, sink  # noqa: E402

@@ -116,11 +116,14 @@ class EditPlan:
     replace: dict[int, Union[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]] = field(default_factory=dict)
     originals: dict[int, cst.CSTNode] = field(default_factory=dict)  # keeps ids alive and checkable
     delete: set[int] = field(default_factory=set)  # id(small statement) to remove
-    branch_copies: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = field(default_factory=dict)
+    # id(if) -> (the arm holding the match: the others get the copies; None: every arm gets them, an `else` added
+    # where the chain has none, plan "sink"), the statements copied
+    branch_copies: dict[int, tuple[Optional[cst.CSTNode], list[cst.BaseStatement]]] = field(default_factory=dict)
     imports: set[str] = field(default_factory=set)  # the dotted names the new code calls (their roots are imported)
     init_statements: set[int] = field(default_factory=set)  # id(__init__ line) edited: shared edits are merged
     init_nodes: set[int] = field(default_factory=set)  # ids among `replace`/`delete` that are __init__ edits
     remove_lines: set[int] = field(default_factory=set)  # id(statement) dropped from its block (fallback region)
+    moved_lines: set[int] = field(default_factory=set)  # id(line) deleted, its comments gone with its copies (sink)
     region: set[int] = field(default_factory=set)  # every statement inside a fallback region: no other edit there
     insert_before: dict[int, cst.SimpleStatementLine] = field(default_factory=dict)  # id(line) -> new line (hoist)
     # ids of the functions where this plan binds fresh names: one such plan per function and round, so two of them
@@ -130,6 +133,7 @@ class EditPlan:
     def footprint(self) -> set[int]:
         """Forward-side nodes this plan edits (``__init__`` edits are compared separately)."""
         edited = set(self.replace) | self.delete | set(self.branch_copies) | self.region | set(self.insert_before)
+        edited |= self.remove_lines | self.moved_lines
         return (edited | self.scopes) - self.init_nodes
 
 
@@ -153,6 +157,9 @@ def plan_match(found: PlacedMatch) -> EditPlan:
         return plan
     if placement.plan == "init":
         _plan_init(found, plan)
+        return plan
+    if placement.plan == "sink":
+        _plan_sink(placement, plan)
         return plan
     assert rule.forward is not None and rule.forward.target is not None and placement.anchor is not None
     target = rule.forward.target[0]
@@ -180,6 +187,17 @@ def plan_match(found: PlacedMatch) -> EditPlan:
         plan.originals[id(placement.branch_if)] = placement.branch_if
     _plan_init(found, plan)
     return plan
+
+
+def _plan_sink(placement: Placement, plan: EditPlan) -> None:
+    """The prefix lines moved to the top of every arm of the ``if`` (matcher's plan "sink", sink.py); the fusion is
+    the next round's."""
+    assert placement.branch_if is not None
+    for line in placement.prefix_lines:
+        plan.moved_lines.add(id(line))
+        plan.originals[id(line)] = line
+    plan.branch_copies[id(placement.branch_if)] = (None, list(placement.prefix_lines))
+    plan.originals[id(placement.branch_if)] = placement.branch_if
 
 
 def _plan_fallback(placement: Placement, call: cst.Call, plan: EditPlan) -> None:
@@ -334,6 +352,7 @@ def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
         merged.delete |= plan.delete
         merged.branch_copies.update(plan.branch_copies)
         merged.remove_lines |= plan.remove_lines
+        merged.moved_lines |= plan.moved_lines
         merged.insert_before.update(plan.insert_before)
         merged.imports |= plan.imports
     return merged
@@ -357,6 +376,13 @@ class _Apply(cst.CSTTransformer):
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
         if id(original_node) in self.plan.remove_lines and self.plan.originals.get(id(original_node)) is original_node:
             return cst.RemovalSentinel.REMOVE
+        if id(original_node) in self.plan.moved_lines and self.plan.originals.get(id(original_node)) is original_node:
+            # a deleted line's placeholder: its blank lines stay as those of any deleted line, its comments went
+            # with the copies
+            blank = [ln for ln in _leading_lines(original_node) if ln.comment is None]  # type: ignore[arg-type]
+            placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=blank)
+            self.emptied[id(placeholder)] = placeholder
+            return placeholder
         replacement = self.plan.replace.get(id(original_node))
         if replacement is not None and self.plan.originals.get(id(original_node)) is original_node:
             return replacement
@@ -396,9 +422,9 @@ class _Apply(cst.CSTTransformer):
 
     def _copy_into_other_branch(self, original: cst.If, updated: cst.If) -> cst.If:
         owner, prefix = self.plan.branch_copies[id(original)]
-        copies = [line.deep_clone() for line in prefix]
-        # A copied statement keeps its own comments; the first copy must not repeat a blank line.
-        copies = [c.with_changes(leading_lines=[ln for ln in c.leading_lines if ln.comment is not None]) for c in copies]  # type: ignore[attr-defined]
+        if owner is None:
+            return _copy_into_every_arm(updated, prefix)
+        copies = _copies(prefix)
         if owner is original.body:
             orelse = updated.orelse
             if orelse is None:
@@ -411,6 +437,30 @@ class _Apply(cst.CSTTransformer):
         body = updated.body
         assert isinstance(body, cst.IndentedBlock)
         return updated.with_changes(body=body.with_changes(body=[*copies, *body.body]))
+
+
+def _copies(prefix: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """Fresh copies of `prefix` for the top of an arm: a copied statement keeps its own comments; the first copy
+    must not repeat a blank line."""
+    copies = [line.deep_clone() for line in prefix]
+    return [c.with_changes(leading_lines=[ln for ln in c.leading_lines if ln.comment is not None]) for c in copies]  # type: ignore[attr-defined]
+
+
+def _copy_into_every_arm(if_stmt: cst.If, prefix: Sequence[cst.BaseStatement]) -> cst.If:
+    """`if_stmt` with copies of `prefix` atop the body of it, of each ``elif`` and of its ``else`` (added if
+    missing): every path through the chain runs them once."""
+    body = if_stmt.body
+    assert isinstance(body, cst.IndentedBlock)
+    orelse = if_stmt.orelse
+    if orelse is None:
+        orelse = cst.Else(body=cst.IndentedBlock(body=_copies(prefix)))
+    elif isinstance(orelse, cst.If):
+        orelse = _copy_into_every_arm(orelse, prefix)
+    else:
+        block = orelse.body
+        assert isinstance(block, cst.IndentedBlock)
+        orelse = orelse.with_changes(body=block.with_changes(body=[*_copies(prefix), *block.body]))
+    return if_stmt.with_changes(body=body.with_changes(body=[*_copies(prefix), *body.body]), orelse=orelse)
 
 
 def _drop_empty_lines(
@@ -448,14 +498,14 @@ def _drop_empty_lines(
     return out, [ln for ln in carry if ln.comment is not None]
 
 
-def _holding(module: cst.Module, targets: set[int]) -> Optional[set[int]]:
-    """The ids of `targets` and of every node on the way down to them; None if some target is not in the tree's
-    syntax fields (then everything is visited). Found with a field walk, about 20x faster than a visit."""
+def _holding(root: cst.CSTNode, targets: set[int]) -> Optional[set[int]]:
+    """The ids of `targets` and of every node on the way down to them from `root`; None if some target is not in
+    the tree's syntax fields (then everything is visited). Found with a field walk, about 20x faster than a visit."""
     parent: dict[int, cst.CSTNode] = {}
-    for node in cstwalk.walk(module):
+    for node in cstwalk.walk(root):
         for child in cstwalk.children(node):
             parent[id(child)] = node
-    holding = {id(module)}
+    holding = {id(root)}
     for target in targets:
         if target not in parent:
             return None
@@ -466,8 +516,15 @@ def _holding(module: cst.Module, targets: set[int]) -> Optional[set[int]]:
     return holding
 
 
-def apply_plan(module: cst.Module, plan: EditPlan) -> cst.Module:
+def apply_plan(module: cst.Module, plan: EditPlan, within: Optional[cst.BaseStatement] = None) -> cst.Module:
+    """`module` with the plan's edits made and its imports added. `within`: a statement of the module's body that
+    holds every edit of a plan adding no import (plan "sink" in one class): only it is walked."""
     targets = set(plan.replace) | plan.delete | set(plan.branch_copies) | set(plan.insert_before)
+    targets |= plan.remove_lines | plan.moved_lines
+    if within is not None:
+        assert not plan.imports and any(s is within for s in module.body)
+        edited = within.visit(_Apply(plan, _holding(within, targets)))
+        return module.with_changes(body=[edited if s is within else s for s in module.body])
     new = module.visit(_Apply(plan, _holding(module, targets)))
     assert isinstance(new, cst.Module)
     for root in sorted({name.split(".")[0] for name in plan.imports}):

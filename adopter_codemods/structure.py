@@ -19,6 +19,7 @@ from .class_bases import BaseResolver
 
 if TYPE_CHECKING:
     from .flow.graph import FlowGraph
+    from .provider.discovery import _Scan
 
 
 CERTAIN = "certain"
@@ -267,6 +268,9 @@ class ModuleStructure:
     classes: list[ClassStructure]
     module: cst.Module
     resolver: BaseResolver
+    # id(top-level statement) -> (it, its scan, the foreign attribute names it reads): reused by a structure of
+    # another version of the file for the statements they share (provider.build_module_structure)
+    scans: dict[int, tuple[cst.CSTNode, _Scan, frozenset[str]]] = field(default_factory=dict)
 
     @property
     def dependencies(self) -> dict[str, object]:

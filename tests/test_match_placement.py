@@ -11,7 +11,7 @@ from typing import Mapping, Optional, Union
 import libcst as cst
 import pytest
 
-from adopter_codemods import hoist, matcher
+from adopter_codemods import hoist, matcher, sink
 from adopter_codemods.dsl import Wildcard
 from adopter_codemods.engine import find_all
 from adopter_codemods.matcher import Match, PlacedMatch, Placement, Reason
@@ -38,10 +38,15 @@ def _aligned(match: Match) -> list[Optional[DLNode]]:
     return [None if i in match.skipped else next(nodes) for i in range(len(match.rule.forward.source))]
 
 
-def _replan(match: Match, kind: str) -> Union[Placement, Reason, None]:
-    """The placement the planner of `kind` gives `match` (the path checks it passed are not asked again)."""
+def _replan(match: Match, placement: Placement) -> Union[Placement, Reason, None]:
+    """The placement the planner of `placement`'s kind gives `match` (the path checks it passed are not asked
+    again)."""
+    kind = placement.plan
     if kind == "hoist":
         return hoist.plan_hoist(match)
+    if kind == "sink":
+        assert placement.unsunk is not None
+        return sink.plan_sink(match, placement.unsunk)
     planned = matcher._plan(match)
     if kind != "fallback":
         return planned
@@ -65,13 +70,13 @@ def test_planning_a_match_again_gives_an_equal_placement() -> None:
             if placement.plan in _UNPLANNED:
                 continue
             before = _snapshot(match)
-            first, second = _replan(match, placement.plan), _replan(match, placement.plan)
+            first, second = _replan(match, placement), _replan(match, placement)
             assert first == placement, f"{case}: {placement.plan}"
             assert second == first
             assert first is not placement  # a new placement, not one kept on the match
             assert _snapshot(match) == before
     # every kind of placement occurs in the fixtures, so the comparison above covers each planner
-    assert kinds == {"inline", "block", "branch", "fallback", "hoist", "init", "container"}
+    assert kinds == {"inline", "block", "branch", "fallback", "hoist", "sink", "init", "container"}
 
 
 def test_matches_and_placements_cannot_be_changed() -> None:

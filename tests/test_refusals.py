@@ -86,7 +86,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
     'ADP005_fuse_dropout_ln/neg_prenorm_call_before_if.py': [
-        '20: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (only lines binding constants may stand between) (line 25)',
+        "20: not-placeable: even with the statements before the `if` copied into its arms: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 22)",
     ],
     'ADP005_fuse_dropout_ln/neg_prenorm_same_name.py': [
         '15: layer-used-elsewhere: self.drop, which the rewrite removes from __init__, is also used here (line 17)',
@@ -133,9 +133,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP007_fuse_conv_bn/neg_conv_output_reused.py': [
         '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 14)',
     ],
-    'ADP007_fuse_conv_bn/neg_elif_chain.py': [
-        '15: branch-not-duplicable: the statements before this `if` would be copied into every arm of its elif chain, which reorders the tests (line 16)',
-    ],
     'ADP007_fuse_conv_bn/neg_input_mutated_inplace.py': [
         "14: input-may-be-mutated: a call here may modify `x` in place, which a matched statement moved to the fused call's place reads (line 15)",
     ],
@@ -157,9 +154,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP008_fuse_linear_bn/neg_bn_before_linear.py': [],
     'ADP008_fuse_linear_bn/neg_conv1d_bn1d.py': [],
-    'ADP008_fuse_linear_bn/neg_elif_chain.py': [
-        '14: branch-not-duplicable: the statements before this `if` would be copied into every arm of its elif chain, which reorders the tests (line 15)',
-    ],
     'ADP008_fuse_linear_bn/neg_flatten_between.py': [],
     'ADP008_fuse_linear_bn/neg_input_redefined.py': [
         "12: input-redefined: `x` is assigned again here, so at the fused call's place it would hold another value (line 13)",
@@ -167,8 +161,14 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP008_fuse_linear_bn/neg_linear_output_reused.py': [
         '12: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 13)',
     ],
-    'ADP009_fuse_qkv/neg_bert_branches.py': [
-        '25: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 36)',
+    'ADP009_fuse_qkv/neg_sink_unsafe.py': [
+        '17: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test reads `q`, which would be bound after it (line 18)',
+        '27: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test makes a call (or assigns), which would now run before them (line 28)',
+        "40: input-may-be-mutated: even with the statements before the `if` copied into its arms: a call here may modify `x` in place, which a matched statement moved to the fused call's place reads (line 41)",
+        '54: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this statement would have to move with them, and cannot be copied (a compound statement, or one that leaves the block or changes what names mean: `return`, `del`, `global`, ...) (line 55)',
+        "66: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: an arm of this `if` is written on its header's line, so no copy can go atop it (line 67)",
+        "77: input-may-be-mutated: even with the statements before the `if` copied into its arms: this statement may change a value that may share memory with `x` (a view, an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads (line 80)",
+        '88: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: 4 statements between them and the `if` would have to move with them (at most 3 are copied into every arm) (line 93)',
     ],
     # The forked classes: q/k read a phi of the two aliases, v the value before the branch. The graph matches no
     # such structure (a pattern variable binds one value on every path), so nothing is refused there.

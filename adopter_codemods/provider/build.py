@@ -13,7 +13,7 @@ from ..gc_pause import collector_paused
 from ..init_bindings import InitReader
 from ..qualnames import ImportTable, dotted_name
 from ..structure import ClassStructure, ModuleStructure
-from .discovery import _ClassInfo, _family, _is_module_class, _rebound, _scan, _stored_outside_init
+from .discovery import _ClassInfo, _family, _is_module_class, _rebound, _Scan, _scan, _stored_outside_init
 from .syntax import _suite_body
 from .walk import _ClassWalker
 
@@ -21,12 +21,19 @@ _SEQUENTIAL = "torch.nn.Sequential"
 
 
 @collector_paused
-def build_module_structure(module: cst.Module, path: Optional[str] = None) -> ModuleStructure:
+def build_module_structure(
+    module: cst.Module, path: Optional[str] = None, previous: Optional[ModuleStructure] = None,
+    only: Optional[str] = None,
+) -> ModuleStructure:
     """The model structure of every nn.Module class defined at the top level of a module, plus one unnamed unit
     for the module's top-level functions when any of them holds a DSL node. `path`: the module's file, from which
-    bases imported from other files are resolved (`class_bases`); without it only their names decide."""
+    bases imported from other files are resolved (`class_bases`); without it only their names decide. `previous`:
+    the structure of another version of the same file, sharing the statements that did not change (plan "sink"'s
+    check, engine.SinkCheck): its resolver and the scans of those statements are reused, in place of `path`'s.
+    `only`: the name of the one class wanted (every class is still scanned: what the others do to it counts)."""
     table = ImportTable.from_module(module)
-    resolver = BaseResolver(path)
+    resolver = previous.resolver if previous is not None else BaseResolver(path)
+    scanned = _Scans(table, previous.scans if previous is not None else {})
     factories = FactoryTypes(resolver)  # layer factories of other files, read through the same resolver
     classes: dict[str, _ClassInfo] = {}
     functions = {stmt.name.value: stmt for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
@@ -39,8 +46,8 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
             info.bases = [n for n in (dotted_name(b.value) for b in stmt.bases) if n is not None]
             classes[stmt.name.value] = info
     memo: dict[str, bool] = {}
-    foreign: set[str] = set()
-    scans = {name: _scan(info.node.body, table, foreign) for name, info in classes.items() if info.node is not None}
+    foreign = scanned.foreign
+    scans = {name: scanned(info.node, info.node.body) for name, info in classes.items() if info.node is not None}
     # attribute ("*": any) -> a store on another object binding it, the first met
     foreign_stores: dict[str, cst.CSTNode] = {}
     for scan in scans.values():
@@ -49,7 +56,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
     function_operators: set[str] = set()
     for stmt in module.body:
         if not isinstance(stmt, cst.ClassDef):
-            scan = _scan(stmt, table, foreign)
+            scan = scanned(stmt, stmt)
             # Outside a class body `self` is any object (`def _fwd(self, x)` assigned as `forward = _fwd`).
             foreign.update(scan.refs)
             _add_stores(foreign_stores, scan.foreign_stores.items())
@@ -66,7 +73,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
                 subclasses[base].add(name)
     result: list[ClassStructure] = []
     for name, info in classes.items():
-        if not _is_module_class(info, classes, table, memo, resolver):
+        if (only is not None and name != only) or not _is_module_class(info, classes, table, memo, resolver):
             continue
         walker = _ClassWalker(info, classes, table)
         walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
@@ -99,7 +106,7 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
         structure.containers = walker.containers
         structure.container_graphs = walker.container_graphs()
         result.append(structure)
-    if function_callees:
+    if function_callees and only in (None, ""):
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
         walker = _ClassWalker(_ClassInfo(None), classes, table)
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
@@ -116,7 +123,27 @@ def build_module_structure(module: cst.Module, path: Optional[str] = None) -> Mo
     for structure in result:
         structure.module = module
         structure.resolver = resolver
-    return ModuleStructure(result, module, resolver)
+    return ModuleStructure(result, module, resolver, scanned.done)
+
+
+class _Scans:
+    """`_scan` per top-level statement, reusing those of another version of the file for the very same nodes (a
+    scan reads only its statement and the imports); `foreign` gathers what every scan adds to it."""
+
+    def __init__(self, table: ImportTable, reused: dict[int, tuple[cst.CSTNode, _Scan, frozenset[str]]]) -> None:
+        self.table = table
+        self.reused = reused
+        self.foreign: set[str] = set()
+        self.done: dict[int, tuple[cst.CSTNode, _Scan, frozenset[str]]] = {}
+
+    def __call__(self, statement: cst.CSTNode, root: cst.CSTNode) -> _Scan:
+        hit = self.reused.get(id(statement))
+        if hit is None or hit[0] is not statement:
+            names: set[str] = set()
+            hit = (statement, _scan(root, self.table, names), frozenset(names))
+        self.done[id(statement)] = hit
+        self.foreign |= hit[2]
+        return hit[1]
 
 
 def _add_stores(stores: dict[str, cst.CSTNode], found: Iterable[tuple[str, cst.CSTNode]]) -> None:

@@ -1,0 +1,215 @@
+"""Plan "sink": the statements before an ``if`` copied into every arm of it (paper Fig. 4), so that a match split
+between them and one arm lies in one block.
+
+BERT's self-attention (and every copy of it, BART's and its copies alike) projects the query before an
+``if``/``elif`` chain and the keys and values inside its arms::
+
+    mixed_query_layer = self.query(hidden_states)
+    is_cross_attention = encoder_hidden_states is not None
+    if is_cross_attention and past_key_value is not None:
+        key_layer = past_key_value[0]
+        ...
+    elif is_cross_attention:
+        key_layer = self.transpose_for_scores(self.key(encoder_hidden_states))
+        ...
+    else:
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+
+No plan places ADP009's packed call there: the projections are in two blocks, and on the paths through the other
+arms only the query runs. This plan moves the statements holding the matched nodes that stand before the ``if``
+(the prefix) to the top of every arm of it, an ``else:`` added where the chain has none::
+
+    is_cross_attention = encoder_hidden_states is not None
+    if is_cross_attention and past_key_value is not None:
+        mixed_query_layer = self.query(hidden_states)
+        key_layer = past_key_value[0]
+    ...
+    else:
+        mixed_query_layer = self.query(hidden_states)
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+
+Every path runs the moved lines once, in their order, as before, only later: after the lines left between them and
+the ``if`` and after the tests. That changes nothing the code computes when (checked here):
+
+* the matched nodes are in one function, helper inlining and loop iteration; those before the ``if`` are statements
+  of its block, the others statements of one arm of its chain (an ``elif``'s too);
+* a line between the first of them and the ``if`` stays when it is a plain assignment of an expression without calls
+  (tensor metadata aside: ``x.size(0)``) to names no moved line before it reads or binds, reading none they bind
+  (BERT's ``is_cross_attention = ...``); any other line moves with them (RoFormer's reshape of the query), at most
+  ``MAX_DEPENDENT_LINES`` of them, and every moved line is a simple statement without ``return``, ``raise``,
+  ``break``, ``continue``, ``del``, ``global`` or ``nonlocal``;
+* no test of the chain makes a call or assigns, or reads a name a moved line binds;
+* every arm is an indented block (the copies need lines of their own).
+
+The copy alone does not fuse anything: the next rewrite round finds the match inside the arm, where the usual plans
+place it (``hoist.plan_hoist`` for BERT's chained projections). So that a finding is never a bare copy, the engine
+confirms each sink before reporting it (``engine.SinkCheck``): it analyses the module with the copies made, and
+keeps the sink only if the rule places a match there with the same layers and the same last statement.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+
+from . import cstwalk
+from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _simple_test
+from .provider import _written_names
+from .provider.syntax import is_metadata_call
+
+# Statements a copied prefix may not hold: each leaves the block or changes what names mean for the rest of it.
+_NOT_COPIED = (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Del, cst.Global, cst.Nonlocal)
+# Statements that move only because they must run after the matched ones (Gemma 3n's norm, rotation and transpose of the
+# query): more would copy a stretch of the function into every arm, not a change to hand a reviewer.
+MAX_DEPENDENT_LINES = 3
+
+
+def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
+    """The placement copying `match`'s prefix into every arm of the ``if`` whose arm holds its other nodes (see the
+    module docstring); why not, where the match has that shape but a condition fails; None where it has not.
+    `reason`: why the match cannot be placed where it stands, kept for the report should the engine not confirm
+    the sink."""
+    nodes = sorted(match.nodes, key=lambda n: n.index)
+    anchor = nodes[-1]
+    arm = anchor.site.owner
+    site = anchor.site
+    if any(
+        n.site.inline_stack != site.inline_stack or n.site.loop_copy != site.loop_copy or n.site.function != site.function
+        for n in nodes
+    ):
+        return None
+    outside = [n for n in nodes if n.site.owner is not arm]
+    inside = [n for n in nodes if n.site.owner is arm]
+    if not outside or not inside or any(n.site.block is not site.block for n in inside):
+        return None
+    block = list(outside[0].site.block)
+    if any(n.site.block is not outside[0].site.block or not any(n.site.line is s for s in block) for n in outside):
+        return None
+    prefix_at = sorted({next(i for i, s in enumerate(block) if s is n.site.line) for n in outside})
+    if_at = next((i for i in range(prefix_at[-1] + 1, len(block)) if _is_arm_of_chain(block[i], arm)), None)
+    if if_at is None:
+        return None
+    top = block[if_at]
+    assert isinstance(top, cst.If)
+    # A line between that would not leave names as they were if it ran before the moved ones moves with them.
+    moved: list[cst.BaseStatement] = []
+    bound: set[str] = set()
+    read: set[str] = set()
+    for i in range(prefix_at[0], if_at):
+        line = block[i]
+        if i not in prefix_at and _commutes(line, bound, read):
+            continue
+        if not _copyable(line):
+            return _refused(
+                "this statement would have to move with them, and cannot be copied (a compound statement, or one that "
+                "leaves the block or changes what names mean: `return`, `del`, `global`, ...)",
+                line,
+            )
+        moved.append(line)
+        bound |= _written_names(line)
+        read |= _names(line)
+    if len(moved) - len(prefix_at) > MAX_DEPENDENT_LINES:
+        return _refused(
+            f"{len(moved) - len(prefix_at)} statements between them and the `if` would have to move with them (at "
+            f"most {MAX_DEPENDENT_LINES} are copied into every arm)",
+            top,
+        )
+    arms = _arms(top)
+    if arms is None:
+        return _refused("an arm of this `if` is written on its header's line, so no copy can go atop it", top)
+    for test in _tests(top):
+        if not _simple_test(test):
+            return _refused("this test makes a call (or assigns), which would now run before them", test)
+        if _names(test) & bound:
+            return _refused(f"this test reads `{sorted(_names(test) & bound)[0]}`, which would be bound after it", test)
+    return Placement(
+        "sink",
+        anchor=anchor,
+        deleted=tuple(s for line in moved for s in line.body),  # type: ignore[attr-defined]
+        names=_names_at_anchor(match, anchor, ()),
+        branch_if=top,
+        branch_owner=arm,
+        prefix_lines=tuple(moved),
+        unsunk=reason,
+    )
+
+
+def _refused(why: str, cause: cst.CSTNode) -> Reason:
+    return Reason(
+        RefusalCategory.BRANCH_NOT_DUPLICABLE,
+        "the matched statements before the `if` holding the others cannot be copied into its arms: " + why,
+        cause,
+    )
+
+
+def _is_arm_of_chain(statement: cst.BaseStatement, arm: cst.CSTNode) -> bool:
+    """Whether `arm` is the body of `statement` (an ``if``), of one of its ``elif``s or of its ``else``."""
+    node: Optional[cst.BaseStatement] = statement
+    while isinstance(node, cst.If):
+        if node.body is arm:
+            return True
+        orelse = node.orelse
+        if isinstance(orelse, cst.Else):
+            return orelse.body is arm
+        node = orelse
+    return False
+
+
+def _arms(top: cst.If) -> Optional[list[cst.IndentedBlock]]:
+    """The bodies of the chain's arms, or None if one is not an indented block."""
+    bodies: list[cst.BaseSuite] = []
+    node: Optional[cst.BaseStatement] = top
+    while isinstance(node, cst.If):
+        bodies.append(node.body)
+        orelse = node.orelse
+        if isinstance(orelse, cst.Else):
+            bodies.append(orelse.body)
+        node = orelse if isinstance(orelse, cst.If) else None
+    blocks = [b for b in bodies if isinstance(b, cst.IndentedBlock)]
+    return blocks if len(blocks) == len(bodies) else None
+
+
+def _tests(top: cst.If) -> list[cst.BaseExpression]:
+    tests: list[cst.BaseExpression] = []
+    node: Optional[cst.BaseStatement] = top
+    while isinstance(node, cst.If):
+        tests.append(node.test)
+        node = node.orelse if isinstance(node.orelse, cst.If) else None
+    return tests
+
+
+def _copyable(line: cst.BaseStatement) -> bool:
+    return isinstance(line, cst.SimpleStatementLine) and not any(isinstance(s, _NOT_COPIED) for s in line.body)
+
+
+def _commutes(line: cst.BaseStatement, bound: set[str], read: set[str]) -> bool:
+    """Whether `line`, run before moved lines (which bind `bound`, read `read`) instead of after them, leaves every
+    name as it was: plain assignments of expressions without calls (tensor metadata aside: `x.size(0)`) to names the
+    moved lines neither read nor bind, reading none they bind."""
+    if not isinstance(line, cst.SimpleStatementLine):
+        return False
+    for small in line.body:
+        if isinstance(small, cst.Pass):
+            continue
+        if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None or not _pure(small.value):
+            return False
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+        if not all(isinstance(t, cst.Name) for t in targets):
+            return False
+    return not (_written_names(line) & (bound | read)) and not (_names(line) & bound)
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    """No call but tensor metadata reads and number conversions, no assignment, nothing deferred or suspended."""
+    return not any(
+        (isinstance(n, cst.Call) and not is_metadata_call(n))
+        or isinstance(n, (cst.NamedExpr, cst.Lambda, cst.Yield, cst.Await))
+        for n in cstwalk.walk(expr)
+    )
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}
+
