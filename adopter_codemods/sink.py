@@ -40,6 +40,9 @@ the ``if`` and after the tests. That changes nothing the code computes when (che
   ``MAX_DEPENDENT_LINES`` of them, and every moved line is a simple statement without ``return``, ``raise``,
   ``break``, ``continue``, ``del``, ``global`` or ``nonlocal``;
 * no test of the chain makes a call or assigns, or reads a name a moved line binds;
+* what the moved lines may change besides the names they bind (``_Effects``: an object changed in place or handed
+  to a call that may change it, ``seen.append(q)``; an attribute of ``self`` a helper method stores) is read by no
+  test (refused) and by no line left before the ``if`` (it moves with them);
 * every arm is an indented block (the copies need lines of their own).
 
 The copy alone does not fuse anything: the next rewrite round finds the match inside the arm, where the usual plans
@@ -55,9 +58,14 @@ from typing import Optional, Union
 import libcst as cst
 
 from . import cstwalk
+from .flow.checks import _COMPUTING_METHODS
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _simple_test
 from .provider import _written_names
-from .provider.syntax import is_metadata_call
+from .provider.syntax import (
+    NUMBER_BUILTINS, _is_self_attr, _suite_body, in_place_targets, is_in_place_name, is_metadata_call, passes_inplace,
+)
+from .qualnames import ImportTable
+from .structure import ClassStructure
 
 # Statements a copied prefix may not hold: each leaves the block or changes what names mean for the rest of it.
 _NOT_COPIED = (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Del, cst.Global, cst.Nonlocal)
@@ -94,12 +102,13 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
     top = block[if_at]
     assert isinstance(top, cst.If)
     # A line between that would not leave names as they were if it ran before the moved ones moves with them.
+    effects = _Effects(match.cls)
     moved: list[cst.BaseStatement] = []
     bound: set[str] = set()
     read: set[str] = set()
     for i in range(prefix_at[0], if_at):
         line = block[i]
-        if i not in prefix_at and _commutes(line, bound, read):
+        if i not in prefix_at and _commutes(line, bound, read) and not effects.observed_by(line):
             continue
         if not _copyable(line):
             return _refused(
@@ -110,6 +119,7 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
         moved.append(line)
         bound |= _written_names(line)
         read |= _names(line)
+        effects.add(line)
     if len(moved) - len(prefix_at) > MAX_DEPENDENT_LINES:
         return _refused(
             f"{len(moved) - len(prefix_at)} statements between them and the `if` would have to move with them (at "
@@ -124,6 +134,12 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
             return _refused("this test makes a call (or assigns), which would now run before them", test)
         if _names(test) & bound:
             return _refused(f"this test reads `{sorted(_names(test) & bound)[0]}`, which would be bound after it", test)
+        if effects.observed_by(test):
+            return _refused(
+                "this test reads an object they may change (in place, or through a call that is not a layer's or a "
+                "known computation), which it would now read before them",
+                test,
+            )
     return Placement(
         "sink",
         anchor=anchor,
@@ -208,6 +224,115 @@ def _pure(expr: cst.BaseExpression) -> bool:
         or isinstance(n, (cst.NamedExpr, cst.Lambda, cst.Yield, cst.Await))
         for n in cstwalk.walk(expr)
     )
+
+
+class _Effects:
+    """What the moved lines may change besides the names they bind, which a test or a line left before them could
+    read: objects they change in place or hand to a call that may change them (``x.add_(1)``, ``x[0] = v``,
+    ``seen.append(1)``, ``f(x)``), by name; and attributes of ``self`` (stored, changed in place, or any where a call
+    may reach ``self``). A layer of the class called, tensor metadata read, a tensor method among
+    ``checks._COMPUTING_METHODS``, a builtin number function or a ``torch``/``math`` function whose name does not end
+    in ``_`` changes none of its arguments (for layers, the rewrite's standing assumption); a helper method of the
+    class is judged by its body (two levels deep), any other call may change whatever it is handed."""
+
+    def __init__(self, cls: ClassStructure) -> None:
+        self.cls = cls
+        self.table = ImportTable.from_module(cls.module) if cls.module is not None else None
+        self.objects: set[str] = set()
+        self.attributes: Optional[set[str]] = set()  # None: any attribute of `self`
+
+    def add(self, line: cst.CSTNode) -> None:
+        objects, attributes = self._changes(line, 0)
+        self.objects |= objects
+        if attributes is None or self.attributes is None:
+            self.attributes = None
+        else:
+            self.attributes |= attributes
+
+    def observed_by(self, node: cst.CSTNode) -> bool:
+        """Whether `node` reads an object or attribute of ``self`` the moved lines so far may change (the operands
+        of an identity test read no object)."""
+        names, attributes = _reads(node)
+        if names & self.objects:
+            return True
+        return bool(attributes) and (self.attributes is None or bool(attributes & self.attributes))
+
+    def _changes(self, node: cst.CSTNode, depth: int) -> tuple[set[str], Optional[set[str]]]:
+        objects: set[str] = set()
+        attributes: Optional[set[str]] = set()
+        for name in in_place_targets(node):
+            if name.startswith("self."):
+                attributes.add(name[len("self.") :])  # type: ignore[union-attr]
+            else:
+                objects.add(name)
+        for call in (n for n in cstwalk.walk(node) if isinstance(n, cst.Call)):
+            effect = self._effect(call, depth)
+            if effect is None:
+                continue
+            if isinstance(effect, set):
+                attributes = None if attributes is None else attributes | effect
+                continue
+            names = {n.value for arg in call.args for n in cstwalk.walk(arg.value) if isinstance(n, cst.Name)}
+            if isinstance(call.func, cst.Attribute):
+                names |= {n.value for n in cstwalk.walk(call.func.value) if isinstance(n, cst.Name)}
+            objects |= names - {"self"}
+            if "self" in names:
+                attributes = None
+        return objects, attributes
+
+    def _effect(self, call: cst.Call, depth: int) -> Union[bool, set[str], None]:
+        """None: the call changes none of its arguments; True: it may change what it is handed (``self`` too, where
+        handed it); a set: a helper method of the class that changes no object but these attributes of ``self``
+        (judged from its body: one changing any object in place, or calling what may change ``self``, is True)."""
+        func = call.func
+        if passes_inplace(call.args):
+            return True
+        if is_metadata_call(call):
+            return None
+        if isinstance(func, cst.Attribute):
+            attr = _is_self_attr(func)
+            if attr is not None:
+                if attr in self.cls.init_bindings:
+                    return None  # a layer
+                helper = self._method(attr)
+                if helper is None or depth >= 2:
+                    return True
+                changed, attributes = self._changes(helper.body, depth + 1)
+                if changed or attributes is None:
+                    return True
+                return attributes or None
+            name = func.attr.value
+            if name in _COMPUTING_METHODS and not is_in_place_name(name):
+                return None
+        qualname = self.table.resolve(func) if self.table is not None else None
+        if qualname is not None and qualname.split(".")[0] in ("torch", "math") and not is_in_place_name(qualname):
+            return None
+        if isinstance(func, cst.Name) and func.value in NUMBER_BUILTINS:
+            return None
+        return True
+
+    def _method(self, name: str) -> Optional[cst.FunctionDef]:
+        node = self.cls.node
+        if node is None:
+            return None
+        found = [s for s in _suite_body(node.body) if isinstance(s, cst.FunctionDef) and s.name.value == name]
+        return found[0] if len(found) == 1 else None
+
+
+def _reads(node: cst.CSTNode) -> tuple[set[str], set[str]]:
+    """The names whose object `node` reads (not the operands of an identity test: ``x is None`` reads no object,
+    nor ``self`` of ``self.<attr>``), and the attributes of ``self`` it reads."""
+    skipped: set[int] = set()
+    attributes: set[str] = set()
+    for n in cstwalk.walk(node):
+        if isinstance(n, cst.Comparison) and all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in n.comparisons):
+            skipped.update(id(o) for o in (n.left, *(c.comparator for c in n.comparisons)) if isinstance(o, cst.Name))
+        elif isinstance(n, cst.Attribute):
+            attr = _is_self_attr(n)
+            if attr is not None:
+                attributes.add(attr)
+                skipped.add(id(n.value))
+    return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name) and id(n) not in skipped}, attributes
 
 
 def _names(node: cst.CSTNode) -> set[str]:

@@ -164,11 +164,13 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP009_fuse_qkv/neg_sink_unsafe.py': [
         '17: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test reads `q`, which would be bound after it (line 18)',
         '27: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test makes a call (or assigns), which would now run before them (line 28)',
-        "40: input-may-be-mutated: even with the statements before the `if` copied into its arms: a call here may modify `x` in place, which a matched statement moved to the fused call's place reads (line 41)",
+        "40: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test reads an object they may change (in place, or through a call that is not a layer's or a known computation), which it would now read before them (line 42)",
         '54: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this statement would have to move with them, and cannot be copied (a compound statement, or one that leaves the block or changes what names mean: `return`, `del`, `global`, ...) (line 55)',
         "66: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: an arm of this `if` is written on its header's line, so no copy can go atop it (line 67)",
         "77: input-may-be-mutated: even with the statements before the `if` copied into its arms: this statement may change a value that may share memory with `x` (a view, an alias, a container holding it) in place, which a matched statement moved to the fused call's place reads (line 80)",
         '88: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: 4 statements between them and the `if` would have to move with them (at most 3 are copied into every arm) (line 93)',
+        "102: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test reads an object they may change (in place, or through a call that is not a layer's or a known computation), which it would now read before them (line 104)",
+        "120: branch-not-duplicable: the matched statements before the `if` holding the others cannot be copied into its arms: this test reads an object they may change (in place, or through a call that is not a layer's or a known computation), which it would now read before them (line 122)",
     ],
     # The forked classes: q/k read a phi of the two aliases, v the value before the branch. The graph matches no
     # such structure (a pattern variable binds one value on every path), so nothing is refused there.
