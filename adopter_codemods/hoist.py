@@ -41,7 +41,7 @@ from .dsl import Wildcard
 from .flow import aliasing
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
-from .matcher import Match, Placement, Reason, RefusalCategory, _EffectScan, _names_at_anchor, _target_inputs
+from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _target_inputs
 from .provider.syntax import is_metadata_call
 from .structure import DLNode, Value
 
@@ -55,14 +55,6 @@ _CONDITIONAL_PARTS = (
     cst.IfExp,
     cst.BooleanOperation,
 )
-
-
-class _MutationScan(_EffectScan):
-    """Calls that may change what they reach, in a statement outside the matched nodes (metadata reads aside)."""
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if not is_metadata_call(node):
-            super().visit_Call(node)
 
 
 class _CallsBefore(cst.CSTVisitor):
@@ -255,11 +247,9 @@ def _instance_refusal(
         reads = read_vids(event)
         if any(vid in reads and reach.reads_at(pos, chain, joins) for vid, joins in carried.items()):
             if isinstance(event, DLNode):
-                impure = flow_checks.makes_calls(event)
+                impure = flow_checks.may_change_arguments(event)
             else:  # a statement's opaque part: judged by the calls it makes
-                scan = _MutationScan(matched)
-                event.site.small.visit(scan)
-                impure = scan.unsafe
+                impure = flow_checks.statement_may_change_arguments(event.site.small, matched, graph)
             if impure:
                 return Reason(
                     RefusalCategory.INPUT_MAY_BE_MUTATED,

@@ -10,6 +10,7 @@ function below states its question per path.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Callable, Iterator, Optional, Sequence, Union
 
@@ -19,7 +20,7 @@ from .. import cstwalk
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
 from ..provider import syntax
-from ..structure import Def, DLNode, Event, Use
+from ..structure import Def, DLNode, Event, Use, Value
 from . import aliasing
 from .graph import FlowGraph, Reach, read_vids
 
@@ -551,10 +552,55 @@ def _input_after_an_effect(instance: dict[Key, DLNode], inputs: dict[int, DLNode
     return min(late, key=lambda n: n.index) if late else None
 
 
-def makes_calls(node: DLNode) -> bool:
-    """Whether evaluating the node calls something (it is no operator, or an operand has a call): the call may
-    modify in place what it reaches."""
-    return node.kind != "op" or not all(v.pure for v in (*node.args, *(v for _, v in node.kwargs)))
+def may_change_arguments(node: DLNode) -> bool:
+    """Whether evaluating the node may change in place what it is handed: an operand with a call of its own; a layer
+    not of a type known to only compute (`_COMPUTING_LAYERS`) or built with ``inplace=``; a function other than a
+    ``torch``/``math`` one whose name does not end in ``_``, or one passed ``out=``/``inplace=`` (for
+    ``torch.nn.functional``, where ``inplace`` may come positionally, any positional argument after the first that is
+    not a number). Operators never do."""
+    if not all(v.pure for v in (*node.args, *(v for _, v in node.kwargs))):
+        return True
+    if node.kind == "op":
+        return False
+    if node.kind == "layer":
+        return node.qualname not in _COMPUTING_LAYERS or aliasing._layer_in_place(node)
+    name = node.qualname
+    if name is None or not name.startswith(("torch.", "math.")) or syntax.is_in_place_name(name.rsplit(".", 1)[-1]):
+        return True
+    if any(k in ("out", "inplace") for k, _ in node.kwargs):
+        return True
+    return name.startswith("torch.nn.functional.") and not all(_is_number(v) for v in node.args[1:])
+
+
+def _is_number(value: Value) -> bool:
+    """A literal int or float (not a bool, which ``inplace`` may be)."""
+    if value.kind != "const":
+        return False
+    try:
+        literal = ast.literal_eval(value.text)
+    except (ValueError, SyntaxError):
+        return False
+    return isinstance(literal, (int, float)) and not isinstance(literal, bool)
+
+
+def statement_may_change_arguments(small: cst.CSTNode, skip: set[int], graph: FlowGraph) -> bool:
+    """Whether the calls of a statement outside `skip` (ids of expressions judged on their own) may change in place
+    what they are handed: any call but a tensor metadata read or number builtin, a tensor method among
+    `_COMPUTING_METHODS`, and a DSL node `may_change_arguments` clears."""
+    nodes = {id(e.call): e for e in graph.events if isinstance(e, DLNode) and e.call is not None}
+    for sub in cstwalk.walk(small, lambda n: id(n) not in skip):
+        if type(sub) is not cst.Call or id(sub) in skip or syntax.is_metadata_call(sub):  # type: ignore[arg-type]
+            continue
+        node = nodes.get(id(sub))
+        if node is not None:
+            if may_change_arguments(node):
+                return True
+            continue
+        func = sub.func  # type: ignore[attr-defined]
+        if type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS:
+            continue
+        return True
+    return False
 
 
 def may_have_effects(node: DLNode) -> bool:
@@ -831,11 +877,9 @@ def _moved_reads_touched(
         if not suspects[pos]:
             calls = False  # only a value sharing memory with a moved one: judged by what changes in place below
         elif isinstance(event, DLNode):
-            calls = makes_calls(event)
+            calls = may_change_arguments(event)
         else:
-            scan = m._EffectScan(skip)
-            event.site.small.visit(scan)
-            calls = scan.unsafe
+            calls = statement_may_change_arguments(event.site.small, skip, graph)
         if calls or (pos not in inlined and aliasing.changes_in_place(graph, event, sharing)):
             sentence = _mutated_sentence(graph, match, moved, event, calls)
             return m.Reason(m.RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
