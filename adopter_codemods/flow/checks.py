@@ -585,22 +585,10 @@ def _is_number(value: Value) -> bool:
 
 def statement_may_change_arguments(small: cst.CSTNode, skip: set[int], graph: FlowGraph) -> bool:
     """Whether the calls of a statement outside `skip` (ids of expressions judged on their own) may change in place
-    what they are handed: any call but a tensor metadata read or number builtin, a tensor method among
-    `_COMPUTING_METHODS`, and a DSL node `may_change_arguments` clears."""
+    what they are handed: any call but those `_other_calls` passes over and the DSL nodes `may_change_arguments`
+    clears."""
     nodes = {id(e.call): e for e in graph.events if isinstance(e, DLNode) and e.call is not None}
-    for sub in cstwalk.walk(small, lambda n: id(n) not in skip):
-        if type(sub) is not cst.Call or id(sub) in skip or syntax.is_metadata_call(sub):  # type: ignore[arg-type]
-            continue
-        node = nodes.get(id(sub))
-        if node is not None:
-            if may_change_arguments(node):
-                return True
-            continue
-        func = sub.func  # type: ignore[attr-defined]
-        if type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS:
-            continue
-        return True
-    return False
+    return any(nodes.get(id(call)) is None or may_change_arguments(nodes[id(call)]) for call in _other_calls(small, skip))
 
 
 def may_have_effects(node: DLNode) -> bool:
@@ -682,14 +670,19 @@ def _may_draw(node: DLNode) -> bool:
 
 def _calls_beyond_computing(node: cst.CSTNode) -> bool:
     """A call other than a metadata read, a number builtin and a `_COMPUTING_METHODS` method."""
-    for sub in cstwalk.walk(node):
-        if type(sub) is not cst.Call or syntax.is_metadata_call(sub):  # type: ignore[arg-type]
+    return any(True for _ in _other_calls(node))
+
+
+def _other_calls(node: cst.CSTNode, skip: frozenset[int] | set[int] = frozenset()) -> Iterator[cst.Call]:
+    """The calls in `node`, outside the expressions in `skip`, other than tensor metadata reads, number builtins and
+    `_COMPUTING_METHODS` methods (``view``, ``to``, ...)."""
+    for sub in cstwalk.walk(node, lambda n: id(n) not in skip):
+        if type(sub) is not cst.Call or id(sub) in skip or syntax.is_metadata_call(sub):  # type: ignore[arg-type]
             continue
         func = sub.func  # type: ignore[attr-defined]
         if type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS:
             continue
-        return True
-    return False
+        yield sub  # type: ignore[misc]
 
 
 def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: set[int]) -> bool:
