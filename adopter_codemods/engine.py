@@ -180,7 +180,9 @@ class SinkCheck:
             sunk = build_module_structure(module, previous=self.structure, only=found.match.cls.name)
             self.sunk[key] = sunk
             _split_guarded_ifs(sunk, self.rules)
-        rule, name = found.match.rule, found.match.cls.name
+        # the rule as run, with all its variants: another variant may be the one that matches the copied code
+        rule = next((r for r in self.rules if r.code == found.match.rule.code), found.match.rule)
+        name = found.match.cls.name
         done = self.found.get((key, rule.code, name))
         if done is None:
             cls = next((c for c in sunk.classes if c.name == name), None)

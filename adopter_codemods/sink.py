@@ -58,14 +58,15 @@ from typing import Optional, Union
 import libcst as cst
 
 from . import cstwalk
-from .flow.checks import _COMPUTING_METHODS
+from .flow.aliasing import built_in_place
+from .flow.checks import _COMPUTING_LAYERS, _COMPUTING_METHODS
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _simple_test
 from .provider import _written_names
 from .provider.syntax import (
     NUMBER_BUILTINS, _is_self_attr, _suite_body, in_place_targets, is_in_place_name, is_metadata_call, passes_inplace,
 )
 from .qualnames import ImportTable
-from .structure import ClassStructure
+from .structure import ClassStructure, LayerBinding
 
 # Statements a copied prefix may not hold: each leaves the block or changes what names mean for the rest of it.
 _NOT_COPIED = (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Del, cst.Global, cst.Nonlocal)
@@ -136,8 +137,8 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
             return _refused(f"this test reads `{sorted(_names(test) & bound)[0]}`, which would be bound after it", test)
         if effects.observed_by(test):
             return _refused(
-                "this test reads an object they may change (in place, or through a call that is not a layer's or a "
-                "known computation), which it would now read before them",
+                "this test reads an object they may change (in place, or by a call not known to leave what it is "
+                "handed as it is), which it would now read before them",
                 test,
             )
     return Placement(
@@ -230,10 +231,11 @@ class _Effects:
     """What the moved lines may change besides the names they bind, which a test or a line left before them could
     read: objects they change in place or hand to a call that may change them (``x.add_(1)``, ``x[0] = v``,
     ``seen.append(1)``, ``f(x)``), by name; and attributes of ``self`` (stored, changed in place, or any where a call
-    may reach ``self``). A layer of the class called, tensor metadata read, a tensor method among
-    ``checks._COMPUTING_METHODS``, a builtin number function or a ``torch``/``math`` function whose name does not end
-    in ``_`` changes none of its arguments (for layers, the rewrite's standing assumption); a helper method of the
-    class is judged by its body (two levels deep), any other call may change whatever it is handed."""
+    may reach ``self``). A layer of a type known to only compute (``checks._COMPUTING_LAYERS``, not built with
+    ``inplace=``), tensor metadata read, a tensor method among ``checks._COMPUTING_METHODS``, a builtin number
+    function or a ``torch``/``math`` function whose name does not end in ``_`` changes none of its arguments; any
+    other layer may change what it is handed (not ``self``: its forward has its own); a helper method of the class is
+    judged by its body (two levels deep); any other call may change whatever it is handed."""
 
     def __init__(self, cls: ClassStructure) -> None:
         self.cls = cls
@@ -273,7 +275,8 @@ class _Effects:
                 attributes = None if attributes is None else attributes | effect
                 continue
             names = {n.value for arg in call.args for n in cstwalk.walk(arg.value) if isinstance(n, cst.Name)}
-            if isinstance(call.func, cst.Attribute):
+            if isinstance(call.func, cst.Attribute) and self._layer(call.func) is None:
+                # a method's receiver too; a layer's forward has a `self` of its own
                 names |= {n.value for n in cstwalk.walk(call.func.value) if isinstance(n, cst.Name)}
             objects |= names - {"self"}
             if "self" in names:
@@ -290,10 +293,12 @@ class _Effects:
         if is_metadata_call(call):
             return None
         if isinstance(func, cst.Attribute):
+            bindings = self._layer(func)
+            if bindings is not None:  # a layer: of a type known to only compute, without `inplace=`
+                computing = all(b.qualname in _COMPUTING_LAYERS and not built_in_place(b) for b in bindings)
+                return None if computing else True
             attr = _is_self_attr(func)
             if attr is not None:
-                if attr in self.cls.init_bindings:
-                    return None  # a layer
                 helper = self._method(attr)
                 if helper is None or depth >= 2:
                     return True
@@ -310,6 +315,11 @@ class _Effects:
         if isinstance(func, cst.Name) and func.value in NUMBER_BUILTINS:
             return None
         return True
+
+    def _layer(self, func: cst.Attribute) -> Optional[list[LayerBinding]]:
+        """The ``__init__`` bindings of the layer `func` (``self.<attr>``) calls, None if it is not one."""
+        attr = _is_self_attr(func)
+        return self.cls.init_bindings.get(attr) or None if attr is not None else None
 
     def _method(self, name: str) -> Optional[cst.FunctionDef]:
         node = self.cls.node

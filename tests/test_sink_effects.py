@@ -22,6 +22,7 @@ class Attention(nn.Module):
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
         self.v = nn.Linear(dim, dim)
+        self.act = nn.ReLU(inplace=True)
         self.calls = 0
         self.enabled = True
 
@@ -86,6 +87,7 @@ def make_example():
         ("seen[0] = q", "seen[0] is q"),  # a store into it
         ("self.count()", "self.calls > 1"),  # a helper storing the attribute the test reads
         ("torch.nn.init.zeros_(x)", "x[0, 0] == 0"),  # an in-place function
+        ("seen = self.act(x)", "x[0, 0] > 0"),  # a layer built with inplace=True
     ],
 )
 def test_a_test_reading_what_the_moved_lines_change_refuses(moved: str, test: str) -> None:

@@ -35,7 +35,7 @@ from ..provider.syntax import (
     is_metadata_call,
     passes_inplace,
 )
-from ..structure import Def, DLNode, Event, Use, Value
+from ..structure import Def, DLNode, Event, LayerBinding, Use, Value
 from .graph import FlowGraph, read_vids
 
 # Nodes whose result never shares memory with what they read, whatever the operands: a new tensor (or number).
@@ -114,11 +114,13 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
 
 
 def _layer_in_place(node: DLNode) -> bool:
+    return any(built_in_place(binding) for binding in node.bindings)
+
+
+def built_in_place(binding: LayerBinding) -> bool:
     """A layer built with ``inplace=`` other than False, or with a positional ``True`` (``nn.ReLU(True)``)."""
-    return any(
-        passes_inplace(binding.args)
-        or any(a.keyword is None and type(a.value) is cst.Name and a.value.value == "True" for a in binding.args)
-        for binding in node.bindings
+    return passes_inplace(binding.args) or any(
+        a.keyword is None and type(a.value) is cst.Name and a.value.value == "True" for a in binding.args
     )
 
 
