@@ -42,7 +42,8 @@ the ``if`` and after the tests. That changes nothing the code computes when (che
 * no test of the chain makes a call or assigns, or reads a name a moved line binds;
 * what the moved lines may change besides the names they bind (``_Effects``: an object changed in place or handed
   to a call that may change it, ``seen.append(q)``; an attribute of ``self`` a helper method stores) is read by no
-  test (refused) and by no line left before the ``if`` (it moves with them);
+  test (refused) and by no line left before the ``if`` (it moves with them); where they may change any object, any
+  name read counts (it may hold a view of it), attributes of ``self`` aside;
 * every arm is an indented block (the copies need lines of their own).
 
 The copy alone does not fuse anything: the next rewrite round finds the match inside the arm, where the usual plans
@@ -63,7 +64,8 @@ from .flow.checks import _COMPUTING_LAYERS, _COMPUTING_METHODS
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _simple_test
 from .provider import _written_names
 from .provider.syntax import (
-    NUMBER_BUILTINS, _is_self_attr, _suite_body, in_place_targets, is_in_place_name, is_metadata_call, passes_inplace,
+    METADATA_ATTRIBUTES, NUMBER_BUILTINS, _is_self_attr, _suite_body, in_place_targets, is_in_place_name,
+    is_metadata_call, passes_inplace,
 )
 from .qualnames import ImportTable
 from .structure import ClassStructure, LayerBinding
@@ -127,8 +129,7 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
             f"most {MAX_DEPENDENT_LINES} are copied into every arm)",
             top,
         )
-    arms = _arms(top)
-    if arms is None:
+    if _arms(top) is None:
         return _refused("an arm of this `if` is written on its header's line, so no copy can go atop it", top)
     for test in _tests(top):
         if not _simple_test(test):
@@ -175,7 +176,7 @@ def _is_arm_of_chain(statement: cst.BaseStatement, arm: cst.CSTNode) -> bool:
 
 
 def _arms(top: cst.If) -> Optional[list[cst.IndentedBlock]]:
-    """The bodies of the chain's arms, or None if one is not an indented block."""
+    """The bodies of the chain's arms, or None if one is not an indented block (a copy needs a line of its own)."""
     bodies: list[cst.BaseSuite] = []
     node: Optional[cst.BaseStatement] = top
     while isinstance(node, cst.If):
@@ -253,9 +254,10 @@ class _Effects:
 
     def observed_by(self, node: cst.CSTNode) -> bool:
         """Whether `node` reads an object or attribute of ``self`` the moved lines so far may change (the operands
-        of an identity test read no object)."""
+        of an identity test read no object). Where they may change any object, any name read counts: it may hold a
+        view of it, or a container holding it (``flat.add_(1)`` after ``flat = h.view(-1)`` changes ``h``)."""
         names, attributes = _reads(node)
-        if names & self.objects:
+        if names and self.objects:
             return True
         return bool(attributes) and (self.attributes is None or bool(attributes & self.attributes))
 
@@ -331,16 +333,21 @@ class _Effects:
 
 def _reads(node: cst.CSTNode) -> tuple[set[str], set[str]]:
     """The names whose object `node` reads (not the operands of an identity test: ``x is None`` reads no object,
-    nor ``self`` of ``self.<attr>``), and the attributes of ``self`` it reads."""
+    nor a tensor's metadata ``x.shape``, which a change of its values leaves as it is (a change of its shape in
+    place, ``x.unsqueeze_(0)``, is not followed), nor ``self`` of ``self.<attr>``), and the attributes of ``self``
+    it reads."""
     skipped: set[int] = set()
     attributes: set[str] = set()
     for n in cstwalk.walk(node):
         if isinstance(n, cst.Comparison) and all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in n.comparisons):
             skipped.update(id(o) for o in (n.left, *(c.comparator for c in n.comparisons)) if isinstance(o, cst.Name))
         elif isinstance(n, cst.Attribute):
+            skipped.add(id(n.attr))  # an attribute's name is no variable
             attr = _is_self_attr(n)
             if attr is not None:
                 attributes.add(attr)
+                skipped.add(id(n.value))
+            elif n.attr.value in METADATA_ATTRIBUTES and isinstance(n.value, cst.Name):
                 skipped.add(id(n.value))
     return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name) and id(n) not in skipped}, attributes
 

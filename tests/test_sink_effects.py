@@ -102,3 +102,20 @@ def test_a_test_reading_what_the_moved_lines_change_refuses(moved: str, test: st
     assert not rewrite_source(source, ["ADP009"]).findings
     reasons = [r.reason for r in refused_sites(source, ["ADP009"])]
     assert any("cannot be copied into its arms" in r for r in reasons), reasons
+
+
+def test_a_test_reading_a_tensor_changed_through_a_view_refuses() -> None:
+    """The moved `flat.add_(1)` changes `h` through its view: any name a test reads may hold such a view or
+    container, so the test reading `h` refuses the site (it would read `h` before the change)."""
+    source = HEADER + '''
+    def forward(self, x, h):
+        flat = h.view(-1)
+        q = self.q(x)
+        flat.add_(1)
+        if h[0, 0] > 1:
+            return q + self.k(x) + self.v(x)
+        return q
+'''
+    assert not rewrite_source(source, ["ADP009"]).findings
+    reasons = [r.reason for r in refused_sites(source, ["ADP009"])]
+    assert any("this test reads an object they may change" in r for r in reasons), reasons
