@@ -2149,5 +2149,5 @@ def _bound_name(bound: Optional[Binding]) -> Optional[str]:
     return bound.text if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%") else None
 
 
-# Plan "hoist" lives in its own module, which reads this one's checks (so it is imported last, as a module).
+# Plans "hoist" and "sink" live in their own modules, which read this one's checks (so they are imported last).
 from . import hoist, sink  # noqa: E402
