@@ -59,16 +59,14 @@ from typing import Optional, Union
 import libcst as cst
 
 from . import cstwalk
-from .flow.aliasing import built_in_place
-from .flow.checks import _COMPUTING_LAYERS, _COMPUTING_METHODS
-from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _simple_test
+from .flow.checks import may_change_arguments, other_calls
+from .flow.graph import FlowGraph
+from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _names_in_node, _simple_test
 from .provider import _written_names
 from .provider.syntax import (
-    METADATA_ATTRIBUTES, NUMBER_BUILTINS, _is_self_attr, _suite_body, in_place_targets, is_in_place_name,
-    is_metadata_call, passes_inplace,
+    METADATA_ATTRIBUTES, _is_self_attr, _suite_body, in_place_targets, is_metadata_call, passes_inplace,
 )
-from .qualnames import ImportTable
-from .structure import ClassStructure, LayerBinding
+from .structure import ClassStructure
 
 # Statements a copied prefix may not hold: each leaves the block or changes what names mean for the rest of it.
 _NOT_COPIED = (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Del, cst.Global, cst.Nonlocal)
@@ -105,7 +103,8 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
     top = block[if_at]
     assert isinstance(top, cst.If)
     # A line between that would not leave names as they were if it ran before the moved ones moves with them.
-    effects = _Effects(match.cls)
+    assert match.graph is not None
+    effects = _Effects(match.cls, match.graph)
     moved: list[cst.BaseStatement] = []
     bound: set[str] = set()
     read: set[str] = set()
@@ -121,7 +120,7 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
             )
         moved.append(line)
         bound |= _written_names(line)
-        read |= _names(line)
+        read |= _names_in_node(line)
         effects.add(line)
     if len(moved) - len(prefix_at) > MAX_DEPENDENT_LINES:
         return _refused(
@@ -134,8 +133,8 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
     for test in _tests(top):
         if not _simple_test(test):
             return _refused("this test makes a call (or assigns), which would now run before them", test)
-        if _names(test) & bound:
-            return _refused(f"this test reads `{sorted(_names(test) & bound)[0]}`, which would be bound after it", test)
+        if _names_in_node(test) & bound:
+            return _refused(f"this test reads `{sorted(_names_in_node(test) & bound)[0]}`, which would be bound after it", test)
         if effects.observed_by(test):
             return _refused(
                 "this test reads an object they may change (in place, or by a call not known to leave what it is "
@@ -216,7 +215,7 @@ def _commutes(line: cst.BaseStatement, bound: set[str], read: set[str]) -> bool:
         targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
         if not all(isinstance(t, cst.Name) for t in targets):
             return False
-    return not (_written_names(line) & (bound | read)) and not (_names(line) & bound)
+    return not (_written_names(line) & (bound | read)) and not (_names_in_node(line) & bound)
 
 
 def _pure(expr: cst.BaseExpression) -> bool:
@@ -232,15 +231,15 @@ class _Effects:
     """What the moved lines may change besides the names they bind, which a test or a line left before them could
     read: objects they change in place or hand to a call that may change them (``x.add_(1)``, ``x[0] = v``,
     ``seen.append(1)``, ``f(x)``), by name; and attributes of ``self`` (stored, changed in place, or any where a call
-    may reach ``self``). A layer of a type known to only compute (``checks._COMPUTING_LAYERS``, not built with
-    ``inplace=``), tensor metadata read, a tensor method among ``checks._COMPUTING_METHODS``, a builtin number
-    function or a ``torch``/``math`` function whose name does not end in ``_`` changes none of its arguments; any
-    other layer may change what it is handed (not ``self``: its forward has its own); a helper method of the class is
-    judged by its body (two levels deep); any other call may change whatever it is handed."""
+    may reach ``self``). A call the function's graph holds as a DSL node is judged by
+    ``checks.may_change_arguments`` (a layer of a computing type without ``inplace=``, a ``torch``/``math`` function
+    not named ``*_``: none); tensor metadata reads and computing tensor methods change nothing (``checks.other_calls``
+    passes them over); a helper method of the class is judged by its body (two levels deep); any other call may
+    change whatever it is handed (not ``self`` where it is a layer's: its forward has its own)."""
 
-    def __init__(self, cls: ClassStructure) -> None:
+    def __init__(self, cls: ClassStructure, graph: FlowGraph) -> None:
         self.cls = cls
-        self.table = ImportTable.from_module(cls.module) if cls.module is not None else None
+        self.graph = graph
         self.objects: set[str] = set()
         self.attributes: Optional[set[str]] = set()  # None: any attribute of `self`
 
@@ -269,7 +268,7 @@ class _Effects:
                 attributes.add(name[len("self.") :])  # type: ignore[union-attr]
             else:
                 objects.add(name)
-        for call in (n for n in cstwalk.walk(node) if isinstance(n, cst.Call)):
+        for call in other_calls(node):
             effect = self._effect(call, depth)
             if effect is None:
                 continue
@@ -277,7 +276,7 @@ class _Effects:
                 attributes = None if attributes is None else attributes | effect
                 continue
             names = {n.value for arg in call.args for n in cstwalk.walk(arg.value) if isinstance(n, cst.Name)}
-            if isinstance(call.func, cst.Attribute) and self._layer(call.func) is None:
+            if isinstance(call.func, cst.Attribute) and not self._is_layer(call.func):
                 # a method's receiver too; a layer's forward has a `self` of its own
                 names |= {n.value for n in cstwalk.walk(call.func.value) if isinstance(n, cst.Name)}
             objects |= names - {"self"}
@@ -286,42 +285,28 @@ class _Effects:
         return objects, attributes
 
     def _effect(self, call: cst.Call, depth: int) -> Union[bool, set[str], None]:
-        """None: the call changes none of its arguments; True: it may change what it is handed (``self`` too, where
-        handed it); a set: a helper method of the class that changes no object but these attributes of ``self``
-        (judged from its body: one changing any object in place, or calling what may change ``self``, is True)."""
-        func = call.func
+        """None: the call changes none of its arguments (a DSL node `checks.may_change_arguments` clears); True: it
+        may change what it is handed (``self`` too, where handed it); a set: a helper method of the class that
+        changes no object but these attributes of ``self`` (judged from its body: one changing any object in place,
+        or calling what may change ``self``, is True)."""
         if passes_inplace(call.args):
             return True
-        if is_metadata_call(call):
-            return None
-        if isinstance(func, cst.Attribute):
-            bindings = self._layer(func)
-            if bindings is not None:  # a layer: of a type known to only compute, without `inplace=`
-                computing = all(b.qualname in _COMPUTING_LAYERS and not built_in_place(b) for b in bindings)
-                return None if computing else True
-            attr = _is_self_attr(func)
-            if attr is not None:
-                helper = self._method(attr)
-                if helper is None or depth >= 2:
-                    return True
-                changed, attributes = self._changes(helper.body, depth + 1)
-                if changed or attributes is None:
-                    return True
-                return attributes or None
-            name = func.attr.value
-            if name in _COMPUTING_METHODS and not is_in_place_name(name):
-                return None
-        qualname = self.table.resolve(func) if self.table is not None else None
-        if qualname is not None and qualname.split(".")[0] in ("torch", "math") and not is_in_place_name(qualname):
-            return None
-        if isinstance(func, cst.Name) and func.value in NUMBER_BUILTINS:
-            return None
-        return True
+        node = self.graph.by_call.get(id(call))
+        if node is not None:
+            return True if may_change_arguments(node) else None
+        attr = _is_self_attr(call.func) if isinstance(call.func, cst.Attribute) else None
+        helper = self._method(attr) if attr is not None and depth < 2 else None
+        if helper is None:
+            return True
+        changed, attributes = self._changes(helper.body, depth + 1)
+        if changed or attributes is None:
+            return True
+        return attributes or None
 
-    def _layer(self, func: cst.Attribute) -> Optional[list[LayerBinding]]:
-        """The ``__init__`` bindings of the layer `func` (``self.<attr>``) calls, None if it is not one."""
+    def _is_layer(self, func: cst.Attribute) -> bool:
+        """Whether `func` is ``self.<attr>`` for a layer bound in ``__init__``."""
         attr = _is_self_attr(func)
-        return self.cls.init_bindings.get(attr) or None if attr is not None else None
+        return attr is not None and bool(self.cls.init_bindings.get(attr))
 
     def _method(self, name: str) -> Optional[cst.FunctionDef]:
         node = self.cls.node
@@ -350,8 +335,3 @@ def _reads(node: cst.CSTNode) -> tuple[set[str], set[str]]:
             elif n.attr.value in METADATA_ATTRIBUTES and isinstance(n.value, cst.Name):
                 skipped.add(id(n.value))
     return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name) and id(n) not in skipped}, attributes
-
-
-def _names(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}
-

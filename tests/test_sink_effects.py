@@ -88,6 +88,7 @@ def make_example():
         ("self.count()", "self.calls > 1"),  # a helper storing the attribute the test reads
         ("torch.nn.init.zeros_(x)", "x[0, 0] == 0"),  # an in-place function
         ("seen = self.act(x)", "x[0, 0] > 0"),  # a layer built with inplace=True
+        ("seen = torch.nn.functional.relu(x, True)", "x[0, 0] > 0"),  # `inplace` passed positionally
     ],
 )
 def test_a_test_reading_what_the_moved_lines_change_refuses(moved: str, test: str) -> None:

@@ -585,10 +585,10 @@ def _is_number(value: Value) -> bool:
 
 def statement_may_change_arguments(small: cst.CSTNode, skip: set[int], graph: FlowGraph) -> bool:
     """Whether the calls of a statement outside `skip` (ids of expressions judged on their own) may change in place
-    what they are handed: any call but those `_other_calls` passes over and the DSL nodes `may_change_arguments`
+    what they are handed: any call but those `other_calls` passes over and the DSL nodes `may_change_arguments`
     clears."""
-    nodes = {id(e.call): e for e in graph.events if isinstance(e, DLNode) and e.call is not None}
-    return any(nodes.get(id(call)) is None or may_change_arguments(nodes[id(call)]) for call in _other_calls(small, skip))
+    nodes = graph.by_call
+    return any(id(call) not in nodes or may_change_arguments(nodes[id(call)]) for call in other_calls(small, skip))
 
 
 def may_have_effects(node: DLNode) -> bool:
@@ -670,10 +670,10 @@ def _may_draw(node: DLNode) -> bool:
 
 def _calls_beyond_computing(node: cst.CSTNode) -> bool:
     """A call other than a metadata read, a number builtin and a `_COMPUTING_METHODS` method."""
-    return any(True for _ in _other_calls(node))
+    return any(True for _ in other_calls(node))
 
 
-def _other_calls(node: cst.CSTNode, skip: frozenset[int] | set[int] = frozenset()) -> Iterator[cst.Call]:
+def other_calls(node: cst.CSTNode, skip: frozenset[int] | set[int] = frozenset()) -> Iterator[cst.Call]:
     """The calls in `node`, outside the expressions in `skip`, other than tensor metadata reads, number builtins and
     `_COMPUTING_METHODS` methods (``view``, ``to``, ...)."""
     for sub in cstwalk.walk(node, lambda n: id(n) not in skip):

@@ -47,6 +47,7 @@ class FlowGraph:
         self.states: dict[int, dict[str, int]] = {}  # id(DLNode) -> the names' value ids where it is evaluated
         # ids of the compound statements walked as one event (no layer call inside): their body has no events
         self.folded: set[int] = set()
+        self.by_call: dict[int, DLNode] = {}  # id(call) -> a DSL node it makes (copies of it alike)
         self.exit = -1
 
     def add(self, event: Event, preds: tuple[int, ...]) -> int:
@@ -56,6 +57,8 @@ class FlowGraph:
         self.position[id(event)] = pos
         if isinstance(event, DLNode):
             event.index = pos
+            if event.call is not None:
+                self.by_call[id(event.call)] = event
         elif isinstance(event, Def):
             self.defined_by[(event.name, event.vid)] = id(event.site.small)
         return pos
