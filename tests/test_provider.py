@@ -341,3 +341,32 @@ def test_dl_nodes_link_back_to_their_statements() -> None:
     assert isinstance(node, DLNode) and isinstance(node.site.small, cst.Assign)
     assert node.site.small in node.site.line.body  # type: ignore[attr-defined]
     assert node.site.line in node.site.block and node.site.function == "M.forward"
+
+
+def test_unpacking_a_variable_reads_it() -> None:
+    """`a, b = h` reads `h` (its definition must stay, and a rewrite hiding `h` must see the read)."""
+    cls = forward("""
+        h = self.drop(x)
+        a, b = h
+        return a
+    """)
+    (path,) = paths_of(cls)
+    (drop,) = path.nodes
+    unpacking = [e for e in path.events if isinstance(e, Use) and drop.out in e.vids]
+    assert unpacking and unpacking[0].names == ("h",)
+
+
+def test_a_helper_returning_an_opaque_expression_reads_by_name_where_it_returns() -> None:
+    """`return t.view(-1)` in an inlined helper: a use of `t` at the helper's return statement (which the caller's
+    assignment of the result does not name), so analyses of statements see the statement computing it."""
+    cls = one_class(INIT + """
+def _flat(self, t):
+    return t.view(-1)
+
+def forward(self, x, r):
+    return self._flat(self.drop(x))
+""")
+    (path,) = paths_of(cls)
+    (drop,) = path.nodes
+    uses = [e for e in path.events if isinstance(e, Use) and drop.out in e.vids and e.site.scope]
+    assert uses and uses[0].names == ("_flat@1::t",) and isinstance(uses[0].site.small, cst.Return)

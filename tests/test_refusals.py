@@ -551,3 +551,31 @@ def test_cli_refusals_bypass_the_cache(
     main(["scan", "--show-refused", "--rules", "ADP005", str(SUM_REUSED)])
     assert capsys.readouterr().out == f"ADP005 refused at {SUM_REUSED}:13:9: {REASON} (line 15)\n"
     assert sorted((tmp_path / "cache").rglob("*")) == stored
+
+
+UNPACKED_AFTER_DROPOUT = """import torch
+from torch import nn
+
+
+class Out(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(8, 8)
+        self.dropout = nn.Dropout(0.1)
+        self.LayerNorm = nn.LayerNorm(8)
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        out = self.LayerNorm(hidden_states + input_tensor)
+        first, second = {unpacked}
+        return out, first
+"""
+
+
+def test_unpacking_an_intermediate_is_a_use_of_it() -> None:
+    """`first, second = hidden_states` reads the dropout's output, which the fused call hides: refused (it was
+    rewritten once, the unpacking then reading the tensor before the dropout); unpacking another value is not."""
+    (refused,) = refused_sites(UNPACKED_AFTER_DROPOUT.format(unpacked="hidden_states"), ["ADP005"])
+    assert refused.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE and refused.cause_line == 16
+    assert len(scan_source(UNPACKED_AFTER_DROPOUT.format(unpacked="input_tensor"), ["ADP005"])) == 1

@@ -995,6 +995,8 @@ def _helper_call_dropped(
             assert event is not None
             if isinstance(event, DLNode) and key(event) in keys:
                 continue
+            if isinstance(event, Use) and type(event.site.small) is cst.Return:
+                continue  # the helper's result read where it is returned: what the fused call writes again
             stack = event.site.inline_stack
             depth = next(i for i, s in enumerate(stack) if s.small is statement)
             helper = (stack[depth + 1].function if depth + 1 < len(stack) else event.site.function).rsplit(".", 1)[-1]

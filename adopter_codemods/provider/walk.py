@@ -297,8 +297,10 @@ class _ClassWalker(_Unchainer):
             out = []
             for q, val in self.walk_expr(small.value, at, p, None, whole=True):
                 if q.status == "open":
-                    if not ctx.prefix:  # a helper's return value flows into its caller, which records the uses
-                        q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
+                    # A helper's return value flows into its caller, which records the uses; but an opaque one is
+                    # computed here (`return t.view(-1)`): what it reads, by name, as forward's return.
+                    if not ctx.prefix or (val.kind == "expr" and val.uses):
+                        q.events.append(Use(tuple(v for _, v in val.uses), at.site(), tuple(n for n, _ in val.uses)))
                     q.status, q.ret = "return", val
                 out.append(q)
             return out
@@ -367,6 +369,9 @@ class _ClassWalker(_Unchainer):
                 continue
             if val.kind == "expr" and val.uses:
                 p.events.append(Use(tuple(v for _, v in val.uses), site, tuple(n for n, _ in val.uses)))
+            elif val.kind == "var" and not val.text.startswith("%"):
+                # `a, b = x` reads `x` (unpacking it): its definition must stay
+                p.events.append(Use((val.vid,), site, tuple(n for n, _ in val.uses)))
             if name is not None:
                 vid = p.state[name] = self.new_vid()
                 p.events.append(Def(name, vid, site))
