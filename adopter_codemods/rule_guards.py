@@ -10,6 +10,7 @@ import libcst as cst
 from . import cstwalk
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
+from .flow.slice_views import first_unproven_view
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
 from .provider.syntax import METADATA_ATTRIBUTES, METADATA_METHODS, _object_name, in_place_targets
@@ -234,6 +235,27 @@ def qkv_outputs_not_modified_in_place(match: Match, placement: Placement) -> Uni
     assert match.graph is not None
     refused = _outputs_modified(match.graph, out_keys)
     return refused if refused is not None else True
+
+
+@guard
+def qkv_views_keep_last_dim(match: Match, placement: Placement) -> Union[bool, Refused]:
+    """The packed projections are column slices of one buffer: a ``.view`` merging their last dim with an earlier one
+    (``q.view(b, -1)``) raises where the packed GEMM runs (CUDA), though it works on three Linears' outputs (CPU).
+    Refuse unless every ``.view`` of an output, or of a view of one, provably keeps the last dim
+    (`flow.slice_views`)."""
+    assert match.graph is not None
+    outputs = {n.out: n for n in match.nodes}
+    source = match.env.get("x")
+    assert isinstance(source, Value)
+    found = first_unproven_view(match.graph, outputs, source.vid, match.cls)
+    if found is None:
+        return True
+    call, site = found
+    return Refused(
+        f"`{call}` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim "
+        "raises on the packed GEMM's column slices (CUDA), where `.reshape` would work",
+        site.line,
+    )
 
 
 def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> Optional[Refused]:

@@ -61,9 +61,9 @@ from torch import nn
 class A(nn.Module):
     def __init__(self, d):
         super().__init__()
-        self.q = nn.Linear(d, d)
-        self.k = nn.Linear(d, d)
-        self.v = nn.Linear(d, d)
+        self.q = nn.Linear(d, 8)
+        self.k = nn.Linear(d, 8)
+        self.v = nn.Linear(d, 8)
 
 """
 
@@ -73,9 +73,9 @@ def test_new_statement_takes_the_comments_before_the_first_projection() -> None:
         n = x.size(0)
 
         # the three projections
-        q = self.q(x).view(n, 2, -1)
-        k = self.k(x).view(n, 2, -1)  # keys
-        v = self.v(x).view(n, 2, -1)
+        q = self.q(x).view(n, -1, 2, 4)
+        k = self.k(x).view(n, -1, 2, 4)  # keys
+        v = self.v(x).view(n, -1, 2, 4)
         return q, k, v
 """
     assert _forward(_rewrite(source)) == """def forward(self, x):
@@ -83,9 +83,9 @@ def test_new_statement_takes_the_comments_before_the_first_projection() -> None:
 
         # the three projections
         q_out, k_out, v_out = adopter_kernels.packed_qkv_linear(x, self.q, self.k, self.v)
-        q = q_out.view(n, 2, -1)
-        k = k_out.view(n, 2, -1)  # keys
-        v = v_out.view(n, 2, -1)
+        q = q_out.view(n, -1, 2, 4)
+        k = k_out.view(n, -1, 2, 4)  # keys
+        v = v_out.view(n, -1, 2, 4)
         return q, k, v
 """
 
@@ -93,12 +93,12 @@ def test_new_statement_takes_the_comments_before_the_first_projection() -> None:
 def test_whole_first_projection_keeps_its_name_and_place_on_a_shared_line() -> None:
     source = HEADER + """    def forward(self, x):
         n = x.size(0); q = self.q(x)
-        k = self.k(x).view(n, 2, -1)
+        k = self.k(x).view(n, -1, 2, 4)
         return q, k, self.v(x)
 """
     assert _forward(_rewrite(source)) == """def forward(self, x):
         n = x.size(0); q, k_out, v_out = adopter_kernels.packed_qkv_linear(x, self.q, self.k, self.v)
-        k = k_out.view(n, 2, -1)
+        k = k_out.view(n, -1, 2, 4)
         return q, k, v_out
 """
 

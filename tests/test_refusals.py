@@ -208,6 +208,13 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '103: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place (autograd refuses that on a view of a split) (line 106)',
     ],
     'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
+    'ADP009_fuse_qkv/neg_view_merges_last_dim.py': [
+        "20: guard: guard qkv_views_keep_last_dim: `q.view(b, -1, self.head_dim)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM's column slices (CUDA), where `.reshape` would work (line 23)",
+        "37: guard: guard qkv_views_keep_last_dim: `q.view(x.size(0), -1)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM's column slices (CUDA), where `.reshape` would work (line 40)",
+        "54: guard: guard qkv_views_keep_last_dim: `t.view(t.size(0), -1)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM's column slices (CUDA), where `.reshape` would work (line 51)",
+        "68: guard: guard qkv_views_keep_last_dim: `q.view_as(flat)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM's column slices (CUDA), where `.reshape` would work (line 72)",
+        "86: guard: guard qkv_views_keep_last_dim: `self.q(x).view(b, -1, self.num_heads, self.head_dim)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM's column slices (CUDA), where `.reshape` would work (line 86)",
+    ],
     'ADP010_fuse_attention_core/neg_absorbed_mask_makes_a_call.py': [
         '25: not-placeable: `~attn_mask.bool()`, computed under `if exists(attn_mask):`, makes a call: the fused call could not pass it as `~attn_mask.bool() if exists(attn_mask) else None` (line 28)',
     ],

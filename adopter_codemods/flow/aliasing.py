@@ -43,7 +43,7 @@ from .graph import FlowGraph, read_vids
 # `contiguous`/`to` (which may return their input), dropout (its input itself in eval mode), layers with an
 # `inplace` option, or code of unknown type.
 _FRESH_OPERATORS = frozenset({"-", "/", "@", "neg"})
-_FRESH_RESULTS = frozenset({
+FRESH_RESULTS = frozenset({
     "torch.nn.Linear", "torch.nn.Bilinear", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d",
     "torch.nn.ConvTranspose1d", "torch.nn.ConvTranspose2d", "torch.nn.ConvTranspose3d", "torch.nn.Embedding",
     "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d",
@@ -215,7 +215,7 @@ def _link_changed(graph: FlowGraph, event: Def, link: Callable[[int, int], None]
 def _fresh(node: DLNode) -> bool:
     if node.kind == "op":
         return node.qualname in _FRESH_OPERATORS
-    return node.qualname in _FRESH_RESULTS
+    return node.qualname in FRESH_RESULTS
 
 
 def _returnable(node: DLNode) -> list[Value]:
