@@ -439,5 +439,36 @@ def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool
     return True
 
 
+@guard
+def attention_output_views(match: Match, placement: Placement) -> Union[bool, Refused]:
+    """ADP010: on CUDA, SDPA's memory-efficient and flash kernels return the output as a transposed view of a
+    ``[batch, seq, heads, dim]`` buffer (flash: laid out as the query is), where ``probs @ v`` is contiguous: a
+    ``.view`` merging its dims raises there. Refuse unless every ``.view`` of the output, or of a view of one, splits
+    only its last dim (``out.size()[:-1] + (a, b)``, `flow.slice_views`); ``contiguous()`` and ``reshape`` are fine.
+    Batched (``torch.bmm``, 3-dim einsum) cores are 3-dim, where SDPA runs no fused kernel."""
+    assert match.graph is not None
+    out = match.env.get("out")
+    assert isinstance(out, Value)
+    outputs = {n.out: n for n in match.nodes if n.out == out.vid}
+    if any(n.qualname == "torch.bmm" for n in outputs.values()) or _three_dim_einsum(match):
+        return True  # 3-dim attention: SDPA runs none of its fused kernels there, its output is contiguous
+    found = first_unproven_view(match.graph, outputs, None, match.cls)
+    if found is None:
+        return True
+    call, site = found
+    return Refused(
+        f"`{call}` may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a "
+        "[batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work)",
+        site.line,
+    )
+
+
+def _three_dim_einsum(match: Match) -> bool:
+    """An einsum variant whose output equation has one leading (batch) letter."""
+    value = match.env.get("output_equation")
+    equation = value.expr.evaluated_value if isinstance(value, Value) and isinstance(value.expr, cst.SimpleString) else None
+    return isinstance(equation, str) and _batch_rank(equation, _OUTPUT_EINSUM) == 1
+
+
 # ADP011/ADP013 judge a class or helper defined elsewhere in the file; importing the module registers their guards.
 from . import structural_guards  # noqa: E402,F401

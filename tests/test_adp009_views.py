@@ -9,6 +9,7 @@ forms run packed in tests/test_adp009_hoist.py (fixture views_keep_last_dim.py) 
 
 from __future__ import annotations
 
+import importlib
 import textwrap
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def test_the_refused_rewrite_would_raise_with_the_packed_gemm(
     import adopter_kernels
     from adopter_kernels.equivalence import load_source_as_module
 
+    importlib.import_module("adopter_codemods.rule_guards")  # registers the guards, so monkeypatch restores this one
     monkeypatch.setitem(guards._GUARDS, GUARD, lambda match, placement: True)
     source = NEGATIVE.read_text(encoding="utf-8")
     result = rewrite_source(source, ["ADP009"], path=str(NEGATIVE))

@@ -53,14 +53,15 @@ _DEPTH = 4  # names resolved through at most this many assignments
 def first_unproven_view(
     graph: FlowGraph,
     outputs: dict[int, DLNode],
-    input_vid: int,
+    input_vid: Optional[int],
     cls: ClassStructure,
 ) -> Optional[tuple[str, Site]]:
     """The first ``.view``/``.view_as`` call (as written, and its site) on a value that may be a column slice of the
     packed projections whose shape is not proven to keep the last dim (module docstring); None if there is none.
-    `outputs`: output value id -> the matched projection node; `input_vid`: the projections' input; `cls`: the
-    class (its ``__init__`` states sizes, its helpers and the module's functions and classes may return a view of
-    what they are given)."""
+    `outputs`: output value id -> the matched projection node; `input_vid`: the projections' input, None for
+    outputs of another layout (ADP010's, `attention_output_views`): then only a view splitting the last dim alone is
+    proven; `cls`: the class (its ``__init__`` states sizes, its helpers and the module's functions and classes may
+    return a view of what they are given)."""
     methods = _methods(cls.node)
     facts = _InitFacts(methods.get("__init__"), cls.stored_outside_init, _family_inits(cls))
     prover = _Prover(graph, outputs, input_vid, facts)
@@ -358,7 +359,9 @@ _Part = Union[_Dims, tuple[cst.BaseExpression, Site], None]  # a spread, one ele
 
 
 class _Prover:
-    def __init__(self, graph: FlowGraph, outputs: dict[int, DLNode], input_vid: int, init: "_InitFacts") -> None:
+    def __init__(
+        self, graph: FlowGraph, outputs: dict[int, DLNode], input_vid: Optional[int], init: "_InitFacts"
+    ) -> None:
         self.graph, self.outputs, self.input_vid, self.init = graph, outputs, input_vid, init
         self.tainted = set(outputs)  # value ids that may be a column slice (`_holding_names` adds to it)
         self._reads: dict[int, dict[str, int]] = {}
@@ -415,6 +418,8 @@ class _Prover:
         own = self.vid(receiver, site) if type(receiver) is cst.Name else None  # type: ignore[arg-type]
         if isinstance(first, _Dims) and first.leading and own is not None and self.tensor_vid(first) == own:
             return True  # only the last dim is split
+        if self.input_vid is None:
+            return False
         projection = self.projection_of(receiver, site, sources)
         if (projection is not None or self.prefixed(receiver, site, sources, _DEPTH)) and self.leading_rows(parts):
             return True
