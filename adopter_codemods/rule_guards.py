@@ -10,10 +10,17 @@ import libcst as cst
 from . import cstwalk
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
-from .flow.slice_views import first_unproven_view
+from .flow.slice_views import CalleeEffects, first_unproven_view
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
-from .provider.syntax import METADATA_ATTRIBUTES, METADATA_METHODS, _object_name, in_place_targets
+from .provider.syntax import (
+    METADATA_ATTRIBUTES,
+    METADATA_METHODS,
+    _object_name,
+    in_place_targets,
+    is_in_place_name,
+    passes_inplace,
+)
 from .signatures import SIGNATURES
 from .structure import Def, DLNode, Site, Value
 
@@ -227,13 +234,14 @@ def qkv_outputs_not_modified_in_place(match: Match, placement: Placement) -> Uni
     """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view
     of it, in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``). Refuse when, on a path through the
     match, a variable that may alias an output (assigned from it through methods, indexing or a call taking it
-    first) is modified in place."""
+    first), or a projection where it is made, is modified in place: by the statement, or by a function, helper or
+    layer class of the file it is passed to (`flow.slice_views.CalleeEffects`)."""
     assert match.rule.forward is not None and match.rule.forward.target is not None
     target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
     assert match.graph is not None
-    refused = _outputs_modified(match.graph, out_keys)
+    refused = _outputs_modified(match.graph, out_keys, CalleeEffects(match.graph, match.cls))
     return refused if refused is not None else True
 
 
@@ -258,15 +266,19 @@ def qkv_views_keep_last_dim(match: Match, placement: Placement) -> Union[bool, R
     )
 
 
-def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]) -> Optional[Refused]:
+def _outputs_modified(
+    graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], callees: CalleeEffects
+) -> Optional[Refused]:
     """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
     edges of each event (a view is tracked from any name the function defines: more aliases, never fewer). The
-    refusal naming the first statement that modifies one in place, if any."""
+    refusal naming the first statement that modifies one in place, itself or through a function of the file it
+    passes it to (`CalleeEffects`), if any."""
     in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
     tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
     # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
     # view of that expression aliases the output.
     sources = frozenset(key[0] for key in out_keys)
+    holders = {id(n.site.small) for k in out_keys for n in graph.by_key.get(k, ())}
     defined = {e.name for e in graph.events if isinstance(e, Def)}
     holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
     for pos, event in enumerate(graph.events):
@@ -281,7 +293,7 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
             return name if name.startswith("self.") else site.scope + name
 
         first = all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds)  # type: ignore[union-attr]
-        if first and names:
+        if first and (names or id(site.small) in holders):
             if id(site.small) not in in_place:
                 in_place[id(site.small)] = in_place_targets(site.small)
             modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
@@ -291,6 +303,25 @@ def _outputs_modified(graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]]
                     "modifies it in place (autograd refuses that on a view of a split)",
                     site.line,
                 )
+            for call in cstwalk.walk(site.small):
+                if type(call) is not cst.Call:
+                    continue
+                # what a function of the file changes; a projection changed where it is made (`self.q(h).mul_(2)`)
+                changed = callees.changed_arguments(call)  # type: ignore[arg-type]
+                func = call.func  # type: ignore[attr-defined]
+                if type(func) is cst.Attribute and is_in_place_name(func.attr.value):
+                    changed.append(func.value)
+                if passes_inplace(call.args):  # type: ignore[attr-defined]
+                    changed.extend(a.value for a in call.args if a.keyword is None)  # type: ignore[attr-defined]
+                for argument in changed:
+                    root = _view_root(argument, lambda name: scoped(name) in defined, sources)
+                    if root == _PROJECTION or (root is not None and scoped(root) in names):
+                        return Refused(
+                            f"`{cst.Module([]).code_for_node(argument)}` may be a view of a packed projection, and this "
+                            "statement modifies it in place, or a function of the file it passes it to does (autograd "
+                            "refuses that on a view of a split)",
+                            site.line,
+                        )
         if isinstance(event, Def):
             small = site.small
             aliased = event.vid in tainted

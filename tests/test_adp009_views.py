@@ -171,3 +171,34 @@ class B(A):
         self.head_dim = d // h // 2
 """
     assert not rewrite_source(subclass, ["ADP009"]).findings
+
+
+IN_PLACE = FIXTURES / "ADP009_fuse_qkv" / "neg_outputs_modified_in_place.py"
+
+
+@pytest.mark.parametrize("name", ["ChangedInAFunction", "ChangedInALayer", "ChangedWhereMade"])
+def test_a_change_in_place_through_the_file_would_raise_with_the_packed_gemm(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guard `qkv_outputs_not_modified_in_place` follows an output into the functions and layer classes of the file
+    (and into the call making it): rewritten with the guard off, each of these raises with the packed GEMM."""
+    import adopter_kernels
+    from adopter_kernels.equivalence import load_source_as_module
+
+    importlib.import_module("adopter_codemods.rule_guards")  # registers the guards, so monkeypatch restores this one
+    monkeypatch.setitem(guards._GUARDS, "qkv_outputs_not_modified_in_place", lambda match, placement: True)
+    monkeypatch.setitem(guards._GUARDS, GUARD, lambda match, placement: True)
+    source = IN_PLACE.read_text(encoding="utf-8")
+    result = rewrite_source(source, ["ADP009"], path=str(IN_PLACE))
+    rewritten = load_source_as_module(result.code, f"in_place_rewritten_{name}")
+    original = load_source_as_module(source, f"in_place_original_{name}")
+    torch.manual_seed(0)
+    model = getattr(original, name)(8)
+    twin = getattr(rewritten, name)(8)
+    twin.load_state_dict(model.state_dict(), strict=True)
+    x = torch.randn(2, 3, 8)
+    with adopter_kernels.use_backend("packed_qkv_linear=reference"):
+        for got, want in zip(twin(x), model(x)):
+            torch.testing.assert_close(got, want)
+    with adopter_kernels.use_backend("packed_qkv_linear=packed"), pytest.raises(RuntimeError, match="view"):
+        twin(x)

@@ -20,6 +20,10 @@ only where the shape provably keeps the last dim (`_Prover.keeps_last_dim`):
   (``self.inner_dim = self.n_heads * self.d_kv``), or as a check there that raises otherwise makes sure (BART's
   ``if self.head_dim * num_heads != self.embed_dim: raise ValueError(...)``); attributes another ``__init__`` of the
   family or another method assigns are not known.
+
+The same reading of the file's functions (`_Roots`: what a helper, a layer class's forward or a module function may
+return, or change in place, of what it is given) also tells which arguments of a call may be changed in place
+(`CalleeEffects`, for guard ``qkv_outputs_not_modified_in_place``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Callable, Iterator, Optional, Union
 import libcst as cst
 
 from .. import cstwalk
-from ..provider.syntax import METADATA_ATTRIBUTES, _is_self_attr, _object_name
+from ..provider.syntax import METADATA_ATTRIBUTES, _is_self_attr, _object_name, in_place_targets
 from ..structure import ClassStructure, Def, DLNode, LayerBinding, Site, Use
 from .aliasing import FRESH_RESULTS
 from .graph import FlowGraph
@@ -166,6 +170,7 @@ class _Roots:
         self.functions = {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
         self.classes = {s.name.value: _methods(s) for s in body if isinstance(s, cst.ClassDef)}
         self._returned: dict[int, Optional[frozenset[str]]] = {}
+        self._modified: dict[int, frozenset[str]] = {}
 
     def of(self, expr: cst.BaseExpression, held: Callable[[str], bool], depth: int = _DEPTH) -> set[str]:
         """The names (``self.<attr>`` for attributes of self) and ``_PROJECTION`` (one of the projection expressions)
@@ -311,6 +316,61 @@ class _Roots:
         self._returned[key] = found
         return found
 
+
+    def modified(self, function: cst.FunctionDef, depth: int = _DEPTH) -> frozenset[str]:
+        """The parameters whose tensor `function` may change in place, as its body shows: a statement changing a
+        name that may be (a view of) one (``t.mul_(2)``, ``t[0] = 0``, ``t += 1``, ``f(t, inplace=True)``), or a
+        call passing it to a function of the file that does."""
+        key = id(function)
+        if key in self._modified:
+            return self._modified[key]
+        self._modified[key] = frozenset()  # recursion: nothing more
+        params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        assigned: dict[str, list[cst.BaseExpression]] = {}
+        changed: set[str] = set()
+        for node in cstwalk.walk(function.body, lambda n: type(n) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    for name in _target_names(target.target):
+                        assigned.setdefault(name, []).append(node.value)
+            if isinstance(node, cst.BaseSmallStatement):
+                changed |= {n for n in in_place_targets(node) if not n.startswith("self.")}
+            elif isinstance(node, cst.Call) and depth > 0:
+                callee = self.callee(node)
+                if callee is not None and callee[0] is not function:
+                    inner = self.modified(callee[0], depth - 1)
+                    for argument in _arguments(callee[0], callee[1], node, inner):
+                        changed |= self.of(argument, lambda name: True, depth - 1)
+        local = set(assigned) | params
+        reached: set[str] = set()
+        todo = [n for n in changed if n in local]
+        while todo:
+            name = todo.pop()
+            if name in reached:
+                continue
+            reached.add(name)
+            for value in assigned.get(name, ()):
+                todo.extend(n for n in self.of(value, lambda n: n in local, depth) if n in local)
+        found = frozenset(reached & params)
+        self._modified[key] = found
+        return found
+
+
+class CalleeEffects:
+    """What the functions of a class's file do to the arguments of a call (`changed_arguments`)."""
+
+    def __init__(self, graph: FlowGraph, cls: ClassStructure) -> None:
+        self._roots = _Roots(graph, frozenset(), _methods(cls.node), cls.module)
+
+    def changed_arguments(self, call: cst.Call) -> list[cst.BaseExpression]:
+        """The arguments of `call` that the function it runs (a function, a helper method, a layer class's forward,
+        defined in the file) may change in place, as its body shows; none for other code."""
+        callee = self._roots.callee(call)
+        if callee is None:
+            return []
+        function, skip_self = callee
+        params = self._roots.modified(function)
+        return _arguments(function, skip_self, call, params) if params else []
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, cst.Name):
