@@ -241,7 +241,10 @@ def qkv_outputs_not_modified_in_place(match: Match, placement: Placement) -> Uni
     out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
     out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
     assert match.graph is not None
-    refused = _outputs_modified(match.graph, out_keys, CalleeEffects(match.graph, match.cls))
+    refused = _outputs_modified(
+        match.graph, out_keys, CalleeEffects(match.graph, match.cls),
+        "a view of a packed projection", "autograd refuses that on a view of a split",
+    )
     return refused if refused is not None else True
 
 
@@ -267,7 +270,7 @@ def qkv_views_keep_last_dim(match: Match, placement: Placement) -> Union[bool, R
 
 
 def _outputs_modified(
-    graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], callees: CalleeEffects
+    graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], callees: CalleeEffects, what: str, why: str
 ) -> Optional[Refused]:
     """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
     edges of each event (a view is tracked from any name the function defines: more aliases, never fewer). The
@@ -299,8 +302,7 @@ def _outputs_modified(
             modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
             if modified is not None:
                 return Refused(
-                    f"`{modified.rsplit('::', 1)[-1]}` may be a view of a packed projection, and this statement "
-                    "modifies it in place (autograd refuses that on a view of a split)",
+                    f"`{modified.rsplit('::', 1)[-1]}` may be {what}, and this statement modifies it in place ({why})",
                     site.line,
                 )
             for call in cstwalk.walk(site.small):
@@ -317,9 +319,8 @@ def _outputs_modified(
                     root = _view_root(argument, lambda name: scoped(name) in defined, sources)
                     if root == _PROJECTION or (root is not None and scoped(root) in names):
                         return Refused(
-                            f"`{cst.Module([]).code_for_node(argument)}` may be a view of a packed projection, and this "
-                            "statement modifies it in place, or a function of the file it passes it to does (autograd "
-                            "refuses that on a view of a split)",
+                            f"`{cst.Module([]).code_for_node(argument)}` may be {what}, and this statement modifies "
+                            f"it in place, or a function of the file it passes it to does ({why})",
                             site.line,
                         )
         if isinstance(event, Def):
@@ -492,6 +493,22 @@ def attention_output_views(match: Match, placement: Placement) -> Union[bool, Re
         "[batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work)",
         site.line,
     )
+
+
+@guard
+def attention_output_not_modified_in_place(match: Match, placement: Placement) -> Union[bool, Refused]:
+    """ADP010: SDPA's fused kernels (flash, memory-efficient; on CPU too) keep their output for the backward pass, where
+    ``probs @ v`` keeps its inputs only: changing the output, or a view of it, in place afterwards (``out += v``) makes
+    backward raise. Refuse as ``qkv_outputs_not_modified_in_place`` does for the packed projections."""
+    assert match.graph is not None
+    out = match.env.get("out")
+    assert isinstance(out, Value)
+    out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out == out.vid}
+    refused = _outputs_modified(
+        match.graph, out_keys, CalleeEffects(match.graph, match.cls),
+        "the attention output or a view of it", "SDPA keeps its output for the backward pass, which would then raise",
+    )
+    return refused if refused is not None else True
 
 
 def _three_dim_einsum(match: Match) -> bool:

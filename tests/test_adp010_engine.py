@@ -139,6 +139,7 @@ REFUSALS = {
     "neg_retested_mask_from_helper.py": ("= key_padding(mask)", "= mask[:, None, None, :]"),
     "neg_helper_does_more.py": ("        self.bias_reads += 1\n", ""),
     "neg_mixed_matmul_spellings.py": ("torch.bmm", "torch.matmul"),
+    "neg_output_changed_in_place.py": ("out += v", "out = out + v"),
     # a reshape copies where a view cannot be: the rewrite runs on either layout
     "neg_output_view_merges_dims.py": ("return out.view(b, h * n, d)", "return out.reshape(b, h * n, d)"),
     "neg_probs_returned.py": ("return context, probs", "return context"),

@@ -88,3 +88,23 @@ def test_a_view_splitting_the_last_dim_or_after_contiguous_is_fused_and_runs(cud
     with adopter_kernels.use_backend("attention_core=sdpa"):
         for got, want in zip(rewritten.Split()(q, k, v), original.Split()(q, k, v)):
             torch.testing.assert_close(got, want)
+
+
+def test_an_output_changed_in_place_would_break_backward_with_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guard `attention_output_not_modified_in_place`: rewritten with the guard off, `out += v` after the fused call
+    makes backward raise wherever SDPA runs (here on CPU), and runs with the reference computation."""
+    import adopter_kernels
+    from adopter_kernels.equivalence import load_source_as_module
+
+    importlib.import_module("adopter_codemods.rule_guards")  # registers the guards, so monkeypatch restores this one
+    monkeypatch.setitem(guards._GUARDS, "attention_output_not_modified_in_place", lambda match, placement: True)
+    path = FIXTURES / "ADP010_fuse_attention_core" / "neg_output_changed_in_place.py"
+    result = rewrite_source(path.read_text(encoding="utf-8"), ["ADP010"], path=str(path))
+    assert len(result.findings) == 1
+    model = load_source_as_module(result.code, "core_in_place_rewritten").ResidualInPlace().train()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 16, requires_grad=True) for _ in range(3))
+    with adopter_kernels.use_backend("attention_core=reference"):
+        model(q, k, v).sum().backward()
+    with adopter_kernels.use_backend("attention_core=sdpa"), pytest.raises(RuntimeError, match="inplace operation"):
+        model(q, k, v).sum().backward()

@@ -267,6 +267,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '23: not-placeable: the rewrite would remove this call of `self.attention_bias`, and with it what the helper does besides computing the matched calls (line 23)',
     ],
     'ADP010_fuse_attention_core/neg_mixed_matmul_spellings.py': [],
+    'ADP010_fuse_attention_core/neg_output_changed_in_place.py': [
+        '14: guard: guard attention_output_not_modified_in_place: `out` may be the attention output or a view of it, and this statement modifies it in place (SDPA keeps its output for the backward pass, which would then raise) (line 16)',
+    ],
     'ADP010_fuse_attention_core/neg_output_view_merges_dims.py': [
         '16: guard: guard attention_output_views: `out.view(b, h * n, d)` may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a [batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work) (line 18)',
         '27: guard: guard attention_output_views: `(self.drop(p) @ v).view(q.size(0), -1)` may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a [batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work) (line 28)',
