@@ -151,7 +151,7 @@ def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
     function = _enclosing_function(match, line)
     if function is None:
         return None
-    names = _fresh_names(function, outputs, replaces)
+    names = _fresh_names(function, line, outputs, replaces)
     hoist = Hoist(line, replaces, names, tuple(outputs), function)
     return Placement("hoist", anchor=first, names=_names_at_anchor(match, first, ()), hoist=hoist)
 
@@ -344,10 +344,16 @@ def _function_holding(
     return None
 
 
-def _fresh_names(function: cst.FunctionDef, outputs: list[DLNode], replaces: Optional[cst.Assign]) -> tuple[str, ...]:
+def _fresh_names(
+    function: cst.FunctionDef, line: cst.BaseStatement, outputs: list[DLNode], replaces: Optional[cst.Assign]
+) -> tuple[str, ...]:
     """``<layer attribute>_out`` per output (``q_proj_out``), numbered where the function already uses the name
-    anywhere (a local, a parameter, a global it reads); the first output keeps the name of a statement it replaces."""
+    anywhere (a local, a parameter, a global it reads), unless only other arms of an ``if`` chain holding `line` use
+    it, each binding it first (`_bound_in_other_arms`: the arms of BERT's chain, packed one per round, all get
+    ``key_out``); the first output keeps the name of a statement it replaces."""
     taken = {n.value for n in cstwalk.walk(function) if isinstance(n, cst.Name)}
+    parents = {id(child): node for node in cstwalk.walk(function) for child in cstwalk.children(node)}
+    chosen: set[str] = set()
     names: list[str] = []
     for node in outputs:
         if replaces is not None and node.site.small is replaces:
@@ -357,8 +363,76 @@ def _fresh_names(function: cst.FunctionDef, outputs: list[DLNode], replaces: Opt
             continue
         base = (node.layer or "out").split(".")[-1] + "_out"
         name, number = base, 1
-        while name in taken:
+        while name in chosen or (name in taken and not _bound_in_other_arms(function, line, name, parents)):
             name, number = f"{base}_{number}", number + 1
-        taken.add(name)
+        chosen.add(name)
         names.append(name)
     return tuple(names)
+
+
+def _bound_in_other_arms(
+    function: cst.FunctionDef, line: cst.BaseStatement, name: str, parents: dict[int, cst.CSTNode]
+) -> bool:
+    """Whether every use of `name` in the function lies in arms of an ``if``/``elif`` chain holding `line` other than
+    `line`'s, and each such arm's first statement naming it binds it (``name = ...``, a tuple target, its value not
+    reading it): binding it in `line`'s arm then changes what no other code reads, as the arms exclude each other."""
+    uses = [n for n in cstwalk.walk(function) if isinstance(n, cst.Name) and n.value == name]
+    node: cst.CSTNode = line
+    while id(node) in parents:
+        node = parents[id(node)]
+        if not isinstance(node, cst.IndentedBlock):
+            continue
+        owner = parents.get(id(node))
+        if not isinstance(owner, (cst.If, cst.Else)):
+            continue
+        top = owner if isinstance(owner, cst.If) else parents.get(id(owner))
+        outer = parents.get(id(top))
+        while isinstance(outer, cst.If) and outer.orelse is top:  # an `elif`: the chain starts higher
+            top, outer = outer, parents.get(id(outer))
+        if not isinstance(top, cst.If):
+            continue
+        arms = _chain_arms(top)
+        holding = {id(b): b for b in arms}
+        found: set[int] = set()  # the arms holding a use
+        for use in uses:
+            up: cst.CSTNode = use
+            while id(up) in parents and id(up) not in holding:
+                up = parents[id(up)]
+            if id(up) not in holding:
+                break  # a use outside the chain's arms: try an enclosing chain
+            found.add(id(up))
+        else:
+            if not uses or id(node) in found:
+                return False
+            return all(_binds_first(holding[key], name) for key in found)
+    return False
+
+
+def _chain_arms(top: cst.If) -> list[cst.IndentedBlock]:
+    """The blocks of an ``if``/``elif``/``else`` chain."""
+    arms: list[cst.IndentedBlock] = []
+    current: Optional[cst.BaseStatement] = top
+    while isinstance(current, cst.If):
+        if isinstance(current.body, cst.IndentedBlock):
+            arms.append(current.body)
+        orelse = current.orelse
+        current = orelse if isinstance(orelse, cst.If) else None
+        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+            arms.append(orelse.body)
+    return arms
+
+
+def _binds_first(block: cst.IndentedBlock, name: str) -> bool:
+    """Whether the first statement of `block` naming `name` is ``<targets> = <value>`` binding it, `value` not
+    reading it."""
+    for statement in block.body:
+        if not any(isinstance(n, cst.Name) and n.value == name for n in cstwalk.walk(statement)):
+            continue
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        if not isinstance(small, cst.Assign):
+            return False
+        bound = any(
+            isinstance(n, cst.Name) and n.value == name for t in small.targets for n in cstwalk.walk(t.target)
+        )
+        return bound and not any(isinstance(n, cst.Name) and n.value == name for n in cstwalk.walk(small.value))
+    return False

@@ -250,3 +250,32 @@ def test_real_models_transformers_5() -> None:
     # BertSelfAttention in 5.x projects all three before any branch; ADP001 does not claim its instantiation there.
     bert = _run(path, "all", ["bert"])["bert"]
     assert bert["ADP009:BertSelfAttention"] == 1 and not any(k.startswith("ADP001") for k in bert)
+
+
+ARMS = HEADER + """    def forward(self, x, m=None):
+        if m is None:
+            {first}
+        else:
+            q = self.q(x).t()
+            k = self.k(x).t()
+            v = self.v(x).t()
+        {after}
+        return q, k, v
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "after", "name"),
+    [
+        # bound first in the other arm, used nowhere else: the arms exclude each other
+        ("q_out = m\n            q, k, v = q_out, q_out, q_out", "", "q_out"),
+        # read after the chain: it may hold the other arm's value there
+        ("q_out = m\n            q, k, v = q_out, q_out, q_out", "x = q_out", "q_out_1"),
+        # read before it is bound in the other arm (a value from elsewhere)
+        ("q, k, v = q_out, x, x\n            q_out = m", "", "q_out_1"),
+    ],
+    ids=["bound-in-other-arm", "read-after-chain", "read-before-bound"],
+)
+def test_fresh_names_reuse_a_name_only_other_arms_bind(first: str, after: str, name: str) -> None:
+    code = _rewrite(ARMS.format(first=first, after=after))
+    assert f"{name}, k_out, v_out = adopter_kernels.packed_qkv_linear(x, self.q, self.k, self.v)" in code
