@@ -50,6 +50,8 @@ _SLICE_METHODS = frozenset({
     "double", "detach", "as_strided", "diagonal", "unfold", "cuda", "cpu", "requires_grad_",
 })
 _TORCH_MODULES = frozenset({"torch", "F", "nn"})
+# Modules whose functions, view methods' names aside, return new objects (``np.zeros((n, r))`` holds none of `r`).
+_COMPUTING_MODULES = _TORCH_MODULES | {"np", "numpy", "math"}
 _PROJECTION = "%projection"
 _DEPTH = 4  # names resolved through at most this many assignments
 
@@ -212,7 +214,7 @@ class _Roots:
             owner = _object_name(func.value)
             if owner is None or held(owner):  # a method of a value: a view of it, or a new tensor
                 return [func.value] if func.attr.value in _SLICE_METHODS else []
-            if owner in _TORCH_MODULES and func.attr.value not in _SLICE_METHODS:
+            if owner in _COMPUTING_MODULES and func.attr.value not in _SLICE_METHODS:
                 return []  # torch.matmul(q, k), F.softmax(s): a new tensor
         callee = self.callee(call) if depth > 0 else None
         if callee is not None:
