@@ -139,10 +139,12 @@ LEADING = "self.heads = h\nself.head_dim = d // h\nself.width = d\n"
         # the gate half of a query split along the last dim keeps the rows
         ("q, g = self.q(x).chunk(2, dim=-1)\nb, s, _ = x.shape\nk = self.k(x)\nv = self.v(x)\nreturn q.view(b, s, 2, 2), g, k, v\n", True),
         ("q, g = self.q(x).chunk(2, dim=1)\nb, s, _ = x.shape\nk = self.k(x)\nv = self.v(x)\nreturn q.view(b, -1, 2, 4), g, k, v\n", False),
+        # what `or` or a walrus gives may be the output
+        ("n = None\nq = n or self.q(x)\nk = self.k(x)\nv = self.v(x)\nreturn q.view(-1), k, v\n", False),
     ],
     ids=[
         "unpacked-rows", "spread-rows", "rows-regrouped", "rows-partly", "minus-one-first", "transposed-split",
-        "transposed-regrouped", "contiguous-or-computed", "chunk-last-dim", "chunk-other-dim",
+        "transposed-regrouped", "contiguous-or-computed", "chunk-last-dim", "chunk-other-dim", "boolean-operation",
     ],
 )
 def test_leading_rows_and_layout(forward: str, packed: bool) -> None:

@@ -203,6 +203,10 @@ class _Roots:
                 todo.extend(e.value for e in expr.elements)  # type: ignore[attr-defined]
             elif kind is cst.IfExp:
                 todo.extend((expr.body, expr.orelse))  # type: ignore[attr-defined]
+            elif kind is cst.BooleanOperation:
+                todo.extend((expr.left, expr.right))  # type: ignore[attr-defined]  # `q or k`: either
+            elif kind is cst.NamedExpr:
+                todo.append(expr.value)  # type: ignore[attr-defined]
             elif kind is cst.Call:
                 todo.extend(self.call(expr, held, depth))  # type: ignore[arg-type]
         return out
