@@ -312,7 +312,11 @@ def _outputs_modified(
                 changed = callees.changed_arguments(call)  # type: ignore[arg-type]
                 func = call.func  # type: ignore[attr-defined]
                 if type(func) is cst.Attribute and is_in_place_name(func.attr.value):
-                    changed.append(func.value)
+                    owner = _object_name(func.value)
+                    if owner is None or scoped(owner) in defined:
+                        changed.append(func.value)  # `q.mul_(2)`
+                    else:  # a function of a module: `torch.relu_(q)`, `nn.init.zeros_(q)` change their first argument
+                        changed.extend([a.value for a in call.args if a.keyword is None][:1])  # type: ignore[attr-defined]
                 if passes_inplace(call.args):  # type: ignore[attr-defined]
                     changed.extend(a.value for a in call.args if a.keyword is None)  # type: ignore[attr-defined]
                 for argument in changed:

@@ -178,7 +178,9 @@ class B(A):
 IN_PLACE = FIXTURES / "ADP009_fuse_qkv" / "neg_outputs_modified_in_place.py"
 
 
-@pytest.mark.parametrize("name", ["ChangedInAFunction", "ChangedInALayer", "ChangedWhereMade"])
+@pytest.mark.parametrize(
+    "name", ["ChangedInAFunction", "ChangedInALayer", "ChangedWhereMade", "ChangedByATorchFunction"]
+)
 def test_a_change_in_place_through_the_file_would_raise_with_the_packed_gemm(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,6 +209,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '123: guard: guard qkv_outputs_not_modified_in_place: `q` may be a view of a packed projection, and this statement modifies it in place, or a function of the file it passes it to does (autograd refuses that on a view of a split) (line 126)',
         '146: guard: guard qkv_outputs_not_modified_in_place: `self.k(h)` may be a view of a packed projection, and this statement modifies it in place, or a function of the file it passes it to does (autograd refuses that on a view of a split) (line 147)',
         '160: guard: guard qkv_outputs_not_modified_in_place: `self.q(h)` may be a view of a packed projection, and this statement modifies it in place, or a function of the file it passes it to does (autograd refuses that on a view of a split) (line 160)',
+        '174: guard: guard qkv_outputs_not_modified_in_place: `k` may be a view of a packed projection, and this statement modifies it in place, or a function of the file it passes it to does (autograd refuses that on a view of a split) (line 177)',
     ],
     'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
     'ADP009_fuse_qkv/neg_view_merges_last_dim.py': [
