@@ -10,7 +10,14 @@ import libcst as cst
 from . import cstwalk
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
-from .flow.slice_views import CalleeEffects, first_unproven_view
+from .flow.slice_views import (
+    PROJECTION,
+    CalleeEffects,
+    assigned_value,
+    first_unproven_view,
+    holding_names,
+    scoped,
+)
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
 from .provider.syntax import (
@@ -177,7 +184,6 @@ def _assigned_name(match: Match, placement: Placement, vid: int) -> Optional[str
 # ------------------------------------------------------------------------------------------ ADP009 FuseQKV
 
 
-_PROJECTION = "%projection"  # `_view_root` of an expression that may be a view of a matched projection's result
 
 
 def _view_root(
@@ -185,11 +191,11 @@ def _view_root(
 ) -> Optional[str]:
     """The variable whose tensor ``expr`` may be a view of (or be itself): ``t`` for ``t``, ``t.view(...)``,
     ``t[0].transpose(1, 2)``, ``t.view(...).transpose(1, 2)``, and the first argument of a function call
-    (``torch.transpose(t, 0, 1)``, an unknown helper); ``_PROJECTION`` when that is one of the expressions in
+    (``torch.transpose(t, 0, 1)``, an unknown helper); ``PROJECTION`` when that is one of the expressions in
     `sources` (``self.q(h).view(...)``); None for new values (arithmetic, tuples, literals)."""
     while True:
         if id(expr) in sources:
-            return _PROJECTION
+            return PROJECTION
         if isinstance(expr, cst.Name):
             return expr.value
         if isinstance(expr, cst.Attribute) and expr.attr.value in METADATA_ATTRIBUTES:
@@ -272,10 +278,9 @@ def qkv_views_keep_last_dim(match: Match, placement: Placement) -> Union[bool, R
 def _outputs_modified(
     graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], callees: CalleeEffects, what: str, why: str
 ) -> Optional[Refused]:
-    """A may-analysis over the graph: the names that may hold an output or a view of one, joined over the incoming
-    edges of each event (a view is tracked from any name the function defines: more aliases, never fewer). The
-    refusal naming the first statement that modifies one in place, itself or through a function of the file it
-    passes it to (`CalleeEffects`), if any."""
+    """The names that may hold an output or a view of one (`slice_views.holding_names`, a view tracked from any name
+    the function defines by `_view_root`: more aliases, never fewer). The refusal naming the first statement that
+    modifies one in place, itself or through a function of the file it passes it to (`CalleeEffects`), if any."""
     in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
     tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
     # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
@@ -283,64 +288,43 @@ def _outputs_modified(
     sources = frozenset(key[0] for key in out_keys)
     holders = {id(n.site.small) for k in out_keys for n in graph.by_key.get(k, ())}
     defined = {e.name for e in graph.events if isinstance(e, Def)}
-    holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
-    for pos, event in enumerate(graph.events):
-        preds = graph.preds[pos]
-        names = frozenset().union(*(holding[p] for p in preds)) if preds else frozenset()
-        if event is None:
-            holding[pos] = names
+
+    def roots_at(expr: cst.BaseExpression, site: Site) -> set[str]:
+        root = _view_root(expr, lambda name: scoped(name, site) in defined, sources)
+        return set() if root is None else {root}
+
+    for site, names in holding_names(graph, tainted, roots_at, assigned_value):
+        if not names and id(site.small) not in holders:
             continue
-        site = event.site
-
-        def scoped(name: str, site: Site = site) -> str:
-            return name if name.startswith("self.") else site.scope + name
-
-        first = all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds)  # type: ignore[union-attr]
-        if first and (names or id(site.small) in holders):
-            if id(site.small) not in in_place:
-                in_place[id(site.small)] = in_place_targets(site.small)
-            modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n) in names), None)
-            if modified is not None:
-                return Refused(
-                    f"`{modified.rsplit('::', 1)[-1]}` may be {what}, and this statement modifies it in place ({why})",
-                    site.line,
-                )
-            for call in cstwalk.walk(site.small):
-                if type(call) is not cst.Call:
-                    continue
-                # what a function of the file changes; a projection changed where it is made (`self.q(h).mul_(2)`)
-                changed = callees.changed_arguments(call)  # type: ignore[arg-type]
-                func = call.func  # type: ignore[attr-defined]
-                if type(func) is cst.Attribute and is_in_place_name(func.attr.value):
-                    owner = _object_name(func.value)
-                    if owner is None or scoped(owner) in defined:
-                        changed.append(func.value)  # `q.mul_(2)`
-                    else:  # a function of a module: `torch.relu_(q)`, `nn.init.zeros_(q)` change their first argument
-                        changed.extend([a.value for a in call.args if a.keyword is None][:1])  # type: ignore[attr-defined]
-                if passes_inplace(call.args):  # type: ignore[attr-defined]
-                    changed.extend(a.value for a in call.args if a.keyword is None)  # type: ignore[attr-defined]
-                for argument in changed:
-                    root = _view_root(argument, lambda name: scoped(name) in defined, sources)
-                    if root == _PROJECTION or (root is not None and scoped(root) in names):
-                        return Refused(
-                            f"`{cst.Module([]).code_for_node(argument)}` may be {what}, and this statement modifies "
-                            f"it in place, or a function of the file it passes it to does ({why})",
-                            site.line,
-                        )
-        if isinstance(event, Def):
-            small = site.small
-            aliased = event.vid in tainted
-            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-                root = _view_root(small.value, lambda name: scoped(name) in defined, sources)
-                aliased = aliased or root == _PROJECTION or (root is not None and scoped(root) in names)
-            elif isinstance(small, cst.AugAssign):
-                aliased = aliased or event.name in names
-            if aliased:
-                tainted.add(event.vid)
-                names = names | {event.name}
-            else:
-                names = names - {event.name}
-        holding[pos] = names
+        if id(site.small) not in in_place:
+            in_place[id(site.small)] = in_place_targets(site.small)
+        modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n, site) in names), None)
+        if modified is not None:
+            return Refused(
+                f"`{modified.rsplit('::', 1)[-1]}` may be {what}, and this statement modifies it in place ({why})",
+                site.line,
+            )
+        for call in cstwalk.walk(site.small):
+            if type(call) is not cst.Call:
+                continue
+            # what a function of the file changes; a projection changed where it is made (`self.q(h).mul_(2)`)
+            changed = callees.changed_arguments(call)  # type: ignore[arg-type]
+            func = call.func  # type: ignore[attr-defined]
+            if type(func) is cst.Attribute and is_in_place_name(func.attr.value):
+                owner = _object_name(func.value)
+                if owner is None or scoped(owner, site) in defined:
+                    changed.append(func.value)  # `q.mul_(2)`
+                else:  # a function of a module: `torch.relu_(q)`, `nn.init.zeros_(q)` change their first argument
+                    changed.extend([a.value for a in call.args if a.keyword is None][:1])  # type: ignore[attr-defined]
+            if passes_inplace(call.args):  # type: ignore[attr-defined]
+                changed.extend(a.value for a in call.args if a.keyword is None)  # type: ignore[attr-defined]
+            for argument in changed:
+                if any(r == PROJECTION or scoped(r, site) in names for r in roots_at(argument, site)):
+                    return Refused(
+                        f"`{cst.Module([]).code_for_node(argument)}` may be {what}, and this statement modifies "
+                        f"it in place, or a function of the file it passes it to does ({why})",
+                        site.line,
+                    )
     return None
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 import libcst as cst
 
@@ -52,7 +52,7 @@ _SLICE_METHODS = frozenset({
 _TORCH_MODULES = frozenset({"torch", "F", "nn"})
 # Modules whose functions, view methods' names aside, return new objects (``np.zeros((n, r))`` holds none of `r`).
 _COMPUTING_MODULES = _TORCH_MODULES | {"np", "numpy", "math"}
-_PROJECTION = "%projection"
+PROJECTION = "%projection"  # a root that is one of the tracked expressions themselves
 _DEPTH = 4  # names resolved through at most this many assignments
 
 
@@ -75,7 +75,15 @@ def first_unproven_view(
     roots = _Roots(graph, frozenset(sources), methods, cls.module)
     holders = {id(n.site.small) for n in outputs.values()}
     defined = frozenset(e.name for e in graph.events if isinstance(e, Def))
-    for site, names in _holding_names(graph, prover.tainted, roots, defined):
+    def assigned(event: Def) -> Optional[cst.BaseExpression]:
+        # a helper's parameter: the argument passed to it (the whole call statement's value otherwise)
+        bound = roots.bound_argument(event) if "::" in event.name[len(event.site.scope):] else None
+        return bound if bound is not None else assigned_value(event)
+
+    def roots_at(expr: cst.BaseExpression, site: Site) -> set[str]:
+        return roots.of(expr, _defined_at(site, defined))
+
+    for site, names in holding_names(graph, prover.tainted, roots_at, assigned):
         if not names and id(site.small) not in holders:
             continue
         for node in cstwalk.walk(site.small):
@@ -85,20 +93,20 @@ def first_unproven_view(
             if type(func) is not cst.Attribute or func.attr.value not in ("view", "view_as"):
                 continue
             found = roots.of(func.value, _defined_at(site, defined))
-            if not any(r == _PROJECTION or _scoped(r, site) in names for r in found):
+            if not any(r == PROJECTION or scoped(r, site) in names for r in found):
                 continue
             if not prover.keeps_last_dim(node, func.value, site, sources):  # type: ignore[arg-type]
                 return cst.Module([]).code_for_node(node), site
     return None
 
 
-def _scoped(name: str, site: Site) -> str:
+def scoped(name: str, site: Site) -> str:
     return name if name.startswith("self.") else site.scope + name
 
 
 def _defined_at(site: Site, defined: frozenset[str]) -> Callable[[str], bool]:
     """Whether a name read at `site` is a variable the function assigns."""
-    return lambda name: _scoped(name, site) in defined
+    return lambda name: scoped(name, site) in defined
 
 
 def _methods(node: Optional[cst.ClassDef]) -> dict[str, cst.FunctionDef]:
@@ -127,12 +135,17 @@ def _family_inits(cls: ClassStructure) -> list[cst.FunctionDef]:
     return [init for name in sorted(family) if (init := _methods(classes[name]).get("__init__")) is not None]
 
 
-def _holding_names(
-    graph: FlowGraph, tainted: set[int], roots: "_Roots", defined: frozenset[str]
+def holding_names(
+    graph: FlowGraph,
+    tainted: set[int],
+    roots_at: Callable[[cst.BaseExpression, Site], Iterable[str]],
+    assigned: Callable[[Def], Optional[cst.BaseExpression]],
 ) -> Iterator[tuple[Site, frozenset[str]]]:
-    """Each statement once (at its first event), with the scoped names that may hold a column slice there, joined
-    over the incoming edges (`defined`: the scoped names the function assigns). `tainted`, the value ids that may be
-    a column slice (the outputs at first), grows with the assignments walked."""
+    """A may-analysis over the graph: each statement once (at its first event), with the scoped names that may hold
+    one of the tracked tensors there, joined over the incoming edges. `tainted`, the value ids that may be one (the
+    outputs at first), grows with the assignments walked: a name holds one where its value id is tainted, where
+    ``roots_at(<its assigned value>, site)`` (`assigned` gives it; names, or ``PROJECTION``) names a holder, or where
+    it is augmented in place (``q += 1`` keeps its object)."""
     holding: list[frozenset[str]] = [frozenset()] * len(graph.events)
     for pos, event in enumerate(graph.events):
         preds = graph.preds[pos]
@@ -144,20 +157,22 @@ def _holding_names(
         if all(graph.events[p] is None or graph.events[p].site.small is not site.small for p in preds):  # type: ignore[union-attr]
             yield site, names
         if isinstance(event, Def):
-            small = site.small
-            held = event.vid in tainted
-            value = roots.bound_argument(event) if "::" in event.name[len(site.scope):] else None
-            if value is None and isinstance(small, (cst.Assign, cst.AnnAssign)):
-                value = small.value
-            if value is not None:
-                found = roots.of(value, _defined_at(site, defined))
-                held = held or any(r == _PROJECTION or _scoped(r, site) in names for r in found)
+            held = event.vid in tainted or (isinstance(site.small, cst.AugAssign) and event.name in names)
+            value = assigned(event)
+            if not held and value is not None:
+                held = any(r == PROJECTION or scoped(r, site) in names for r in roots_at(value, site))
             if held:
                 tainted.add(event.vid)
                 names = names | {event.name}
             else:
                 names = names - {event.name}
         holding[pos] = names
+
+
+def assigned_value(event: Def) -> Optional[cst.BaseExpression]:
+    """The value an assignment statement gives."""
+    small = event.site.small
+    return small.value if isinstance(small, (cst.Assign, cst.AnnAssign)) else None
 
 
 class _Roots:
@@ -175,7 +190,7 @@ class _Roots:
         self._modified: dict[int, frozenset[str]] = {}
 
     def of(self, expr: cst.BaseExpression, held: Callable[[str], bool], depth: int = _DEPTH) -> set[str]:
-        """The names (``self.<attr>`` for attributes of self) and ``_PROJECTION`` (one of the projection expressions)
+        """The names (``self.<attr>`` for attributes of self) and ``PROJECTION`` (one of the projection expressions)
         whose tensor `expr` may be, or be a view of: through `_SLICE_METHODS`, indexing, the elements of a display,
         and what a call of a helper, a layer class or a function of the module may return; the first argument of
         other code, torch's aside. Empty for what is surely a new tensor or no tensor. `held`: whether a name is a
@@ -185,7 +200,7 @@ class _Roots:
         while todo:
             expr = todo.pop()
             if id(expr) in self.sources:
-                out.add(_PROJECTION)
+                out.add(PROJECTION)
                 continue
             kind = type(expr)
             if kind is cst.Name:
@@ -313,7 +328,7 @@ class _Roots:
             if name in reached:
                 continue
             reached.add(name)
-            if name.startswith("self.") or name == _PROJECTION or name not in local:
+            if name.startswith("self.") or name == PROJECTION or name not in local:
                 self._returned[key] = None
                 return None
             for value in assigned.get(name, ()):
@@ -429,7 +444,7 @@ class _Prover:
         self, graph: FlowGraph, outputs: dict[int, DLNode], input_vid: Optional[int], init: "_InitFacts"
     ) -> None:
         self.graph, self.outputs, self.input_vid, self.init = graph, outputs, input_vid, init
-        self.tainted = set(outputs)  # value ids that may be a column slice (`_holding_names` adds to it)
+        self.tainted = set(outputs)  # value ids that may be a column slice (`holding_names` adds to it)
         self._reads: dict[int, dict[str, int]] = {}
 
     def reads(self, site: Site) -> dict[str, int]:
@@ -451,13 +466,13 @@ class _Prover:
         return found
 
     def vid(self, name: cst.Name, site: Site) -> Optional[int]:
-        return self.reads(site).get(_scoped(name.value, site))
+        return self.reads(site).get(scoped(name.value, site))
 
     def definition(self, name: cst.Name, site: Site) -> Optional[tuple[cst.BaseSmallStatement, Site]]:
         """The one assignment statement giving `name` the value it holds at `site`."""
         vid = self.vid(name, site)
-        scoped = _scoped(name.value, site)
-        defs = [d for d in self.graph.definitions.get(vid, []) if d.name == scoped] if vid is not None else []
+        full = scoped(name.value, site)
+        defs = [d for d in self.graph.definitions.get(vid, []) if d.name == full] if vid is not None else []
         smalls = {id(d.site.small) for d in defs}
         if len(smalls) != 1 or not isinstance(defs[0].site.small, cst.BaseSmallStatement):
             return None
@@ -688,10 +703,10 @@ class _Prover:
 
 def _unpacked_vid(graph: FlowGraph, name: cst.Name, site: Site) -> int:
     """The value id the assignment at `site` gives `name` (-1 if none)."""
-    scoped = _scoped(name.value, site)
+    full = scoped(name.value, site)
     for pos in graph.by_statement.get(id(site.small), ()):
         event = graph.events[pos]
-        if isinstance(event, Def) and event.name == scoped:
+        if isinstance(event, Def) and event.name == full:
             return event.vid
     return -1
 
