@@ -76,6 +76,15 @@ def _merge_heads(x: Tensor) -> Tensor:
     return x.reshape(*x.shape[:-2], -1)
 
 
+def _merge_heads_new(context: Tensor) -> Tensor:
+    """``_merge_heads`` returning a tensor of its own where the context is kept for backward, as the original's
+    ``permute(...).contiguous().view(...)`` does. On CUDA, SDPA and xformers lay their output out as ``[B, S, H, D]``
+    and keep it for backward: the merge would be a view of it, and a caller changing the result in place
+    (``out += residual``) would make backward raise."""
+    merged = _merge_heads(context)
+    return merged.clone() if merged.requires_grad and context.transpose(1, 2).is_contiguous() else merged
+
+
 def _additive_mask(mask: Optional[Tensor], dtype: torch.dtype) -> Optional[Tensor]:
     """Return an additive mask in the query's dtype, as SDPA requires (eager relies on type promotion instead).
 
@@ -252,7 +261,7 @@ class _BertSelfAttentionSDPA(nn.Module):
             is_causal=False,
             scale=1.0 / math.sqrt(self.attention_head_size),
         )
-        outputs: Tuple[Any, ...] = (_merge_heads(context),)
+        outputs: Tuple[Any, ...] = (_merge_heads_new(context),)  # returned to the caller as it is
         if self.is_decoder:
             outputs = outputs + ((key, value),)
         return outputs

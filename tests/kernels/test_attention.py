@@ -548,3 +548,28 @@ def test_no_warning_for_supported_classes() -> None:
         warnings.simplefilter("error")
         for cls, factory, _, _ in CASES:
             factory(cls)
+
+
+def test_bert_output_is_its_own_tensor_where_sdpa_keeps_a_transposed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # SDPA's CUDA kernels return [B, H, S, D] as a transposed view of a [B, S, H, D] buffer they keep for backward;
+    # given that layout here, a caller changing BertSelfAttention's output in place (as the eager original's fresh
+    # copy allows) must still train.
+    monkeypatch.setenv(ak.BACKEND_ENV, "bert_self_attention=sdpa")
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def transposed(*args: Any, **kwargs: Any) -> Tensor:
+        return real(*args, **kwargs).transpose(1, 2).contiguous().transpose(1, 2)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", transposed)
+    original, rewritten = make_pair(BertSelfAttention, bert_self_attention_sdpa, bert_config())
+    states = randn(2, 5, 16)
+    results = []
+    for module in (original, rewritten):
+        module.train()
+        hidden_states = states.clone().requires_grad_()
+        out = module(hidden_states, padding_mask(KEEP_5[:2]))[0]  # no fully masked row: see the module's limitations
+        out += hidden_states  # a residual added in place by the caller
+        out.sin().sum().backward()
+        results.append((out, hidden_states.grad, module.query.weight.grad))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
