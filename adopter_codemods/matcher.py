@@ -926,12 +926,8 @@ def _plan(match: Match) -> Union[Placement, Reason]:
             # matched too: goes with the call's statement
             continue
         site = _statement_site(n, anchor, match.cls)
-        if site is None:
-            return Reason(
-                RefusalCategory.NOT_PLACEABLE,
-                "this statement does more than assign a matched call to a name, so it cannot be removed",
-                n.site.line,
-            )
+        if isinstance(site, str):
+            return Reason(RefusalCategory.NOT_PLACEABLE, site, n.site.line)
         deleted.append(site)
     if any(n.site.inline_stack != anchor.site.inline_stack for n in nodes if n.site not in deleted) and not deleted:
         return Reason(
@@ -1091,33 +1087,45 @@ def _not_before_if(anchor: DLNode) -> Reason:
     )
 
 
-def _statement_site(node: DLNode, anchor: DLNode, cls: ClassStructure) -> Optional[Site]:
-    """The statement that disappears with a non-anchor node, in the anchor's function; None if none can.
+def _statement_site(node: DLNode, anchor: DLNode, cls: ClassStructure) -> Union[Site, str]:
+    """The statement that disappears with a non-anchor node, in the anchor's function; else why none can.
 
     Usually the node's own statement (`x = self.dropout(h)`). A node that is the whole body of a helper method
     (`def _drop(self, h): return self.dropout(h)`) called once, as `x = self._drop(h)`, from the anchor's function
     takes that call statement with it: this is how a pattern split across a helper is rewritten.
     """
+    more = "this statement does more than assign a matched call to a name, so it cannot be removed"
     if node.site.inline_stack == anchor.site.inline_stack:
         if node.site.function != anchor.site.function or not node.whole_statement or not _deletable(node.site.small):
-            return None
+            return more
         return node.site
     stack = node.site.inline_stack
     if len(stack) != len(anchor.site.inline_stack) + 1 or stack[:-1] != anchor.site.inline_stack:
-        return None
+        return (
+            f"the matched calls are in different methods ({_method_name(node.site)}, {_method_name(anchor.site)}), "
+            "so no one statement can take the fused call"
+        )
     call_site = stack[-1]
-    if not node.whole_statement or not isinstance(node.site.small, cst.Return):
-        return None
-    if [s for s in node.site.block if not _is_docstring_line(s)] != [node.site.line]:
-        return None  # the helper does more than return the node
+    helper = node.site.function.rpartition(".")[2]
+    if (
+        not node.whole_statement
+        or not isinstance(node.site.small, cst.Return)
+        or [s for s in node.site.block if not _is_docstring_line(s)] != [node.site.line]
+    ):
+        return f"this call is in the helper method `{helper}`, which does more than return it"
     small = call_site.small
     if not _deletable(small) or not isinstance(small, (cst.Assign, cst.AnnAssign)):
-        return None
+        return f"the call of the helper method `{helper}` holding the matched call does more than assign its result"
     call = small.value
-    helper = _self_attr_name(call.func) if isinstance(call, cst.Call) else None
-    if helper is None or len(cls.self_references.get(helper, [])) != 1:
-        return None  # the helper is used elsewhere: it must keep working
+    called = _self_attr_name(call.func) if isinstance(call, cst.Call) else None
+    if called is None or len(cls.self_references.get(called, [])) != 1:
+        # the helper is used elsewhere: it must keep working
+        return f"the helper method `{helper}` holding the matched call is called elsewhere too, so its call stays"
     return call_site
+
+
+def _method_name(site: Site) -> str:
+    return f"`{site.function.rpartition('.')[2]}`"
 
 
 def _self_attr_name(node: cst.BaseExpression) -> Optional[str]:
@@ -1624,7 +1632,7 @@ def _copied(placement: Placement) -> set[int]:
 def _statement_of(node: DLNode, match: Match, placement: Placement) -> cst.CSTNode:
     assert placement.anchor is not None
     site = _statement_site(node, placement.anchor, match.cls)
-    return site.small if site is not None else node.site.small
+    return site.small if not isinstance(site, str) else node.site.small
 
 
 def _covered_calls(matches: list[PlacedMatch]) -> dict[Optional[str], set[int]]:

@@ -56,7 +56,8 @@ computes the same function up to rounding:
 
 The mask and row checks read the data (a device synchronisation on CUDA). They never run while
 ``torch.compile`` traces (a data-dependent branch would be a graph break): compiled code runs the reference path,
-op for op the original's graph. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
+op for op the original's graph. Nor under ``torch.func`` transforms (``vmap`` refuses data-dependent control flow on
+a per-sample mask): a call with a mask runs the reference path there. Under ``torch.fx.symbolic_trace`` the call is one leaf node (the checks run when the
 graph runs).
 
 Dispatch (``_dispatch``, kernel ``attention_core``): ``auto`` tries the fast path for calls with enough attention
@@ -405,6 +406,8 @@ def _sdpa(
     if sum(m is not None for m in (mask, masked_inf, masked_min)) > 1:
         return None
     masked = masked_inf if masked_inf is not None else masked_min
+    if (mask is not None or masked is not None) and torch._C._are_functorch_transforms_active():
+        return None  # the mask's data checks below are data-dependent control flow, which torch.func.vmap refuses
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != query.dtype or mask.device != query.device:
             return None

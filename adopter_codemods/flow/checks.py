@@ -385,8 +385,13 @@ def _check_complete(
     inter_rep, outs_rep = m._output_vids(match)
     inter = {rep_to_path.get(v, v) for v in inter_rep}
     outs = {rep_to_path.get(v, v) for v in outs_rep} - {anchor.out}
-    # (i) intermediates are read by matched nodes only (and by what disappears with them)
-    use = _read_outside(graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore)
+    # (i) intermediates are read by matched nodes only (and by what disappears with them: the unmatched calls nested
+    # in a deleted statement's node, and the reads of a deleted helper call, `h = self.residual(h, x)`, which pass
+    # its arguments to the matched nodes in the helper's body)
+    helper_calls = frozenset(s for s in deleted if s not in {id(n.site.small) for n in instance.values()})
+    use = _read_outside(
+        graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore | helper_calls
+    )
     if use is not None:
         return _used_reason(m.RefusalCategory.INTERMEDIATE_USED_ELSEWHERE, use, graph, match, inter, _HIDDEN_USED)
     # (ii) other target outputs are produced at the anchor now: nothing may read them earlier (their deleted copies

@@ -122,6 +122,28 @@ def test_fully_masked_rows_run_the_reference(kind: str, sdpa_calls: list[int]) -
     assert not sdpa_calls
 
 
+@pytest.mark.parametrize("kind", ["mask", "masked_inf"])
+def test_a_mask_batched_by_vmap_runs_the_reference(kind: str, sdpa_calls: list[int]) -> None:
+    """Per-sample masks under torch.func.vmap (per-sample gradients, padded batches): the mask's data checks would
+    be data-dependent control flow, which vmap refuses; the original runs there, so must the rewrite. Without a
+    mask there is nothing to check and vmap runs SDPA."""
+    q, k, v = _qkv()
+    g = torch.Generator().manual_seed(1)
+    masks = {
+        "mask": torch.randn(B, 1, 1, S, generator=g, dtype=torch.float64),
+        "masked_inf": torch.rand(B, 1, L, S, generator=g) < 0.3,
+    }
+    masks["masked_inf"][..., 0] = False  # every row keeps a key
+    per_sample = masks[kind]
+    kw = lambda m: {kind: m[None]}  # noqa: E731
+    fused = torch.func.vmap(lambda a, b, c, m: attention_core(a[None], b[None].transpose(-2, -1), c[None], scale=0.5, **kw(m)))
+    eager = torch.func.vmap(lambda a, b, c, m: _eager(a[None], b[None], c[None], scale=0.5, **kw(m)))
+    torch.testing.assert_close(fused(q, k, v, per_sample), eager(q, k, v, per_sample), rtol=1e-9, atol=1e-9)
+    assert not sdpa_calls
+    torch.func.vmap(lambda a, b, c: attention_core(a[None], b[None].transpose(-2, -1), c[None], scale=0.5))(q, k, v)
+    assert sdpa_calls
+
+
 def test_bmm_form_keeps_bmm_errors() -> None:
     q, k, v = _qkv(rank=4)
     with pytest.raises(RuntimeError):
