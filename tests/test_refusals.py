@@ -597,3 +597,52 @@ def test_unpacking_an_intermediate_is_a_use_of_it() -> None:
     (refused,) = refused_sites(UNPACKED_AFTER_DROPOUT.format(unpacked="hidden_states"), ["ADP005"])
     assert refused.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE and refused.cause_line == 16
     assert len(scan_source(UNPACKED_AFTER_DROPOUT.format(unpacked="input_tensor"), ["ADP005"])) == 1
+
+
+RESIDUAL_HELPER = FIXTURES / "ADP005_fuse_dropout_ln" / "helper_adds_the_residual.py"
+
+
+def test_a_helper_called_twice_keeps_its_calls() -> None:
+    """fairseq's layers call `residual_connection` after the attention and after the MLP: removing one call with the
+    dropout would leave the helper to the other caller only by luck of its body; refused, naming the helper (it was
+    refused as "this statement does more than assign a matched call to a name")."""
+    source = RESIDUAL_HELPER.read_text(encoding="utf-8").replace(
+        "        return self.final_layer_norm(x)",
+        "        x = self.final_layer_norm(x)\n        return self.residual_connection(x, residual)",
+    )
+    (refused,) = refused_sites(source, ["ADP005"])
+    assert refused.category is RefusalCategory.NOT_PLACEABLE
+    assert "`residual_connection` holding the matched call is called elsewhere too" in refused.reason
+
+
+ACROSS_METHODS = """import torch
+from torch import nn
+
+
+class RowSelfAttention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.q_proj = nn.Linear(d, d)
+        self.k_proj = nn.Linear(d, d)
+        self.v_proj = nn.Linear(d, d)
+
+    def weights(self, x):
+        q = self.q_proj(x)
+        k = self.k_proj(x)
+        return (q @ k.transpose(-1, -2)).softmax(-1)
+
+    def update(self, x, probs):
+        v = self.v_proj(x)
+        return probs @ v
+
+    def forward(self, x):
+        return self.update(x, self.weights(x))
+"""
+
+
+def test_projections_in_two_helpers_are_refused_naming_them() -> None:
+    """ESM's axial attention makes q and k in one method and v in another: no one statement can take the packed
+    call, and the reason says so (it said the plain `k = self.k_proj(x)` "does more than assign a matched call")."""
+    (refused,) = refused_sites(ACROSS_METHODS, ["ADP009"])
+    assert refused.category is RefusalCategory.NOT_PLACEABLE
+    assert refused.reason.startswith("the matched calls are in different methods (`weights`, `update`)")

@@ -116,3 +116,33 @@ def test_packed_weight_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     layers.load_state_dict(nn.ModuleList(_layers(torch.float64)).state_dict())
     check(4)
     check(4)
+
+
+def test_teacher_updates_the_cache_sees_and_the_one_it_cannot() -> None:
+    """A momentum (EMA) teacher run under no_grad keeps the packed weight cached between its updates. Updates that go
+    through autograd's version counter (in place under no_grad, `copy_` of a state dict) or replace the tensor
+    (`p.data = ...`, MoCo) are seen; an in-place write through `.data` (`p.data.mul_(m)`, DINO) bypasses the
+    counter, so the cache keeps the old weight until `clear_weight_cache()` (README Limitations)."""
+    torch.manual_seed(0)
+    teacher, student = nn.ModuleList(_layers(torch.float64)), nn.ModuleList(_layers(torch.float64))
+    x = torch.randn(3, 6, dtype=torch.float64)
+
+    def stale() -> bool:
+        with torch.no_grad():
+            packed = ak.packed_qkv_linear(x, *teacher)
+        return not all(torch.allclose(a, m(x), rtol=1e-12, atol=1e-12) for a, m in zip(packed, teacher))
+
+    def ema(update: Any) -> None:
+        for t, s in zip(teacher.parameters(), student.parameters()):
+            update(t, s)
+
+    assert not stale()
+    with torch.no_grad():
+        ema(lambda t, s: t.mul_(0.9).add_(s, alpha=0.1))
+    assert not stale()
+    ema(lambda t, s: setattr(t, "data", t.data * 0.9 + s.data * 0.1))
+    assert not stale()
+    ema(lambda t, s: t.data.mul_(0.9).add_(s.data, alpha=0.1))
+    assert stale()
+    ak.clear_weight_cache()
+    assert not stale()
