@@ -33,12 +33,14 @@ from .report import (
     format_sarif,
     format_text,
     plain,
+    script_note,
     skip_line,
     summary,
     text_replacements,
     unified_diff,
 )
 from .rules import builtin_rules, doc_sections, fast_by_default, rule_doc, rule_targets, select_rules
+from .torchscript import ScriptConflict, script_conflict
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXAMPLE = ("examples", "bert_like.py")  # inside the package, so `demo` works from an installed wheel
@@ -143,6 +145,7 @@ class _Rewritten:
     diff: str = ""
     error: Optional[FileError] = None
     skipped: list[Skip] = field(default_factory=list)
+    script: Optional[ScriptConflict] = None  # the file uses TorchScript and now calls kernels it cannot compile
 
 
 @collector_paused  # as _scan_file
@@ -156,7 +159,8 @@ def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
         diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
         if write:
             atomic_write(path, outcome.module.bytes)  # the file's own encoding and newlines
-        return _Rewritten(path, True, outcome.codes, diff, skipped=skipped)
+        script = script_conflict(module, outcome.module)
+        return _Rewritten(path, True, outcome.codes, diff, skipped=skipped, script=script)
     except SourceError as exc:
         return _Rewritten(path, error=exc.error)
     except OSError as exc:
@@ -312,6 +316,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     changed = [r for r in done if r.changed]
     for r in changed:
         print(f"{'rewrote' if write else 'would rewrite'} {r.path} ({', '.join(r.codes)})", file=sys.stderr)
+        if r.script is not None:
+            print(script_note(r.path, r.script), file=sys.stderr)
     for skip in (u for r in done for u in r.skipped):
         print(skip_line(skip), file=sys.stderr)
     errors += [r.error for r in done if r.error]

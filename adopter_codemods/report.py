@@ -18,6 +18,7 @@ from .dsl import Rule
 from .engine import Finding, RefusedSite, Skip
 from .files import FileError
 from .rules import rule_doc, rule_targets
+from .torchscript import ScriptConflict
 
 JSON_VERSION = 3  # 2: the "skipped" list; 3: each finding's "certainty"; the "refused" list (only with
 # --show-refused) is additive
@@ -96,6 +97,16 @@ def error_line(error: FileError) -> str:
 def skip_line(skip: Skip) -> str:
     """``path:line: note: class X not analysed: reason`` (for stderr: a skip is no finding and no error)."""
     return f"{skip.path}:{skip.line}: note: {skip.unit} not analysed: {skip.reason}"
+
+
+def script_note(path: str, conflict: ScriptConflict) -> str:
+    """``path:line: note: ...`` for a rewritten file that uses TorchScript's API (`torchscript.script_conflict`)."""
+    kernels = ", ".join(f"adopter_kernels.{k}" for k in conflict.kernels)
+    return (
+        f"{path}:{conflict.line}: note: this file uses TorchScript (`{conflict.marker}`); the rewrite calls {kernels}, "
+        "which torch.jit.script cannot compile: if you script these models, leave the file out (--exclude) or run "
+        "only the rules whose kernels script (docs/COMPILE_AND_TRACE.md)"
+    )
 
 
 def refused_line(site: RefusedSite) -> str:

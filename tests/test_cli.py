@@ -683,3 +683,46 @@ def test_reader_closing_the_pipe_is_not_a_crash() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait() == 2
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+SCRIPTED_ATTENTION = """import torch
+from torch import nn
+from torch.jit import Final
+
+
+class Attention(nn.Module):
+    fused_attn: Final[bool]
+
+    def __init__(self):
+        super().__init__()
+        self.fused_attn = False
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, q, k, v):
+        attn = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)
+        return self.drop(attn) @ v
+"""
+
+
+@pytest.mark.parametrize("rules, scripted, note", [
+    ("ADP010", True, True),  # timm's style: attention_core cannot be scripted
+    ("ADP004", True, False),  # the softmax drop-in scripts
+    ("ADP010", False, False),  # no sign of TorchScript in the file
+])
+def test_rewrite_notes_kernels_torchscript_cannot_compile_in_a_scripted_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, rules: str, scripted: bool,
+    note: bool,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = SCRIPTED_ATTENTION
+    if not scripted:
+        source = source.replace("from torch.jit import Final\n", "").replace("    fused_attn: Final[bool]\n\n", "")
+    Path("attention.py").write_text(source, encoding="utf-8")
+    status, _, err = run(capsys, "rewrite", "--diff", "--rules", rules, "attention.py")
+    assert status == 0 and "would rewrite attention.py" in err
+    expected = (
+        "attention.py:3: note: this file uses TorchScript (`Final`); the rewrite calls adopter_kernels.attention_core, "
+        "which torch.jit.script cannot compile"
+    )
+    assert (expected in err) is note
+    assert ("note: this file uses TorchScript" in err) is note
