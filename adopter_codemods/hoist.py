@@ -136,7 +136,7 @@ def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
         site.small.visit(before)
         if before.found:
             return None
-    replaces = _whole_assignment(first)
+    replaces = _whole_assignment(first, outputs)
     layers = {n.layer[len("self."):] for n in match.nodes if n.layer is not None}
     graph = match.graph
     assert graph is not None
@@ -175,14 +175,22 @@ def _runs_once(small: cst.BaseSmallStatement, expr: cst.BaseExpression) -> bool:
     return True
 
 
-def _whole_assignment(node: DLNode) -> Optional[cst.Assign]:
+def _whole_assignment(node: DLNode, outputs: list[DLNode]) -> Optional[cst.Assign]:
+    """The first node's statement where the fused call can take its place: ``name = node``, or one tuple assignment
+    of every output in the target's order (``xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)``, LLaMA's reference
+    code), whose names then receive the outputs directly."""
     small = node.site.small
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    target = small.targets[0].target
+    if node.whole_statement and isinstance(target, cst.Name) and small.value is node.expr:
+        return small
     if (
-        node.whole_statement
-        and isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
-        and small.value is node.expr
+        isinstance(target, (cst.Tuple, cst.List))
+        and isinstance(small.value, (cst.Tuple, cst.List))
+        and len(target.elements) == len(small.value.elements) == len(outputs)
+        and all(type(t) is cst.Element and type(t.value) is cst.Name for t in target.elements)
+        and all(type(e) is cst.Element and e.value is o.expr for e, o in zip(small.value.elements, outputs))
     ):
         return small
     return None
@@ -350,7 +358,7 @@ def _fresh_names(
     """``<layer attribute>_out`` per output (``q_proj_out``), numbered where the function already uses the name
     anywhere (a local, a parameter, a global it reads), unless only other arms of an ``if`` chain holding `line` use
     it, each binding it first (`_bound_in_other_arms`: the arms of BERT's chain, packed one per round, all get
-    ``key_out``); the first output keeps the name of a statement it replaces."""
+    ``key_out``); an output keeps the name of a statement it replaces."""
     taken = {n.value for n in cstwalk.walk(function) if isinstance(n, cst.Name)}
     parents = {id(child): node for node in cstwalk.walk(function) for child in cstwalk.children(node)}
     chosen: set[str] = set()
@@ -358,6 +366,11 @@ def _fresh_names(
     for node in outputs:
         if replaces is not None and node.site.small is replaces:
             target = replaces.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)):  # every output, in order (`_whole_assignment`)
+                element = target.elements[len(names)].value
+                assert isinstance(element, cst.Name)
+                names.append(element.value)
+                continue
             assert isinstance(target, cst.Name)
             names.append(target.value)
             continue

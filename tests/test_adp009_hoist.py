@@ -125,6 +125,21 @@ def test_whole_statements_keep_the_tuple_assignment() -> None:
     assert "q, k, v = adopter_kernels.packed_qkv_linear(x, self.q, self.k, self.v)\n" in _rewrite(source)
 
 
+@pytest.mark.parametrize("line, expected", [
+    # LLaMA's reference code: the packed call takes the statement's place and its names
+    ("q, k, v = self.q(x), self.k(x), self.v(x)", "q, k, v = adopter_kernels.packed_qkv_linear(x, self.q, self.k, self.v)\n"),
+    ("k, q, v = self.k(x), self.q(x), self.v(x)", "k, q, v = adopter_kernels.packed_qkv_linear(x, self.k, self.q, self.v)\n"),
+    # more than the projections: they get names of their own, the statement reads them
+    ("q, k, v, y = self.q(x), self.k(x), self.v(x), x", "q_out, k_out, v_out = adopter_kernels.packed_qkv_linear(x, self.q, self.k, self.v)\n"),
+])
+def test_one_tuple_assignment_of_the_projections(line: str, expected: str) -> None:
+    source = HEADER + f"""    def forward(self, x):
+        {line}
+        return q.view(*x.shape[:-1], 2, 4), k, v
+"""
+    assert expected in _rewrite(source)
+
+
 def test_input_defined_on_the_first_projections_line_is_refused() -> None:
     source = HEADER + """    def forward(self, h):
         x = h * 2; q = self.q(x).t()

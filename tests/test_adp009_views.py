@@ -206,3 +206,26 @@ def test_a_change_in_place_through_the_file_would_raise_with_the_packed_gemm(
             torch.testing.assert_close(got, want)
     with adopter_kernels.use_backend("packed_qkv_linear=packed"), pytest.raises(RuntimeError, match="view"):
         twin(x)
+
+
+def test_a_view_written_over_lines_is_named_on_one() -> None:
+    """fairseq writes its views over several lines, with comments: the refusal names the call on one line."""
+    source = HEADER + textwrap.indent(textwrap.dedent("""
+        def __init__(self, d):
+            super().__init__()
+            self.q = nn.Linear(d, d)
+            self.k = nn.Linear(d, d)
+            self.v = nn.Linear(d, d)
+
+        def forward(self, x):
+            q = self.q(x)
+            k = self.k(x)
+            v = self.v(x)
+            k = k.view(
+                -1,  # rows and heads merged
+                x.size(-1),
+            )
+            return q, k, v
+    """), "    ")
+    (refused,) = refused_sites(source, ["ADP009"])
+    assert "`k.view(-1, x.size(-1))` is not proven to keep the last dim" in refused.reason

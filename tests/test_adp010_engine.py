@@ -206,6 +206,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "einops_einsum.py": 2,
     "metadata_scale_with_optional_mask.py": 1,
     "function_optional_mask.py": 1,  # a module-level function
+    "optional_masked_fill_inf.py": 1,
     "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original
 }
 

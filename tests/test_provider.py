@@ -155,6 +155,21 @@ def test_aliases_share_the_value_id_and_reassignment_makes_a_new_one() -> None:
     assert any(isinstance(e, Use) and d1.args[0].vid in e.vids for e in path.events[: path.events.index(d1)])
 
 
+def test_a_tuple_of_names_assigned_a_display_binds_each_its_element() -> None:
+    """`a, h = self.drop(x), r`: as two statements would (LLaMA's `xq, xk, xv = self.wq(x), ...`), every element
+    evaluated before any name changes (`h, a = a, h` swaps them)."""
+    cls = forward("""
+        a, h = self.drop(x), r
+        h, a = a, h
+        return self.ln(a + h)
+    """)
+    (path,) = paths_of(cls)
+    drop, add, _ = path.nodes
+    x_vid, r_vid = drop.args[0].vid, next(e.vid for e in path.events if isinstance(e, Def) and e.name == "h")
+    assert add.args[0].vid == r_vid and add.args[1].vid == drop.out
+    assert x_vid != r_vid
+
+
 def test_loop_body_is_walked_twice_in_separate_copies_plus_the_skip_path() -> None:
     cls = forward("""
         for _ in range(3):

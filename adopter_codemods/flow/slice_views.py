@@ -28,6 +28,7 @@ return, or change in place, of what it is given) also tells which arguments of a
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Union
@@ -35,7 +36,7 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 import libcst as cst
 
 from .. import cstwalk
-from ..provider.syntax import METADATA_ATTRIBUTES, _is_self_attr, _object_name, in_place_targets
+from ..provider.syntax import METADATA_ATTRIBUTES, _is_self_attr, _object_name, element_wise, in_place_targets
 from ..structure import ClassStructure, Def, DLNode, LayerBinding, Site, Use
 from .aliasing import FRESH_RESULTS
 from .graph import FlowGraph
@@ -96,8 +97,18 @@ def first_unproven_view(
             if not any(r == PROJECTION or scoped(r, site) in names for r in found):
                 continue
             if not prover.keeps_last_dim(node, func.value, site, sources):  # type: ignore[arg-type]
-                return cst.Module([]).code_for_node(node), site
+                return _one_line(cst.Module([]).code_for_node(node)), site
     return None
+
+
+def _one_line(code: str) -> str:
+    """A call written over several lines (comments and all), as one line for a message."""
+    if "\n" not in code:
+        return code
+    try:
+        return ast.unparse(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return code
 
 
 def scoped(name: str, site: Site) -> str:
@@ -170,9 +181,15 @@ def holding_names(
 
 
 def assigned_value(event: Def) -> Optional[cst.BaseExpression]:
-    """The value an assignment statement gives."""
+    """The value an assignment statement gives the name (its own element in ``q, k = self.q(x), self.k(x)``)."""
     small = event.site.small
-    return small.value if isinstance(small, (cst.Assign, cst.AnnAssign)) else None
+    if not isinstance(small, (cst.Assign, cst.AnnAssign)):
+        return None
+    pairs = element_wise([t.target for t in small.targets], small.value) if isinstance(small, cst.Assign) else None
+    if pairs is not None:
+        name = event.name[len(event.site.scope):]
+        return next((value for target, value in pairs if target.value == name), None)
+    return small.value
 
 
 class _Roots:

@@ -367,3 +367,20 @@ def _sub_expressions(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpressi
     if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)):
         return []
     return None
+
+
+def element_wise(
+    targets: Sequence[cst.BaseAssignTargetExpression], value: cst.BaseExpression
+) -> Optional[list[tuple[cst.Name, cst.BaseExpression]]]:
+    """The (name, element) pairs of one tuple of plain names assigned a display of as many plain elements; None for
+    anything else (chained targets, starred elements, attributes or subscripts among the targets)."""
+    if len(targets) != 1 or type(targets[0]) not in (cst.Tuple, cst.List) or type(value) not in (cst.Tuple, cst.List):
+        return None
+    names, elements = targets[0].elements, value.elements  # type: ignore[attr-defined]
+    if len(names) != len(elements) or len(names) < 2:
+        return None
+    if any(type(n) is not cst.Element or type(n.value) is not cst.Name for n in names):
+        return None
+    if any(type(e) is not cst.Element for e in elements):
+        return None
+    return [(n.value, e.value) for n, e in zip(names, elements)]

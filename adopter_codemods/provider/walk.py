@@ -284,6 +284,9 @@ class _ClassWalker(_Unchainer):
             if small.value is None:
                 return [p]
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            pairs = syntax.element_wise(targets, small.value)
+            if pairs is not None:
+                return self.assign_elements(pairs, small.value, at, p)
             return self.assign_each(targets, self.walk_expr(small.value, at, p, None, whole=True), at)
         receiver = syntax.in_place_masked_fill(small.value) if isinstance(small, cst.Expr) else None
         if receiver is not None:
@@ -342,6 +345,20 @@ class _ClassWalker(_Unchainer):
             out.append(q)
         return out
 
+    def assign_elements(
+        self, pairs: list[tuple[cst.Name, cst.BaseExpression]], value: cst.BaseExpression, at: _Cursor, p: _Partial
+    ) -> list[_Partial]:
+        """`q, k, v = self.q(x), self.k(x), self.v(x)`: every element evaluated first (as Python does), then each
+        name bound to its own element's value, as three statements would (the walk of the display as one opaque
+        value gave every name a value of its own, so `q` was not the projection's output)."""
+        out = []
+        for q, vals in self.walk_values([v for _, v in pairs], at, p, None):
+            if q.status == "open":
+                for (name, _), val in zip(pairs, vals):
+                    self.assign([name], val, at, q)
+            out.append(q)
+        return out
+
     def walk_expr_stmt(self, expr: cst.BaseExpression, at: _Cursor, p: _Partial) -> list[_Partial]:
         """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads."""
         out = []
@@ -390,7 +407,7 @@ class _ClassWalker(_Unchainer):
 def _guards_ops(node: cst.CSTNode) -> bool:
     """An ``if`` with a simple test (`simple_condition`, or a helper's ``exists(x)``, which ADP010's absorbing reads
     as ``x is not None`` when the helper is exactly that), no else, that updates a name by a tensor op on it, such as
-    ``if head_mask is not None: probs = probs * head_mask``: walked as separate paths, so a rule can tell the paths
+    ``if head_mask is not None: probs = probs * head_mask`` (or masks it: `_masks_itself`): walked as separate paths, so a rule can tell the paths
     that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
     if type(node) is not cst.If or node.orelse is not None:
         return False
@@ -406,7 +423,19 @@ def _guards_ops(node: cst.CSTNode) -> bool:
                     type(side) is cst.Name and side.value == name for side in (value.left, value.right)
                 ):
                     return True
+                if _masks_itself(value, name):
+                    return True
     return False
+
+
+def _masks_itself(value: cst.BaseExpression, name: str) -> bool:
+    """``name.masked_fill(...)``: the masking step of ADP010's pattern, as ``name + mask`` is its additive one (the
+    vit idiom ``if mask is not None: dots = dots.masked_fill(mask == 0, float('-inf'))``, whose calls are no DSL
+    calls `_has_dsl_call` counts)."""
+    if type(value) is not cst.Call or type(value.func) is not cst.Attribute:  # type: ignore[attr-defined]
+        return False
+    func = value.func  # type: ignore[attr-defined]
+    return func.attr.value == "masked_fill" and type(func.value) is cst.Name and func.value.value == name
 
 
 def _names_call(test: cst.BaseExpression) -> bool:
