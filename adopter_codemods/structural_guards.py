@@ -38,10 +38,10 @@ _FunctionDef = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 # ------------------------------------------------------------------------------------------ templates
 
-# ADP011: forward (and helpers) of each casting order of adopter_kernels.rms_norm; WEIGHT and EPS stand for the
-# attribute names the rule's variant passes to adopter_kernels.rms_norm_module.
-RMS_NORM_TEMPLATES: dict[str, tuple[str, ...]] = {
-    "llama": (
+# ADP011: forward (and helpers) of each casting order of adopter_kernels.rms_norm, in each spelling accepted; WEIGHT and
+# EPS stand for the attribute names the rule's variant passes to adopter_kernels.rms_norm_module.
+RMS_NORM_TEMPLATES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "llama": ((
         """
 def forward(self, hidden_states):
     input_dtype = hidden_states.dtype
@@ -50,8 +50,18 @@ def forward(self, hidden_states):
     hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
     return self.WEIGHT * hidden_states.to(input_dtype)
 """,
-    ),
-    "t5": (
+    ), (  # Meta's LLaMA reference code, llama2.c, Mistral's: the same order, a helper and `type_as`
+        """
+def _norm(self, x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.EPS)
+""",
+        """
+def forward(self, x):
+    output = self._norm(x.float()).type_as(x)
+    return output * self.WEIGHT
+""",
+    ),),
+    "t5": ((
         """
 def forward(self, hidden_states):
     variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
@@ -60,8 +70,8 @@ def forward(self, hidden_states):
         hidden_states = hidden_states.to(self.WEIGHT.dtype)
     return self.WEIGHT * hidden_states
 """,
-    ),
-    "gemma": (
+    ),),
+    "gemma": ((
         """
 def _norm(self, x):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.EPS)
@@ -72,8 +82,8 @@ def forward(self, x):
     output = output * (1.0 + self.WEIGHT.float())
     return output.type_as(x)
 """,
-    ),
-    "olmo2": (
+    ),),
+    "olmo2": ((
         """
 def forward(self, hidden_states):
     input_dtype = hidden_states.dtype
@@ -82,8 +92,8 @@ def forward(self, hidden_states):
     hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
     return (self.WEIGHT * hidden_states).to(input_dtype)
 """,
-    ),
-    "helium": (
+    ),),
+    "helium": ((
         """
 def forward(self, hidden_states):
     input_dtype = hidden_states.dtype
@@ -92,13 +102,13 @@ def forward(self, hidden_states):
     hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
     return (self.WEIGHT.to(torch.float32) * hidden_states).to(input_dtype)
 """,
-    ),
+    ),),
 }
 
 # Methods an RMSNorm class may have besides the template's: the constructor (the subclass inherits it, and the
 # fused forward reads the same attributes the original forward read) and the repr.
 _FREE_METHODS = ("__init__", "extra_repr")
-_MOST_METHODS = max(len(t) for t in RMS_NORM_TEMPLATES.values()) + len(_FREE_METHODS)
+_MOST_METHODS = max(len(t) for spellings in RMS_NORM_TEMPLATES.values() for t in spellings) + len(_FREE_METHODS)
 # Class decorators known to leave forward alone: transformers' hub-kernel marker only tags the class for an explicit
 # `kernelize()` call (an opt-in that swaps in another RMSNorm kernel).
 _TRANSPARENT_CLASS_DECORATORS = ("use_kernel_forward_from_hub",)
@@ -447,12 +457,13 @@ def rms_norm_class_is_exact(match: Match, placement: Placement) -> Union[bool, R
         parsed.verdicts[key] = _rms_norm_class(parsed, value.func.value, cast, weight, eps)
     if parsed.verdicts[key]:
         return True
-    templates = RMS_NORM_TEMPLATES.get(cast)
-    if templates is None or not _few_methods(parsed, value.func.value, len(templates) + len(_FREE_METHODS)):
+    spellings = RMS_NORM_TEMPLATES.get(cast)
+    most = max((len(t) for t in spellings or ()), default=0) + len(_FREE_METHODS)
+    if spellings is None or not _few_methods(parsed, value.func.value, most):
         return False  # not shaped like an RMSNorm at all (most layers): declined without a listed refusal
     return Refused(
-        f"class {value.func.value} looks like an RMSNorm but is not exactly this variant's (its methods, casts, "
-        "weight and eps attributes, a single definition in this file)",
+        f"class {value.func.value} is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the "
+        "forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file)",
         _only_definition(parsed, value.func.value),
     )
 
@@ -483,17 +494,16 @@ def _only_definition(parsed: _ParsedModule, name: str) -> Optional[cst.CSTNode]:
 
 
 def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
-    templates = RMS_NORM_TEMPLATES.get(cast)
-    if templates is None or not _few_methods(parsed, name, len(templates) + len(_FREE_METHODS)):
+    spellings = RMS_NORM_TEMPLATES.get(cast)
+    if spellings is None or not _few_methods(parsed, name, max(len(t) for t in spellings) + len(_FREE_METHODS)):
         return False  # cheap CST test first: most instantiated classes are attention layers, blocks, models
     cls = parsed.definition(name, cst.ClassDef)
-    if templates is None or not isinstance(cls, ast.ClassDef) or cls.keywords:
+    if not isinstance(cls, ast.ClassDef) or cls.keywords:
         return False
     if not _is_module_base(cls.bases, parsed.table):
         return False
     if not all(_transparent_decorator(d, parsed.table) for d in cls.decorator_list):
         return False
-    wanted = dict(_template_dumps(t, weight, eps) for t in templates)
     methods: dict[str, _FunctionDef] = {}
     for i, stmt in enumerate(cls.body):
         if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
@@ -501,11 +511,19 @@ def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, ep
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or stmt.name in methods:
             return False  # class attributes, properties or a redefined method: not judged, refused
         methods[stmt.name] = stmt
+    return any(_is_spelling(methods, templates, parsed.table, weight, eps) for templates in spellings) and (
+        parsed.bound_once(name)
+    )
+
+
+def _is_spelling(
+    methods: dict[str, _FunctionDef], templates: tuple[str, ...], table: ImportTable, weight: str, eps: str
+) -> bool:
+    """Whether the class's methods are exactly one spelling's (its forward and helpers, plus free methods)."""
+    wanted = dict(_template_dumps(t, weight, eps) for t in templates)
     if set(methods) - set(wanted) - set(_FREE_METHODS) or set(wanted) - set(methods):
         return False
-    if not all(canonical(methods[m], parsed.table) == dump for m, dump in wanted.items()):
-        return False
-    return parsed.bound_once(name)
+    return all(canonical(methods[m], table) == dump for m, dump in wanted.items())
 
 
 def _few_methods(parsed: _ParsedModule, name: str, most: int) -> bool:

@@ -310,15 +310,15 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '45: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 45)',
     ],
     'ADP011_fuse_rms_norm/neg_other_computations.py': [
-        "85: guard: guard rms_norm_class_is_exact: class NoCastBack looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 10)",
-        "86: guard: guard rms_norm_class_is_exact: class CpmAntLayerNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 24)",
-        "87: guard: guard rms_norm_class_is_exact: class WithHelper looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 37)",
-        "88: guard: guard rms_norm_class_is_exact: class Mixed looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 54)",
-        "90: guard: guard rms_norm_class_is_exact: class CastToWeightDtype looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 68)",
+        "85: guard: guard rms_norm_class_is_exact: class NoCastBack is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 10)",
+        "86: guard: guard rms_norm_class_is_exact: class CpmAntLayerNorm is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 24)",
+        "87: guard: guard rms_norm_class_is_exact: class WithHelper is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 37)",
+        "88: guard: guard rms_norm_class_is_exact: class Mixed is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 54)",
+        "90: guard: guard rms_norm_class_is_exact: class CastToWeightDtype is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 68)",
     ],
     'ADP011_fuse_rms_norm/neg_rebound_by_apex.py': [
-        "33: guard: guard rms_norm_class_is_exact: class T5LayerNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 8)",
-        "59: guard: guard rms_norm_class_is_exact: class PatchedNorm looks like an RMSNorm but is not exactly this variant's (its methods, casts, weight and eps attributes, a single definition in this file) (line 39)",
+        "33: guard: guard rms_norm_class_is_exact: class T5LayerNorm is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 8)",
+        "59: guard: guard rms_norm_class_is_exact: class PatchedNorm is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the forms this variant knows (its methods, casts, weight and eps attributes, a single definition in this file) (line 39)",
     ],
     'ADP012_fuse_gated_mlp/neg_not_a_gated_mlp.py': [
         '15: intermediate-used-elsewhere: `a`, an intermediate result the fused call hides, is used here (line 16)',
