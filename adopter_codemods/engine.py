@@ -20,7 +20,8 @@ from . import cstwalk, files
 from .dsl import Rule
 from .gc_pause import collector_paused
 from .matcher import (
-    Certainty, LayerRef, Match, PlacedMatch, Reason, Refusal, RefusalCategory, find_matches, may_match,
+    Certainty, LayerRef, Match, PlacedMatch, Reason, Refusal, RefusalCategory, find_matches, helper_callers_checked,
+    may_match,
 )
 from .positions import definition_lines, statement_positions
 from .provider import build_module_structure
@@ -140,8 +141,10 @@ def find_all(
     for rule in rules:
         if file_suppressed(structure.module, (rule.code, rule.name)):
             continue
+        found: list[PlacedMatch] = []
         for cls in structure.classes:
-            matches.extend(find_matches(rule, cls, refusals, confirm_sink))
+            found.extend(find_matches(rule, cls, refusals, confirm_sink))
+        matches.extend(helper_callers_checked(found, refusals))
     return matches
 
 

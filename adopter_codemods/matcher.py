@@ -1585,6 +1585,111 @@ def _guards_may_match(rule: Rule, cls: ClassStructure) -> bool:
     return True
 
 
+def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Refusal]] = None) -> list[PlacedMatch]:
+    """The matches of one rule over a whole module, less those in a helper method some caller was not checked with.
+
+    A match in a helper (`DLNode.site.inline_stack`) was checked where the helper is inlined, but its rewrite
+    changes the helper for every caller: each `self.<helper>` of the class family must be a call through which an
+    accepted match of the same nodes was checked (in this class or another: a subclass's forward inlines the
+    inherited helper too). Another method walked on its own calls the helper as an opaque call, and a subclass may
+    refuse the site (it changes the output in place): such a match is dropped, with a refusal naming the call."""
+    # One call swapped for a drop-in (ADP004's softmax) computes what it replaced for any caller, and so does an
+    # nn.Sequential replaced in __init__ (plan "container"): only fusions rewritten in the helper's code count.
+    helper_matches = [
+        f for f in found
+        if len(f.match.nodes) > 1 and f.placement.plan not in ("container", "init")
+        and any(n.site.inline_stack for n in f.match.nodes)
+    ]
+    if not helper_matches:
+        return found
+    checked: dict[frozenset[tuple[int, Optional[str]]], set[int]] = {}
+    for f in found:
+        exprs = {id(n.expr) for n in f.match.nodes}
+        through = checked.setdefault(f.match.key(), set())
+        if f.match.graph is not None:
+            for node in f.match.graph.nodes:
+                if id(node.expr) in exprs:
+                    through.update(id(site.small) for site in node.site.inline_stack)
+    dropped: set[int] = set()
+    for f in helper_matches:
+        unchecked = _unchecked_helper_call(f.match, checked[f.match.key()])
+        if unchecked is None:
+            continue
+        dropped.add(id(f))
+        if refusals is not None:
+            helper, statement = unchecked
+            reason = Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                f"the helper method `{helper}` holding it is called here too, where its result is not checked (a "
+                "method walked on its own, a subclass refusing the site, or another object): the rewrite would "
+                "change the helper for this caller as well",
+                statement,
+            )
+            refusals.append(_refusal(f.match, f.placement, reason))
+    return [f for f in found if id(f) not in dropped]
+
+
+def _unchecked_helper_call(match: Match, checked: set[int]) -> Optional[tuple[str, Optional[cst.CSTNode]]]:
+    """A helper holding the match's nodes, with a statement referring to it that no accepted copy was checked
+    through (None for the statement: the helper is read on another object, or where no statement holds it)."""
+    helpers = {
+        site.function.rpartition(".")[2]
+        for n in match.nodes
+        for site in (n.site, *n.site.inline_stack[1:])
+        if n.site.inline_stack
+    }
+    cls = match.cls
+    wanted = {id(ref): helper for helper in helpers for ref in cls.self_references.get(helper, [])}
+    statements = _statements_holding(cls, set(wanted))
+    for helper in sorted(helpers):
+        if helper in cls.foreign_attributes:
+            return helper, None
+    for ref_id, helper in wanted.items():
+        statement = statements.get(ref_id)
+        if statement is None:
+            return helper, None
+        if id(statement) not in checked and not _returned_by_itself(cls, helper, statement):
+            return helper, statement
+    return None
+
+
+def _returned_by_itself(cls: ClassStructure, helper: str, statement: cst.CSTNode) -> bool:
+    """``return self.<helper>(...)`` in the helper's own body: a recursion whose result goes where the checked
+    calls' results go."""
+    if not (isinstance(statement, cst.Return) and isinstance(statement.value, cst.Call)):
+        return False
+    if _self_attr_name(statement.value.func) != helper or cls.module is None:
+        return False
+    return any(
+        isinstance(fn, cst.FunctionDef) and fn.name.value == helper and any(n is statement for n in cstwalk.walk(fn))
+        for top in cls.module.body if isinstance(top, cst.ClassDef)
+        for fn in top.body.body
+    )
+
+
+def _statements_holding(cls: ClassStructure, wanted: set[int]) -> dict[int, cst.CSTNode]:
+    """Node id (of `wanted`) -> the statement the walk reports it at: its small statement, or the compound statement
+    whose header holds it. Over the module's classes (`self_references` spans the class family)."""
+    out: dict[int, cst.CSTNode] = {}
+    if cls.module is None or not wanted:
+        return out
+    todo: list[cst.CSTNode] = [s for s in cls.module.body if isinstance(s, cst.ClassDef)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                out.update((id(n), small) for n in cstwalk.walk(small) if id(n) in wanted)
+        elif isinstance(node, cst.BaseCompoundStatement) and not isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+            for child in cstwalk.children(node):
+                if isinstance(child, (cst.BaseSuite, cst.If, cst.Else)):
+                    todo.append(child)
+                else:
+                    out.update((id(n), node) for n in cstwalk.walk(child) if id(n) in wanted)
+        else:
+            todo.extend(cstwalk.children(node))
+    return out
+
+
 def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refused] = None) -> list[PlacedMatch]:
     """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls.
 

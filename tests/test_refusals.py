@@ -646,3 +646,81 @@ def test_projections_in_two_helpers_are_refused_naming_them() -> None:
     (refused,) = refused_sites(ACROSS_METHODS, ["ADP009"])
     assert refused.category is RefusalCategory.NOT_PLACEABLE
     assert refused.reason.startswith("the matched calls are in different methods (`weights`, `update`)")
+
+
+SHARED_HELPER = """import torch
+from torch import nn
+
+
+class A(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.0)
+
+    def attend(self, q, k, v):
+        p = torch.softmax(q @ k.transpose(-1, -2) * 0.5, dim=-1)
+        return self.drop(p) @ v
+
+    def forward(self, q, k, v):
+        return self.attend(q, k, v)
+{other}
+"""
+
+SUBCLASS_CHANGING_IT = """
+
+class C(A):
+    def forward(self, q, k, v):
+        out = self.attend(q, k, v)
+        out += v
+        return out
+"""
+
+METHOD_CHANGING_IT = """
+    def residual(self, q, k, v):
+        out = self.attend(q, k, v)
+        out += v
+        return out
+"""
+
+SUBCLASS_USING_IT = """
+
+class D(A):
+    def forward(self, q, k, v):
+        return self.attend(q, k, v) * 2
+"""
+
+
+@pytest.mark.parametrize("other, line", [(SUBCLASS_CHANGING_IT, 20), (METHOD_CHANGING_IT, 18)])
+def test_a_fusion_in_a_helper_needs_every_caller_checked(other: str, line: int) -> None:
+    """The rewrite of a helper changes it for every caller: a subclass whose forward changes its result in place
+    (refused there: SDPA keeps its output for backward) or another method, walked on its own, that does: the
+    helper's fusion is refused, naming that call (both were rewritten)."""
+    source = SHARED_HELPER.format(other=other)
+    assert rewrite_source(source, ["ADP010"]).code == source
+    refused = [r for r in refused_sites(source, ["ADP010"]) if "helper method `attend`" in r.reason]
+    assert len(refused) == 1 and refused[0].cause_line == line
+
+
+def test_a_fusion_in_a_helper_every_caller_accepts_is_rewritten() -> None:
+    source = SHARED_HELPER.format(other=SUBCLASS_USING_IT)
+    assert "adopter_kernels.attention_core(" in rewrite_source(source, ["ADP010"]).code
+
+
+def test_the_unchecked_caller_would_fail_after_the_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the check off, the subclass's in-place change of the helper's result makes backward raise once SDPA
+    runs (it keeps its output for the backward pass): the refusal above guards a real failure."""
+    torch = pytest.importorskip("torch")
+    import adopter_kernels
+    from adopter_codemods import engine
+    from adopter_kernels.equivalence import load_source_as_module
+
+    monkeypatch.setattr(engine, "helper_callers_checked", lambda found, refusals=None: found)
+    source = SHARED_HELPER.format(other=SUBCLASS_CHANGING_IT)
+    code = rewrite_source(source, ["ADP010"]).code
+    assert "attention_core(" in code
+    model = load_source_as_module(code, "unchecked_helper_caller").C()
+    q, k, v = (torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    with adopter_kernels.use_backend("attention_core=reference"):
+        model(q, k, v).sum().backward()
+    with adopter_kernels.use_backend("attention_core=sdpa"), pytest.raises(RuntimeError, match="modified by an inplace"):
+        model(q, k, v).sum().backward()
