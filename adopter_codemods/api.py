@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 from .dsl import Rule
 from .engine import Finding, RefusedSite, analyse_source
@@ -21,19 +21,34 @@ class RewriteResult:
         return bool(self.findings)
 
 
-def _rules(rules: Optional[Iterable[str]], rule_files: Sequence[Path]) -> list[Rule]:
-    return select_rules(list(rules) if rules is not None else None, rule_files)
+Rules = Union[str, Rule, Iterable[Union[str, Rule]], None]
+
+
+def _rules(rules: Rules, rule_files: Sequence[Path]) -> list[Rule]:
+    """The rules named (codes, codemod names, ``fast``, ``all``) or given (``Rule`` objects, e.g. from
+    ``select_rules``), plus those of `rule_files`; one name or rule alone counts as a list of one."""
+    if rules is None:
+        return select_rules(None, rule_files)
+    given = [rules] if isinstance(rules, (str, Rule)) else list(rules)
+    keys = [r for r in given if isinstance(r, str)]
+    objects = [r for r in given if isinstance(r, Rule)]
+    if len(keys) + len(objects) != len(given):
+        wrong = next(r for r in given if not isinstance(r, (str, Rule)))
+        raise TypeError(f"rules must be rule codes or names (str) or Rule objects, got {type(wrong).__name__}")
+    selected = select_rules(keys, rule_files) if keys or rule_files else []
+    return objects + [r for r in selected if all(r is not o for o in objects)]
 
 
 def rewrite_source(
     source: str,
-    rules: Optional[Iterable[str]] = None,
+    rules: Rules = None,
     *,
     path: str = "<string>",
     rule_files: Sequence[Path] = (),
 ) -> RewriteResult:
-    """Apply rules (codes like ``ADP005`` or codemod names, ``"fast"`` or ``"all"``; None = ``"fast"``, the built-in
-    rules whose kernels are faster by default, as ``rewrite`` without ``--rules``) to source text.
+    """Apply rules (codes like ``ADP005`` or codemod names, ``"fast"`` or ``"all"``, or ``Rule`` objects such as
+    ``select_rules`` returns; None = ``"fast"``, the built-in rules whose kernels are faster by default, as
+    ``rewrite`` without ``--rules``) to source text.
 
     Raises ``libcst.ParserSyntaxError`` for source that does not parse, and
     :class:`adopter_codemods.files.SourceError` for nesting too deep for LibCST's parser (checked without crashing).
@@ -50,7 +65,7 @@ def rewrite_source(
 
 def scan_source(
     source: str,
-    rules: Optional[Iterable[str]] = None,
+    rules: Rules = None,
     *,
     path: str = "<string>",
     rule_files: Sequence[Path] = (),
@@ -61,7 +76,7 @@ def scan_source(
 
 def refused_sites(
     source: str,
-    rules: Optional[Iterable[str]] = None,
+    rules: Rules = None,
     *,
     path: str = "<string>",
     rule_files: Sequence[Path] = (),

@@ -12,7 +12,10 @@ What "equivalent" means here (docs/DESIGN.md §4):
 * in every requested mode (``eval`` and ``train``) both models, fed clones of the same inputs under the same RNG
   seed, return the same output tensors; backpropagating the same seeded random cotangent gives the same input
   gradients and the same gradient for every named parameter;
-* after each forward/backward the persistent buffers (e.g. BatchNorm running statistics) are the same.
+* after each forward/backward the persistent buffers (e.g. BatchNorm running statistics) are the same;
+* and the comparison means something: an output of the original that is NaN or inf throughout is a mismatch (NaN
+  compares equal to NaN, as eager's fully masked attention rows need), and an original that raises on the inputs
+  raises :class:`OriginalModelError`.
 
 Comparisons run in float64 (:func:`check_equivalent` builds both models and their inputs under
 ``torch.set_default_dtype(torch.float64)``): rounding noise is then about 1e-15, so the default tolerance of 1e-9
@@ -46,6 +49,7 @@ from torch import nn
 __all__ = [
     "EquivalenceReport",
     "Mismatch",
+    "OriginalModelError",
     "assert_equivalent",
     "check_equivalent",
     "compare_models",
@@ -159,6 +163,10 @@ class Mismatch:
         where = f"[{self.mode}] " if self.mode else ""
         diff = f" (max abs diff {self.max_abs_diff:.3e})" if self.max_abs_diff is not None else ""
         return f"{where}{self.kind} {self.name}: {self.detail}{diff}"
+
+
+class OriginalModelError(RuntimeError):
+    """The original model itself failed on the inputs given: there is nothing to compare the rewrite with."""
 
 
 @dataclasses.dataclass
@@ -428,7 +436,13 @@ def compare_models(
         original_model.train(training)
         rewritten_model.train(training)
 
-        ref_args, ref_kwargs, ref_leaves = _run(original_model, args, kwargs, seed, context)
+        try:
+            ref_args, ref_kwargs, ref_leaves = _run(original_model, args, kwargs, seed, context)
+        except Exception as exc:  # nothing to compare against: the inputs (or the original) are at fault
+            raise OriginalModelError(
+                f"the original model raised in {mode} mode ({type(exc).__name__}: {exc}); the comparison needs inputs "
+                "it runs on"
+            ) from exc
         try:
             new_args, new_kwargs, new_leaves = _run(rewritten_model, args, kwargs, seed, context)
         except Exception as exc:  # the rewritten model must accept whatever the original accepts
@@ -481,6 +495,12 @@ def _compare_outputs(
         other = theirs.pop(path)
         if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor):
             _compare_tensor(report, "output", mode, path, value, other)
+            if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).any()):
+                # NaN equals NaN here (eager's fully masked rows), so an all-NaN output would compare equal to anything
+                report.mismatches.append(Mismatch(
+                    "output", mode, path, "every value of the original's output is NaN or inf: the comparison "
+                    "proves nothing (uninitialised weights, such as a torch.empty parameter?)",
+                ))
             if value.requires_grad != other.requires_grad:
                 report.mismatches.append(
                     Mismatch("output", mode, path, f"requires_grad {other.requires_grad} != {value.requires_grad}")

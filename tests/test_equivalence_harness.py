@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from adopter_kernels.equivalence import (  # noqa: E402
     EquivalenceReport,
+    OriginalModelError,
     assert_equivalent,
     check_equivalent,
     compare_models,
@@ -258,6 +259,23 @@ def test_rewritten_forward_raising_is_reported_not_raised() -> None:
     report = _report(rewritten, modes=("eval",))
     assert [m.kind for m in report.mismatches] == ["error"]
     assert "kernel missing" in report.format()
+
+
+def test_the_original_raising_is_an_error_of_the_inputs_not_a_mismatch() -> None:
+    """A comparison whose original fails on the inputs compares nothing: it raises naming the original (it used to
+    surface as the original's own exception, read as a failed rewrite)."""
+    failing = _variant("        return self.ln(h)", "        raise ValueError('needs a mask')")
+    with pytest.raises(OriginalModelError, match=r"the original model raised in eval mode \(ValueError: needs a mask\)"):
+        check_equivalent(_load(failing, "orig_raises"), _load(BASE, "new_fine"), modes=("eval",))
+
+
+def test_an_all_nan_original_output_is_a_mismatch() -> None:
+    """NaN compares equal to NaN (eager's fully masked rows need it), so a model whose output is NaN throughout
+    (a torch.empty weight left uninitialised) would match any rewrite of it: reported instead."""
+    nan = _variant("        return self.ln(h)", "        return self.ln(h) * float('nan')")
+    report = check_equivalent(_load(nan, "orig_nan"), _load(nan, "new_nan"), modes=("eval",))
+    assert [m.kind for m in report.mismatches] == ["output"]
+    assert "proves nothing" in report.format()
 
 
 def test_assert_equivalent_raises_with_names() -> None:

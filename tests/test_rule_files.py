@@ -19,7 +19,7 @@ from adopter_codemods.api import rewrite_source
 from adopter_codemods.cli import main
 from adopter_codemods.dsl import RuleSyntaxError
 from adopter_codemods.rules import builtin_rules, select_rules
-from conftest import ROOT
+from conftest import FIXTURES, ROOT
 
 ADP005_RULE = next((ROOT / "rules").glob("ADP005_*.adopter")).read_text(encoding="utf-8")
 USER_RULE = ADP005_RULE.replace("code ADP005", "code MY105").replace("rule FuseDropoutLN", "rule MyFusion")
@@ -182,3 +182,19 @@ def test_libcst_tool_apply_rule_files(project: Path) -> None:
     proc = _codemod(project, "-x", "adopter_codemods.ApplyRuleFiles", "--rule-file", "my.adopter", "model.py")
     assert proc.returncode == 0, proc.stderr
     assert (project / "model.py").read_text(encoding="utf-8") == rewrite_source(MODEL, rule_files=[project / "my.adopter"]).code
+
+
+def test_the_api_takes_rule_objects_and_a_single_code() -> None:
+    """`rewrite_source(src, select_rules(["ADP005"]))` raised AttributeError ('Rule' object has no attribute 'strip'),
+    and one code given as a string was read letter by letter."""
+    from adopter_codemods.api import rewrite_source, scan_source
+    from adopter_codemods.rules import select_rules
+
+    source = (FIXTURES / "ADP005_fuse_dropout_ln" / "bert_self_output.py").read_text(encoding="utf-8")
+    expected = rewrite_source(source, ["ADP005"]).code
+    assert expected != source
+    assert rewrite_source(source, select_rules(["ADP005"])).code == expected
+    assert rewrite_source(source, "ADP005").code == expected
+    assert [f.code for f in scan_source(source, [*select_rules(["ADP004"]), "ADP005"])] == ["ADP005"]
+    with pytest.raises(TypeError, match="rule codes or names"):
+        scan_source(source, [5])  # type: ignore[list-item]
