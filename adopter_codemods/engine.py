@@ -253,6 +253,7 @@ def findings_for(
         return []
     positions = _positions(module, matches, source)
     out = []
+    seen: set[tuple[object, ...]] = set()
     for found in matches:
         m, placement = found.match, found.placement
         ranges = [positions[s] for s in _reported_nodes(found) if s in positions]
@@ -264,12 +265,15 @@ def findings_for(
             function = m.container.where.split(".")[-1]  # where the nn.Sequential is built
         else:
             function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
-        out.append(
-            Finding(
-                m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
-                certainty=m.certainty, col=first.start.column + 1, end_col=last.end.column + 1,
-            )
+        finding = Finding(
+            m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
+            certainty=m.certainty, col=first.start.column + 1, end_col=last.end.column + 1,
         )
+        # One site found in several classes (a helper they inherit, inlined in each forward) is one edit: one finding.
+        site = (finding.code, line, finding.col, end, finding.end_col, finding.message)
+        if site not in seen:
+            seen.add(site)
+            out.append(finding)
     out.sort(key=lambda f: (f.line, f.code))
     return out
 

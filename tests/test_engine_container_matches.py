@@ -61,3 +61,36 @@ def test_container_called_twice_is_one_match_per_pair() -> None:
     source = SOURCE.replace("        return self.body(x)\n", "        return self.body(x), self.body(x + 1)\n")
     module = cst.parse_module(source)
     assert len(find_all(build_module_structure(module), [CONV_BN, LINEAR_BN])) == 3
+
+
+INHERITED_HELPER = """import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def scores(self, s):
+        return torch.softmax(s, dim=-1)
+
+    def forward(self, s):
+        return self.scores(s)
+
+
+class Relative(Base):
+    def forward(self, s, bias):
+        return self.scores(s + bias)
+
+
+class Rotary(Base):
+    def forward(self, s):
+        return self.scores(s * 2)
+"""
+
+
+def test_a_site_in_an_inherited_helper_is_one_finding() -> None:
+    """fairseq's ESPnet attentions: three classes inline the helper holding the softmax; it is one site and one edit
+    (it was listed three times, and counted so in the summary)."""
+    from adopter_codemods.api import rewrite_source, scan_source
+
+    findings = scan_source(INHERITED_HELPER, ["ADP004"])
+    assert [(f.code, f.line) for f in findings] == [("ADP004", 7)]
+    assert rewrite_source(INHERITED_HELPER, ["ADP004"]).code.count("adopter_kernels.torch_softmax(") == 1
