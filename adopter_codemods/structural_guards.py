@@ -102,6 +102,17 @@ def forward(self, hidden_states):
     hidden_states = hidden_states * torch.rsqrt(variance + self.EPS)
     return (self.WEIGHT.to(torch.float32) * hidden_states).to(input_dtype)
 """,
+    ), (  # transformers' Moshi and Kyutai speech-to-text: the same order, a helper, `weight.float()` and `type_as`
+        """
+def _norm(self, x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.EPS)
+""",
+        """
+def forward(self, x):
+    output = self._norm(x.float())
+    output = output * self.WEIGHT.float()
+    return output.type_as(x)
+""",
     ),),
 }
 
