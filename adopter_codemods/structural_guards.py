@@ -468,9 +468,8 @@ def rms_norm_class_is_exact(match: Match, placement: Placement) -> Union[bool, R
         parsed.verdicts[key] = _rms_norm_class(parsed, value.func.value, cast, weight, eps)
     if parsed.verdicts[key]:
         return True
-    spellings = RMS_NORM_TEMPLATES.get(cast)
-    most = max((len(t) for t in spellings or ()), default=0) + len(_FREE_METHODS)
-    if spellings is None or not _few_methods(parsed, value.func.value, most):
+    most = _most_methods(cast)
+    if most is None or not _few_methods(parsed, value.func.value, most):
         return False  # not shaped like an RMSNorm at all (most layers): declined without a listed refusal
     return Refused(
         f"class {value.func.value} is shaped like an RMSNorm (a forward computing rsqrt) but is not exactly one of the "
@@ -506,7 +505,8 @@ def _only_definition(parsed: _ParsedModule, name: str) -> Optional[cst.CSTNode]:
 
 def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
     spellings = RMS_NORM_TEMPLATES.get(cast)
-    if spellings is None or not _few_methods(parsed, name, max(len(t) for t in spellings) + len(_FREE_METHODS)):
+    most = _most_methods(cast)
+    if spellings is None or most is None or not _few_methods(parsed, name, most):
         return False  # cheap CST test first: most instantiated classes are attention layers, blocks, models
     cls = parsed.definition(name, cst.ClassDef)
     if not isinstance(cls, ast.ClassDef) or cls.keywords:
@@ -525,6 +525,12 @@ def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, ep
     return any(_is_spelling(methods, templates, parsed.table, weight, eps) for templates in spellings) and (
         parsed.bound_once(name)
     )
+
+
+def _most_methods(cast: str) -> Optional[int]:
+    """The most methods a class of the casting order may have: its longest spelling's, plus the free ones."""
+    spellings = RMS_NORM_TEMPLATES.get(cast)
+    return None if spellings is None else max(len(t) for t in spellings) + len(_FREE_METHODS)
 
 
 def _is_spelling(

@@ -286,7 +286,7 @@ class _ClassWalker(_Unchainer):
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             pairs = syntax.element_wise(targets, small.value)
             if pairs is not None:
-                return self.assign_elements(pairs, small.value, at, p)
+                return self.assign_elements(pairs, at, p)
             return self.assign_each(targets, self.walk_expr(small.value, at, p, None, whole=True), at)
         receiver = syntax.in_place_masked_fill(small.value) if isinstance(small, cst.Expr) else None
         if receiver is not None:
@@ -346,7 +346,7 @@ class _ClassWalker(_Unchainer):
         return out
 
     def assign_elements(
-        self, pairs: list[tuple[cst.Name, cst.BaseExpression]], value: cst.BaseExpression, at: _Cursor, p: _Partial
+        self, pairs: list[tuple[cst.Name, cst.BaseExpression]], at: _Cursor, p: _Partial
     ) -> list[_Partial]:
         """`q, k, v = self.q(x), self.k(x), self.v(x)`: every element evaluated first (as Python does), then each
         name bound to its own element's value, as three statements would (the walk of the display as one opaque
@@ -407,8 +407,9 @@ class _ClassWalker(_Unchainer):
 def _guards_ops(node: cst.CSTNode) -> bool:
     """An ``if`` with a simple test (`simple_condition`, or a helper's ``exists(x)``, which ADP010's absorbing reads
     as ``x is not None`` when the helper is exactly that), no else, that updates a name by a tensor op on it, such as
-    ``if head_mask is not None: probs = probs * head_mask`` (or masks it: `_masks_itself`): walked as separate paths, so a rule can tell the paths
-    that run it from the others (ADP010's fallback plan); other ``if``s without calls are still folded."""
+    ``if head_mask is not None: probs = probs * head_mask`` (or masks it: `_masks_itself`): walked as separate
+    paths, so a rule can tell the paths that run it from the others (ADP010's fallback plan); other ``if``s without
+    calls are still folded."""
     if type(node) is not cst.If or node.orelse is not None:
         return False
     if not (simple_condition(node.test) or _names_call(node.test)):  # type: ignore[attr-defined]
