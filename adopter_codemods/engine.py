@@ -19,6 +19,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from . import cstwalk, files
 from .dsl import Rule
 from .gc_pause import collector_paused
+from .init_bindings import ANONYMOUS_CONTAINER
 from .matcher import (
     Certainty, LayerRef, Match, PlacedMatch, Reason, Refusal, RefusalCategory, find_matches, helper_callers_checked,
     may_match,
@@ -235,9 +236,15 @@ GUARDED_NOTE = (
 
 
 def describe(match: Match) -> str:
-    layers = [f"self.{b.attr}" for b in match.env.values() if isinstance(b, LayerRef)]
+    layers = [_layer_name(b.attr) for b in match.env.values() if isinstance(b, LayerRef)]
     detail = f" ({', '.join(dict.fromkeys(layers))})" if layers else ""
     return f"{match.rule.summary or match.rule.name}{detail}"
+
+
+def _layer_name(attr: str) -> str:
+    """``self.<attr>``; an element of an nn.Sequential no attribute holds as ``nn.Sequential[<index>]``."""
+    head, _, index = attr.partition(".")
+    return f"nn.Sequential[{index}]" if head == ANONYMOUS_CONTAINER and index else f"self.{attr}"
 
 
 @collector_paused

@@ -36,6 +36,11 @@ from .factory_types import FactoryTypes, Function, Types, Value
 from .qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from .structure import CERTAIN, OPAQUE, OPAQUE_TYPE, UNKNOWN, UNKNOWN_TYPE, LayerBinding, LayerType, certain
 
+# The name of an nn.Sequential built where no attribute holds it (in a comprehension, a call's argument): its elements
+# are "Sequential.<index>".
+ANONYMOUS_CONTAINER = "Sequential"
+
+
 @dataclass(frozen=True)
 class Constructor:
     """A local name (or expression) that builds a layer when called: a type, a partial of one, a factory."""
@@ -621,7 +626,7 @@ class InitReader:
                     if qualname is not None and qualname_matches("torch.nn.Sequential", canonical_torch_name(qualname)):
                         binding = LayerBinding("", "torch.nn.Sequential", tuple(node.args), False, node, None, False,
                                                layer_type=certain("torch.nn.Sequential"))
-                        self._container(binding, node, "Sequential", False, env)
+                        self._container(binding, node, ANONYMOUS_CONTAINER, False, env)
         if not any(isinstance(held, LayerList) for held in env.values()):
             return  # the common case: no list being built, nothing to taint
         starred = {id(a.value) for n in cstwalk.walk(expr) if isinstance(n, cst.Call) and id(n) in self._seen

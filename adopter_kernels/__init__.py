@@ -36,7 +36,7 @@ except ImportError as exc:  # rewritten model code deployed without PyTorch: say
         "build see https://pytorch.org/get-started), or `pip install adopter-kernels`, which depends on it"
     ) from exc
 
-from ._cache import clear_weight_cache
+from ._cache import clear_weight_cache, set_weight_cache
 from ._dispatch import BACKEND_ENV, backends, current_backend, triton_available, use_backend
 from .activation import classify_activation, linear_bias_activation
 from .attention import bart_attention_sdpa, bert_self_attention_sdpa, gpt2_attention_sdpa, t5_attention_sdpa
@@ -88,6 +88,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_module",
     "rotary_embedding",
+    "set_weight_cache",
     "softmax",
     "t5_attention_sdpa",
     "tensor_softmax",

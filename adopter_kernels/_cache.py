@@ -5,7 +5,8 @@ tracks cheaply: each tensor's identity (held through a weak reference, so a new 
 to reuse a freed address is still a miss), its storage pointer (``p.data = ...``) and its version
 counter (bumped by every in-place op: optimizer steps, ``load_state_dict``'s ``copy_``, BN running-stat
 updates). Writes through ``p.data`` bypass the version counter; call
-``clear_weight_cache()`` after such writes.
+``clear_weight_cache()`` after such writes, or turn the cache off for a model updated that way all the time (an EMA
+teacher): ``set_weight_cache(False)``, and the weights are derived on every call.
 
 Entries live in a ``WeakKeyDictionary`` keyed by the owning module, so modules stay picklable and
 copyable and an entry dies with its module.
@@ -19,7 +20,7 @@ from typing import Any, Callable, Hashable, List, Optional, Sequence, Tuple, Typ
 import torch
 from torch import nn
 
-__all__ = ["needs_grad", "cached", "clear_weight_cache"]
+__all__ = ["needs_grad", "cached", "clear_weight_cache", "set_weight_cache"]
 
 T = TypeVar("T")
 
@@ -59,7 +60,7 @@ def cached(
     """
     # Compiled code: the compiler sees the folding/packing as ops on the weights; a Python-side cache of tensor
     # identities would be a graph break (and stale across recompiles).
-    key = None if torch.compiler.is_compiling() else _key(tensors, extra)
+    key = None if not _enabled or torch.compiler.is_compiling() else _key(tensors, extra)
     if key is None:
         with torch.no_grad():
             return compute()
@@ -80,3 +81,15 @@ def cached(
 def clear_weight_cache() -> None:
     """Drop every cached derived weight (needed only after writes through ``tensor.data``)."""
     _CACHE.clear()
+
+
+_enabled = True
+
+
+def set_weight_cache(enabled: bool) -> None:
+    """Cache derived weights while grad is off (the default), or derive them on every call (``False``: for models
+    whose weights are written through ``tensor.data``, which the cache cannot see). Turning it off drops the cache."""
+    global _enabled
+    _enabled = bool(enabled)
+    if not _enabled:
+        _CACHE.clear()

@@ -94,3 +94,26 @@ def test_a_site_in_an_inherited_helper_is_one_finding() -> None:
     findings = scan_source(INHERITED_HELPER, ["ADP004"])
     assert [(f.code, f.line) for f in findings] == [("ADP004", 7)]
     assert rewrite_source(INHERITED_HELPER, ["ADP004"]).code.count("adopter_kernels.torch_softmax(") == 1
+
+
+def test_an_unnamed_sequential_is_described_as_one() -> None:
+    """tacotron2's Prenet builds its nn.Sequentials in a ModuleList comprehension: the finding names their elements as
+    such (it said `self.Sequential.0`, an attribute that does not exist)."""
+    from adopter_codemods.api import scan_source
+
+    source = """import torch
+from torch import nn
+
+
+class Prenet(nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.ReLU()) for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+"""
+    (finding,) = scan_source(source, ["ADP006"])
+    assert finding.message.endswith("(nn.Sequential[0], nn.Sequential[1])")

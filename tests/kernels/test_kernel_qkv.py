@@ -122,7 +122,8 @@ def test_teacher_updates_the_cache_sees_and_the_one_it_cannot() -> None:
     """A momentum (EMA) teacher run under no_grad keeps the packed weight cached between its updates. Updates that go
     through autograd's version counter (in place under no_grad, `copy_` of a state dict) or replace the tensor
     (`p.data = ...`, MoCo) are seen; an in-place write through `.data` (`p.data.mul_(m)`, DINO) bypasses the
-    counter, so the cache keeps the old weight until `clear_weight_cache()` (README Limitations)."""
+    counter, so the cache keeps the old weight until `clear_weight_cache()`, or always with `set_weight_cache(False)`
+    (README Limitations)."""
     torch.manual_seed(0)
     teacher, student = nn.ModuleList(_layers(torch.float64)), nn.ModuleList(_layers(torch.float64))
     x = torch.randn(3, 6, dtype=torch.float64)
@@ -146,3 +147,14 @@ def test_teacher_updates_the_cache_sees_and_the_one_it_cannot() -> None:
     assert stale()
     ak.clear_weight_cache()
     assert not stale()
+    # a teacher updated so at every step: the cache off, the packed weight is made on every call
+    ak.set_weight_cache(False)
+    try:
+        ema(lambda t, s: t.data.mul_(0.9).add_(s.data, alpha=0.1))
+        assert not stale()
+    finally:
+        ak.set_weight_cache(True)
+    ema(lambda t, s: t.data.mul_(0.9).add_(s.data, alpha=0.1))
+    assert not stale()  # the cache was dropped when turned off: this is its first entry
+    ema(lambda t, s: t.data.mul_(0.9).add_(s.data, alpha=0.1))
+    assert stale()
