@@ -42,7 +42,7 @@ from .flow import aliasing
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _target_inputs
-from .provider.syntax import is_metadata_call
+from .provider.syntax import element_wise, is_metadata_call
 from .structure import DLNode, Value
 
 # Expressions whose parts may run zero or several times: a matched node inside one cannot move out of it.
@@ -185,13 +185,8 @@ def _whole_assignment(node: DLNode, outputs: list[DLNode]) -> Optional[cst.Assig
     target = small.targets[0].target
     if node.whole_statement and isinstance(target, cst.Name) and small.value is node.expr:
         return small
-    if (
-        isinstance(target, (cst.Tuple, cst.List))
-        and isinstance(small.value, (cst.Tuple, cst.List))
-        and len(target.elements) == len(small.value.elements) == len(outputs)
-        and all(type(t) is cst.Element and type(t.value) is cst.Name for t in target.elements)
-        and all(type(e) is cst.Element and e.value is o.expr for e, o in zip(small.value.elements, outputs))
-    ):
+    pairs = element_wise([target], small.value)
+    if pairs is not None and len(pairs) == len(outputs) and all(e is o.expr for (_, e), o in zip(pairs, outputs)):
         return small
     return None
 

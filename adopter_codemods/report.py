@@ -18,7 +18,7 @@ from .dsl import Rule
 from .engine import Finding, RefusedSite, Skip
 from .files import FileError
 from .rules import rule_doc, rule_targets
-from .torchscript import ScriptConflict
+from .torchscript import PACKAGE, ScriptConflict
 
 JSON_VERSION = 3  # 2: the "skipped" list; 3: each finding's "certainty"; the "refused" list (only with
 # --show-refused) is additive
@@ -101,7 +101,7 @@ def skip_line(skip: Skip) -> str:
 
 def script_note(path: str, conflict: ScriptConflict) -> str:
     """``path:line: note: ...`` for a rewritten file that uses TorchScript's API (`torchscript.script_conflict`)."""
-    kernels = ", ".join(f"adopter_kernels.{k}" for k in conflict.kernels)
+    kernels = ", ".join(f"{PACKAGE}.{k}" for k in conflict.kernels)
     return (
         f"{path}:{conflict.line}: note: this file uses TorchScript (`{conflict.marker}`); the rewrite calls {kernels}, "
         "which torch.jit.script cannot compile: if you script these models, leave the file out (--exclude) or run "

@@ -76,7 +76,7 @@ def _merge_heads(x: Tensor) -> Tensor:
     return x.reshape(*x.shape[:-2], -1)
 
 
-def _merge_heads_new(context: Tensor) -> Tensor:
+def _fresh_merged_heads(context: Tensor) -> Tensor:
     """``_merge_heads`` returning a tensor of its own where the context is kept for backward, as the original's
     ``permute(...).contiguous().view(...)`` does. On CUDA, SDPA and xformers lay their output out as ``[B, S, H, D]``
     and keep it for backward: the merge would be a view of it, and a caller changing the result in place
@@ -261,7 +261,7 @@ class _BertSelfAttentionSDPA(nn.Module):
             is_causal=False,
             scale=1.0 / math.sqrt(self.attention_head_size),
         )
-        outputs: Tuple[Any, ...] = (_merge_heads_new(context),)  # returned to the caller as it is
+        outputs: Tuple[Any, ...] = (_fresh_merged_heads(context),)  # returned to the caller as it is
         if self.is_decoder:
             outputs = outputs + ((key, value),)
         return outputs

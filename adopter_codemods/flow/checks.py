@@ -388,7 +388,8 @@ def _check_complete(
     # (i) intermediates are read by matched nodes only (and by what disappears with them: the unmatched calls nested
     # in a deleted statement's node, and the reads of a deleted helper call, `h = self.residual(h, x)`, which pass
     # its arguments to the matched nodes in the helper's body)
-    helper_calls = frozenset(s for s in deleted if s not in {id(n.site.small) for n in instance.values()})
+    own = {id(n.site.small) for n in instance.values()}
+    helper_calls = frozenset(s for s in deleted if s not in own)
     use = _read_outside(
         graph, reach, inter, keys | _absorbed(graph, list(instance.values()), deleted), chain, ignore | helper_calls
     )
