@@ -56,6 +56,38 @@ def test_a_branch_that_may_skip_the_producer_is_refused() -> None:
     assert _pairs(body) == []
 
 
+NANOGPT_GENERATE = """import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+class GPT(nn.Module):
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float('Inf')
+            probs = F.softmax(logits, dim=-1)
+            idx_next = torch.multinomial(probs, num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+"""
+
+
+def test_one_call_rewritten_where_it_stands_may_read_a_join_of_other_values() -> None:
+    """nanoGPT's sampling: `logits` changed in place under `if top_k is not None:`, so the softmax reads a join of two
+    values. ADP004 rewrites that one call where it stands, passing its arguments as written: on every path it reads
+    what the original read (it was refused: "`logits` holds another value"). Executed in
+    fixtures/ADP004_fast_softmax/argument_changed_in_place_under_if.py."""
+    code = rewrite_source(NANOGPT_GENERATE, ["ADP004"]).code
+    assert "probs = adopter_kernels.softmax(logits, dim=-1)" in code
+
+
 def test_phi_gets_a_value_per_join() -> None:
     (cls,) = build_module_structure(
         cst.parse_module(CLASS_HEAD + "        if flag:\n            x = self.act(x)\n        return self.bn(x)\n")

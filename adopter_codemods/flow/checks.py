@@ -405,10 +405,13 @@ def _check_complete(
             "{name} is read here, before the place where the fused call would produce it",
         )
     # Matched nodes read the matched values on every path through the copy (not a phi's other operand). Asked
-    # after (i) and (ii): where one of those fails too, its reason is the one refusals have always given.
-    reason = _phi_other_operand(match, graph, reach, instance, rep_to_path, chain)
-    if reason is not None:
-        return reason
+    # after (i) and (ii): where one of those fails too, its reason is the one refusals have always given. One call
+    # rewritten where it stands (ADP004's drop-in) passes its own arguments as written: it reads, on every path,
+    # what the original call read (nanoGPT's `logits` changed in place under `if top_k is not None:`).
+    if len(match.nodes) > 1 or placement.plan != "inline":
+        reason = _phi_other_operand(match, graph, reach, instance, rep_to_path, chain)
+        if reason is not None:
+            return reason
     # (iii) every input of the fused call holds the same value at the anchor once the deleted statements are gone
     state = state_at(graph, anchor, deleted)
     anchor_stmt = id(anchor.site.small)
