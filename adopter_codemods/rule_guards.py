@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import libcst as cst
 
 from . import cstwalk
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
-from .flow.slice_views import (
-    PROJECTION,
-    CalleeEffects,
-    assigned_value,
-    first_unproven_view,
-    holding_names,
-    scoped,
-)
+from .flow.slice_views import first_unproven_view
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
-from .provider.syntax import (
-    METADATA_ATTRIBUTES,
-    METADATA_METHODS,
-    _object_name,
-    in_place_targets,
-    is_in_place_name,
-    passes_inplace,
-)
 from .signatures import SIGNATURES
-from .structure import Def, DLNode, Site, Value
+from .structure import DLNode, Value
 
 
 # ------------------------------------------------------------------------------------------ ADP004 FastSoftmax
@@ -185,42 +170,6 @@ def _assigned_name(match: Match, placement: Placement, vid: int) -> Optional[str
 
 
 
-
-def _view_root(
-    expr: cst.BaseExpression, held: Callable[[str], bool], sources: frozenset[int] = frozenset()
-) -> Optional[str]:
-    """The variable whose tensor ``expr`` may be a view of (or be itself): ``t`` for ``t``, ``t.view(...)``,
-    ``t[0].transpose(1, 2)``, ``t.view(...).transpose(1, 2)``, and the first argument of a function call
-    (``torch.transpose(t, 0, 1)``, an unknown helper); ``PROJECTION`` when that is one of the expressions in
-    `sources` (``self.q(h).view(...)``); None for new values (arithmetic, tuples, literals)."""
-    while True:
-        if id(expr) in sources:
-            return PROJECTION
-        if isinstance(expr, cst.Name):
-            return expr.value
-        if isinstance(expr, cst.Attribute) and expr.attr.value in METADATA_ATTRIBUTES:
-            return None
-        if isinstance(expr, (cst.Attribute, cst.Subscript)):
-            name = _object_name(expr)
-            if name is not None and name.startswith("self.") and held(name):
-                return name
-            expr = expr.value
-        elif isinstance(expr, cst.Call):
-            func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in METADATA_METHODS:
-                return None
-            receiver = _object_name(func.value) if isinstance(func, cst.Attribute) else None
-            if isinstance(func, cst.Attribute) and (receiver is None or held(receiver)):
-                expr = func.value  # a method of a tracked tensor or of a computed value (a chain)
-            else:
-                positional = [a.value for a in expr.args if a.keyword is None and not a.star]
-                if not positional:
-                    return None
-                expr = positional[0]
-        else:
-            return None
-
-
 @guard
 def qkv_distinct_layers(match: Match, placement: Placement) -> Union[bool, Refused]:
     """Three different layers: ``a = self.q(x); b = self.q(x)`` would pack the same weight twice, one GEMM larger
@@ -233,25 +182,6 @@ def qkv_distinct_layers(match: Match, placement: Placement) -> Union[bool, Refus
 
 # Where refusals are not listed, a class binding fewer than three Linears is not walked for ADP009 (`matcher`).
 qkv_distinct_layers.distinct_layers = True  # type: ignore[attr-defined]
-
-
-@guard
-def qkv_outputs_not_modified_in_place(match: Match, placement: Placement) -> Union[bool, Refused]:
-    """The packed projections are views of one buffer (``split``); autograd refuses to modify such a view, or a view
-    of it, in place (Longformer's ``query_vectors /= math.sqrt(self.head_dim)``). Refuse when, on a path through the
-    match, a variable that may alias an output (assigned from it through methods, indexing or a call taking it
-    first), or a projection where it is made, is modified in place: by the statement, or by a function, helper or
-    layer class of the file it is passed to (`flow.slice_views.CalleeEffects`)."""
-    assert match.rule.forward is not None and match.rule.forward.target is not None
-    target_outputs = match.rule.forward.target[0].outputs  # type: ignore[union-attr]
-    out_vids = {b.vid for v in target_outputs if isinstance(b := match.env.get(v.name), Value)}
-    out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out in out_vids}
-    assert match.graph is not None
-    refused = _outputs_modified(
-        match.graph, out_keys, CalleeEffects(match.graph, match.cls),
-        "a view of a packed projection", "autograd refuses that on a view of a split",
-    )
-    return refused if refused is not None else True
 
 
 @guard
@@ -269,63 +199,10 @@ def qkv_views_keep_last_dim(match: Match, placement: Placement) -> Union[bool, R
         return True
     call, site = found
     return Refused(
-        f"`{call}` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim "
+        f"{call} is not proven to keep the last dim of a packed output: a view merging it with an earlier dim "
         "raises on the packed GEMM's column slices (CUDA), where `.reshape` would work",
         site.line,
     )
-
-
-def _outputs_modified(
-    graph: FlowGraph, out_keys: set[tuple[int, Optional[str]]], callees: CalleeEffects, what: str, why: str
-) -> Optional[Refused]:
-    """The names that may hold an output or a view of one (`slice_views.holding_names`, a view tracked from any name
-    the function defines by `_view_root`: more aliases, never fewer). The refusal naming the first statement that
-    modifies one in place, itself or through a function of the file it passes it to (`CalleeEffects`), if any."""
-    in_place: dict[int, set[str]] = {}  # id(statement) -> its in-place targets
-    tainted = {n.out for k in out_keys for n in graph.by_key.get(k, ())}
-    # A projection nested in a larger expression (plan "hoist") has no variable of its own: a variable assigned a
-    # view of that expression aliases the output.
-    sources = frozenset(key[0] for key in out_keys)
-    holders = {id(n.site.small) for k in out_keys for n in graph.by_key.get(k, ())}
-    defined = {e.name for e in graph.events if isinstance(e, Def)}
-
-    def roots_at(expr: cst.BaseExpression, site: Site) -> set[str]:
-        root = _view_root(expr, lambda name: scoped(name, site) in defined, sources)
-        return set() if root is None else {root}
-
-    for site, names in holding_names(graph, tainted, roots_at, assigned_value):
-        if not names and id(site.small) not in holders:
-            continue
-        if id(site.small) not in in_place:
-            in_place[id(site.small)] = in_place_targets(site.small)
-        modified = next((n for n in sorted(in_place[id(site.small)]) if scoped(n, site) in names), None)
-        if modified is not None:
-            return Refused(
-                f"`{modified.rsplit('::', 1)[-1]}` may be {what}, and this statement modifies it in place ({why})",
-                site.line,
-            )
-        for call in cstwalk.walk(site.small):
-            if type(call) is not cst.Call:
-                continue
-            # what a function of the file changes; a projection changed where it is made (`self.q(h).mul_(2)`)
-            changed = callees.changed_arguments(call)  # type: ignore[arg-type]
-            func = call.func  # type: ignore[attr-defined]
-            if type(func) is cst.Attribute and is_in_place_name(func.attr.value):
-                owner = _object_name(func.value)
-                if owner is None or scoped(owner, site) in defined:
-                    changed.append(func.value)  # `q.mul_(2)`
-                else:  # a function of a module: `torch.relu_(q)`, `nn.init.zeros_(q)` change their first argument
-                    changed.extend([a.value for a in call.args if a.keyword is None][:1])  # type: ignore[attr-defined]
-            if passes_inplace(call.args):  # type: ignore[attr-defined]
-                changed.extend(a.value for a in call.args if a.keyword is None)  # type: ignore[attr-defined]
-            for argument in changed:
-                if any(r == PROJECTION or scoped(r, site) in names for r in roots_at(argument, site)):
-                    return Refused(
-                        f"`{cst.Module([]).code_for_node(argument)}` may be {what}, and this statement modifies "
-                        f"it in place, or a function of the file it passes it to does ({why})",
-                        site.line,
-                    )
-    return None
 
 
 # ------------------------------------------------------------------------------------------ ADP010 FuseAttentionCore
@@ -477,26 +354,10 @@ def attention_output_views(match: Match, placement: Placement) -> Union[bool, Re
         return True
     call, site = found
     return Refused(
-        f"`{call}` may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a "
+        f"{call} may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a "
         "[batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work)",
         site.line,
     )
-
-
-@guard
-def attention_output_not_modified_in_place(match: Match, placement: Placement) -> Union[bool, Refused]:
-    """ADP010: SDPA's fused kernels (flash, memory-efficient; on CPU too) keep their output for the backward pass, where
-    ``probs @ v`` keeps its inputs only: changing the output, or a view of it, in place afterwards (``out += v``) makes
-    backward raise. Refuse as ``qkv_outputs_not_modified_in_place`` does for the packed projections."""
-    assert match.graph is not None
-    out = match.env.get("out")
-    assert isinstance(out, Value)
-    out_keys = {(id(n.expr), n.layer) for n in match.nodes if n.out == out.vid}
-    refused = _outputs_modified(
-        match.graph, out_keys, CalleeEffects(match.graph, match.cls),
-        "the attention output or a view of it", "SDPA keeps its output for the backward pass, which would then raise",
-    )
-    return refused if refused is not None else True
 
 
 def _three_dim_einsum(match: Match) -> bool:

@@ -54,6 +54,10 @@ computes the same function up to rounding:
   reference path draws exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA
   run exactly.
 
+Under grad the fast path returns a copy of SDPA's output, which SDPA keeps for its backward: the caller may then
+change the result in place (``out += x``; here, in a subclass through ``super().forward``, in a parent module), as it
+may the original's ``probs @ value``. One copy of ``[..., L, E]``, small next to the two products.
+
 The mask and row checks read the data (a device synchronisation on CUDA). They never run while
 ``torch.compile`` traces (a data-dependent branch would be a graph break): compiled code runs the reference path,
 op for op the original's graph. Nor under ``torch.func`` transforms (``vmap`` refuses data-dependent control flow on
@@ -437,6 +441,10 @@ def _sdpa(
             p = float(cast(nn.Dropout, dropout).p)
     if p > 0.0 and not query.is_cuda:
         return None  # off CUDA SDPA's speed is not worth another random sample: the reference draws the original's
-    return F.scaled_dot_product_attention(
+    out = F.scaled_dot_product_attention(
         query, key_t.transpose(-2, -1), value, attn_mask=attn_mask, dropout_p=p, scale=sdpa_scale
     )
+    # SDPA's fused kernels keep their output for backward, where `probs @ value` keeps only its inputs: whoever gets
+    # the result (this code, a subclass through super().forward, a parent module) may change it in place, as it could
+    # the original's (`out += x`), and backward would raise. Under grad the caller gets a copy of its own.
+    return out.clone() if out.requires_grad else out

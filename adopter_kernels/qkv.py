@@ -5,9 +5,9 @@
 bias at all when none does) and split along the last dim by the three ``out_features``. The three
 Linear modules keep their parameters, so state-dict keys do not change.
 
-The outputs are column slices of one buffer (views, like ``.split`` in fused-QKV models):
-``.view(B, S, heads, head_dim)`` works, a ``.view`` that merges the last dim with earlier ones needs
-``.reshape``.
+The outputs are column slices of one buffer: ``.view(B, S, heads, head_dim)`` works, a ``.view`` that merges
+the last dim with earlier ones needs ``.reshape``. They are not views for autograd (``unsafe_split``): like
+the Linears' own outputs, each may be changed in place.
 
 In training / with grad, the weights are concatenated on every call (autograd splits the gradients back
 to each Linear). In eval or under ``no_grad`` the packed weight is cached until a source tensor changes
@@ -73,5 +73,8 @@ def packed_qkv_linear(
     else:
         weight, bias = cached(q, sources, (id(k), id(v)), lambda: _pack(q, k, v))
     out = F.linear(input, weight, bias)
-    query, key, value = out.split([q.out_features, k.out_features, v.out_features], dim=-1)
+    # unsafe_split: three tensors autograd does not treat as views of `out` (which nothing else reads), so the caller
+    # may change one in place, as it may a Linear's output (Longformer's `query_vectors /= ...`); `split`'s views
+    # of one buffer refuse that.
+    query, key, value = out.unsafe_split_with_sizes([q.out_features, k.out_features, v.out_features], dim=-1)
     return query, key, value

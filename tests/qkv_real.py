@@ -74,6 +74,19 @@ def _layout_tokens() -> tuple[tuple, dict[str, Any]]:
     return (), {**kwargs, "bbox": torch.cat([corners, corners + 10], dim=-1)}
 
 
+_PIX2STRUCT = dict(
+    hidden_size=16, patch_embed_hidden_size=48, d_ff=32, d_kv=8, num_attention_heads=2, num_hidden_layers=2,
+    patch_size=4, num_channels=3, dropout_rate=0.1, attention_dropout=0.1, seq_len=6,
+)  # fmt: skip
+
+
+def _flattened_patches() -> tuple[tuple, dict[str, Any]]:
+    patches = torch.randn(2, 6, 2 + 4 * 4 * 3)
+    patches[..., 0] = torch.arange(6) // 3 + 1  # row and column of each patch: embedding indices
+    patches[..., 1] = torch.arange(6) % 3 + 1
+    return (), {"flattened_patches": patches, "attention_mask": torch.tensor([[1] * 6, [1] * 4 + [0] * 2])}
+
+
 # model dir -> (model class, config class, config arguments, inputs)
 MODELS: dict[str, tuple[str, str, dict[str, Any], Callable[[], tuple[tuple, dict[str, Any]]]]] = {
     "llama": ("LlamaModel", "LlamaConfig", _DECODER, _decoder_tokens),
@@ -85,6 +98,9 @@ MODELS: dict[str, tuple[str, str, dict[str, Any], Callable[[], tuple[tuple, dict
     "swin": ("SwinModel", "SwinConfig", _SWIN, _pixels),
     "layoutlm": ("LayoutLMModel", "LayoutLMConfig", _ENCODER, _layout_tokens),
     "pegasus_x": ("PegasusXModel", "PegasusXConfig", _PEGASUS_X, _encoder_decoder_tokens),
+    "pix2struct": ("Pix2StructVisionModel", "Pix2StructVisionConfig", _PIX2STRUCT, _flattened_patches),
+    # clip_qkv: OLMo clamps each projection in place (`query_states.clamp_(...)`)
+    "olmo": ("OlmoModel", "OlmoConfig", {**_DECODER, "clip_qkv": 0.5}, _decoder_tokens),
 }
 
 

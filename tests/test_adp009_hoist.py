@@ -237,6 +237,9 @@ def test_real_models_transformers_4_34_1_with_every_rule() -> None:
     assert check_model("pegasus_x", ["ADP009"]) == {
         "ADP009:PegasusXAttention": 1, "ADP009:PegasusXGlobalLocalAttention": 1,
     }
+    # Pix2Struct's scores, `scores += position_bias`, are no projection: the packed outputs are not views for
+    # autograd anyway (`unsafe_split`), so in-place changes are as free as on three Linears' outputs.
+    assert check_model("pix2struct", ["ADP009"]) == {"ADP009:Pix2StructVisionAttention": 1}
 
 
 @pytest.mark.skipif(not (NEWEST_DIR / "transformers").is_dir(), reason=f"{NEWEST_DIR} is missing (make newest-transformers)")
@@ -258,9 +261,10 @@ def test_real_models_transformers_5() -> None:
     from model_zoo import transformers5_pythonpath
 
     path = transformers5_pythonpath()
-    assert _run(path, "ADP009", ["llama", "vit"]) == {
+    assert _run(path, "ADP009", ["llama", "vit", "olmo"]) == {
         "llama": {"ADP009:LlamaAttention": 1},
         "vit": {"ADP009:ViTAttention": 1},
+        "olmo": {"ADP009:OlmoAttention": 1},  # its projections clamped in place
     }
     # BertSelfAttention in 5.x projects all three before any branch; ADP001 does not claim its instantiation there.
     bert = _run(path, "all", ["bert"])["bert"]

@@ -139,7 +139,6 @@ REFUSALS = {
     "neg_retested_mask_from_helper.py": ("= key_padding(mask)", "= mask[:, None, None, :]"),
     "neg_helper_does_more.py": ("        self.bias_reads += 1\n", ""),
     "neg_mixed_matmul_spellings.py": ("torch.bmm", "torch.matmul"),
-    "neg_output_changed_in_place.py": ("out += v", "out = out + v"),
     # a reshape copies where a view cannot be: the rewrite runs on either layout
     "neg_output_view_merges_dims.py": ("return out.view(b, h * n, d)", "return out.reshape(b, h * n, d)"),
     "neg_probs_returned.py": ("return context, probs", "return context"),
@@ -208,6 +207,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "function_optional_mask.py": 1,  # a module-level function
     "optional_masked_fill_inf.py": 1,
     "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original
+    "output_changed_in_place.py": 1,
 }
 
 

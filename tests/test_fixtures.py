@@ -58,12 +58,32 @@ def test_idempotent(case: Path) -> None:
 POSITIVE = [c for c in CASES if not is_negative(c)]
 
 
+def _fast_paths_on_cpu() -> str:
+    """An ``ADOPTER_KERNELS_BACKEND`` value forcing, for every kernel, the backend other than the original computation
+    that runs on CPU (SDPA, the packed GEMM, folded BatchNorm); Triton (interpreted only) and xformers (CUDA) aside."""
+    import adopter_kernels
+
+    forced = []
+    for kernel, info in adopter_kernels.backends().items():
+        names = [b["name"] for b in info["backends"] if b["available"] and b["name"] not in ("reference", "triton")]
+        if names:
+            forced.append(f"{kernel}={names[0]}")
+    return ",".join(forced)
+
+
+@pytest.mark.parametrize("dispatch", ["auto", "fast"])
 @pytest.mark.parametrize("case", POSITIVE, ids=[f"{c.parent.name}/{c.name}" for c in POSITIVE])
-def test_rewrite_is_equivalent(case: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rewrite_is_equivalent(case: Path, dispatch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the dispatch a user gets on this machine (`auto`: at these sizes on CPU mostly the original computation),
+    and with every fast path that runs on CPU forced (`fast`)."""
     pytest.importorskip("torch")
     # Packages next to a case (ADP007's adp007_layers/) import as the engine resolved them: from its directory.
     monkeypatch.syspath_prepend(str(case.parent))
+    from adopter_kernels import BACKEND_ENV
     from adopter_kernels.equivalence import assert_equivalent, load_source_as_module
+
+    if dispatch == "fast":
+        monkeypatch.setenv(BACKEND_ENV, _fast_paths_on_cpu())
 
     source = case.read_text(encoding="utf-8")
     expected = expected_path(case).read_text(encoding="utf-8")

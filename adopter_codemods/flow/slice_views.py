@@ -20,10 +20,6 @@ only where the shape provably keeps the last dim (`_Prover.keeps_last_dim`):
   (``self.inner_dim = self.n_heads * self.d_kv``), or as a check there that raises otherwise makes sure (BART's
   ``if self.head_dim * num_heads != self.embed_dim: raise ValueError(...)``); attributes another ``__init__`` of the
   family or another method assigns are not known.
-
-The same reading of the file's functions (`_Roots`: what a helper, a layer class's forward or a module function may
-return, or change in place, of what it is given) also tells which arguments of a call may be changed in place
-(`CalleeEffects`, for guard ``qkv_outputs_not_modified_in_place``).
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 import libcst as cst
 
 from .. import cstwalk
-from ..provider.syntax import METADATA_ATTRIBUTES, _is_self_attr, _object_name, element_wise, in_place_targets
+from ..provider.syntax import METADATA_ATTRIBUTES, _is_self_attr, _object_name, element_wise
 from ..structure import ClassStructure, Def, DLNode, LayerBinding, Site, Use
 from .aliasing import FRESH_RESULTS
 from .graph import FlowGraph
@@ -63,8 +59,10 @@ def first_unproven_view(
     input_vid: Optional[int],
     cls: ClassStructure,
 ) -> Optional[tuple[str, Site]]:
-    """The first ``.view``/``.view_as`` call (as written, and its site) on a value that may be a column slice of the
-    packed projections whose shape is not proven to keep the last dim (module docstring); None if there is none.
+    """The first ``.view``/``.view_as`` call on a value that may be a column slice of the packed projections whose
+    shape is not proven to keep the last dim (module docstring), or call passing one to a function or layer class of
+    the file that makes such a view of it (`_Roots.viewed`): the call as written, in backticks, and its site; None if
+    there is none.
     `outputs`: output value id -> the matched projection node; `input_vid`: the projections' input, None for
     outputs of another layout (ADP010's, `attention_output_views`): then only a view splitting the last dim alone is
     proven; `cls`: the class (its ``__init__`` states sizes, its helpers and the module's functions and classes may
@@ -84,21 +82,45 @@ def first_unproven_view(
     def roots_at(expr: cst.BaseExpression, site: Site) -> set[str]:
         return roots.of(expr, _defined_at(site, defined))
 
+    inlined = _inlined_calls(graph)
     for site, names in holding_names(graph, prover.tainted, roots_at, assigned):
         if not names and id(site.small) not in holders:
             continue
+
+        def holds(expr: cst.BaseExpression) -> bool:
+            return any(r == PROJECTION or scoped(r, site) in names for r in roots.of(expr, _defined_at(site, defined)))
+
         for node in cstwalk.walk(site.small):
             if type(node) is not cst.Call:
                 continue
             func = node.func  # type: ignore[attr-defined]
-            if type(func) is not cst.Attribute or func.attr.value not in ("view", "view_as"):
+            if type(func) is cst.Attribute and func.attr.value in ("view", "view_as"):
+                if holds(func.value) and not prover.keeps_last_dim(node, func.value, site, sources):  # type: ignore[arg-type]
+                    return f"`{_one_line(cst.Module([]).code_for_node(node))}`", site
                 continue
-            found = roots.of(func.value, _defined_at(site, defined))
-            if not any(r == PROJECTION or scoped(r, site) in names for r in found):
+            # A function or layer class of the file that views what it is given: its body is not walked here (a
+            # helper method inlined at this call is, `inlined`), so its view is judged on its own text.
+            callee = roots.callee(node)  # type: ignore[arg-type]
+            if callee is None or (type(func) is cst.Attribute and (id(site.small), func.attr.value) in inlined):
                 continue
-            if not prover.keeps_last_dim(node, func.value, site, sources):  # type: ignore[arg-type]
-                return _one_line(cst.Module([]).code_for_node(node)), site
+            function, skip_self = callee
+            viewed = roots.viewed(function)
+            if viewed and any(holds(a) for a in _arguments(function, skip_self, node, viewed)):  # type: ignore[arg-type]
+                call = _one_line(cst.Module([]).code_for_node(node))
+                return f"`{call}` (its `{function.name.value}` calls `.view` on it)", site
     return None
+
+
+def _inlined_calls(graph: FlowGraph) -> set[tuple[int, str]]:
+    """``(id(statement), helper)`` for each statement calling a helper method the walk inlined there (its parameters
+    are bound at the call's statement: ``helper@<n>::<param>``)."""
+    found = set()
+    for event in graph.events:
+        if isinstance(event, Def):
+            inner = event.name[len(event.site.scope):]
+            if "::" in inner:
+                found.add((id(event.site.small), inner.partition("::")[0].partition("@")[0]))
+    return found
 
 
 def _one_line(code: str) -> str:
@@ -204,7 +226,7 @@ class _Roots:
         self.functions = {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
         self.classes = {s.name.value: _methods(s) for s in body if isinstance(s, cst.ClassDef)}
         self._returned: dict[int, Optional[frozenset[str]]] = {}
-        self._modified: dict[int, frozenset[str]] = {}
+        self._viewed: dict[int, frozenset[str]] = {}
 
     def of(self, expr: cst.BaseExpression, held: Callable[[str], bool], depth: int = _DEPTH) -> set[str]:
         """The names (``self.<attr>`` for attributes of self) and ``PROJECTION`` (one of the projection expressions)
@@ -354,61 +376,64 @@ class _Roots:
         self._returned[key] = found
         return found
 
-
-    def modified(self, function: cst.FunctionDef, depth: int = _DEPTH) -> frozenset[str]:
-        """The parameters whose tensor `function` may change in place, as its body shows: a statement changing a
-        name that may be (a view of) one (``t.mul_(2)``, ``t[0] = 0``, ``t += 1``, ``f(t, inplace=True)``), or a
-        call passing it to a function of the file that does."""
+    def viewed(self, function: cst.FunctionDef, depth: int = _DEPTH) -> frozenset[str]:
+        """The parameters whose tensor `function` may ``.view``/``.view_as`` (or a view of it) in a shape not seen to
+        keep its leading dims (`_keeps_leading`), itself or through a module function of the file it passes it to."""
         key = id(function)
-        if key in self._modified:
-            return self._modified[key]
-        self._modified[key] = frozenset()  # recursion: nothing more
+        if key in self._viewed:
+            return self._viewed[key]
+        self._viewed[key] = frozenset()  # recursion: nothing more
         params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
         assigned: dict[str, list[cst.BaseExpression]] = {}
-        changed: set[str] = set()
+        views: list[cst.Call] = []
+        receivers: list[cst.BaseExpression] = []
         for node in cstwalk.walk(function.body, lambda n: type(n) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             if isinstance(node, cst.Assign):
                 for target in node.targets:
                     for name in _target_names(target.target):
                         assigned.setdefault(name, []).append(node.value)
-            if isinstance(node, cst.BaseSmallStatement):
-                changed |= {n for n in in_place_targets(node) if not n.startswith("self.")}
-            elif isinstance(node, cst.Call) and depth > 0:
-                callee = self.callee(node)
-                if callee is not None and callee[0] is not function:
-                    inner = self.modified(callee[0], depth - 1)
-                    for argument in _arguments(callee[0], callee[1], node, inner):
-                        changed |= self.of(argument, lambda name: True, depth - 1)
+            elif type(node) is cst.Call:
+                func = node.func  # type: ignore[attr-defined]
+                if type(func) is cst.Attribute and func.attr.value in ("view", "view_as"):
+                    views.append(node)  # type: ignore[arg-type]
+                elif type(func) is cst.Name and depth > 0 and func.value in self.functions:
+                    inner = self.functions[func.value]
+                    if inner is not function:
+                        receivers.extend(_arguments(inner, False, node, self.viewed(inner, depth - 1)))  # type: ignore[arg-type]
+        receivers.extend(v.func.value for v in views if not _keeps_leading(v, assigned))  # type: ignore[attr-defined]
         local = set(assigned) | params
         reached: set[str] = set()
-        todo = [n for n in changed if n in local]
+        todo = [n for r in receivers for n in self.of(r, lambda n: n in local, depth)]
         while todo:
             name = todo.pop()
-            if name in reached:
+            if name in reached or name not in local:
                 continue
             reached.add(name)
             for value in assigned.get(name, ()):
-                todo.extend(n for n in self.of(value, lambda n: n in local, depth) if n in local)
+                todo.extend(self.of(value, lambda n: n in local, depth))
         found = frozenset(reached & params)
-        self._modified[key] = found
+        self._viewed[key] = found
         return found
 
 
-class CalleeEffects:
-    """What the functions of a class's file do to the arguments of a call (`changed_arguments`)."""
+def _keeps_leading(view: cst.Call, assigned: dict[str, list[cst.BaseExpression]]) -> bool:
+    """A ``t.view(...)`` whose shape starts with ``t``'s own leading dims: ``t.view(*t.shape[:-1], h, -1)``,
+    ``t.view(t.size()[:-1] + (h, d))``, or that sum assigned once to the name passed (BERT's ``new_x_shape``)."""
+    receiver = view.func.value  # type: ignore[attr-defined]
+    if type(receiver) is not cst.Name or view.func.attr.value != "view" or not view.args:  # type: ignore[attr-defined]
+        return False
+    first = view.args[0]
+    if first.star == "*":
+        shape = _shape_of(first.value)
+    elif len(view.args) == 1 and first.keyword is None and not first.star:
+        value = first.value
+        if type(value) is cst.Name and len(assigned.get(value.value, ())) == 1:
+            value = assigned[value.value][0]
+        shape = _shape_of(value.left) if type(value) is cst.BinaryOperation and type(value.operator) is cst.Add else None
+    else:
+        return False
+    return shape is not None and shape[1] and type(shape[0]) is cst.Name and shape[0].value == receiver.value
 
-    def __init__(self, graph: FlowGraph, cls: ClassStructure) -> None:
-        self._roots = _Roots(graph, frozenset(), _methods(cls.node), cls.module)
-
-    def changed_arguments(self, call: cst.Call) -> list[cst.BaseExpression]:
-        """The arguments of `call` that the function it runs (a function, a helper method, a layer class's forward,
-        defined in the file) may change in place, as its body shows; none for other code."""
-        callee = self._roots.callee(call)
-        if callee is None:
-            return []
-        function, skip_self = callee
-        params = self._roots.modified(function)
-        return _arguments(function, skip_self, call, params) if params else []
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, cst.Name):

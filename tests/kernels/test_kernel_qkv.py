@@ -72,6 +72,34 @@ def test_outputs_split_into_heads() -> None:
         torch.testing.assert_close(t.view(2, 3, 2, 4), layer(x).view(2, 3, 2, 4), **_tol(torch.float64))
 
 
+def test_outputs_may_be_changed_in_place_as_the_linears_outputs_may() -> None:
+    """The packed outputs share one buffer but are not views for autograd (`unsafe_split`): changing one, or a view of
+    one, in place (Longformer's `query_vectors /= ...`, `torch.relu_(k)`) gives the gradients of the three Linears
+    (split's views of one buffer made autograd refuse it)."""
+    layers = _layers(torch.float64)
+    torch.manual_seed(0)
+    x0 = torch.randn(2, 5, 6, dtype=torch.float64)
+    t = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+
+    def run(backend: str) -> List[torch.Tensor]:
+        x = x0.clone().requires_grad_()
+        for layer in layers:
+            layer.zero_grad()
+        t.grad = None
+        with ak.use_backend(f"packed_qkv_linear={backend}"):
+            q, k, v = ak.packed_qkv_linear(x, *layers)
+        q.mul_(t)
+        heads = v.view(2, 5, 2, 4).transpose(1, 2)
+        heads.add_(1.0)
+        k /= 3
+        torch.relu_(k)
+        ((q * k).sum() + (v**2).sum() + (heads**3).sum()).backward()
+        return [x.grad, t.grad, *(p.grad for layer in layers for p in layer.parameters())]
+
+    for got, want in zip(run("packed"), run("reference")):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_different_in_features_is_an_error() -> None:
     with pytest.raises(ValueError, match="in_features q=6, k=5, v=6"):
         ak.packed_qkv_linear(torch.randn(2, 6), nn.Linear(6, 4), nn.Linear(5, 4), nn.Linear(6, 4))
