@@ -208,6 +208,53 @@ def test_a_view_in_a_layer_of_the_file_is_refused_and_would_raise_with_the_packe
         twin(x)
 
 
+LAYER_OF_THE_FILE = """import torch
+from torch import nn
+
+
+class Flattener(nn.Module):
+    def _flat(self, t):
+        return t.view(-1)
+
+    def forward(self, t):
+        return self._flat(t) * 2
+
+
+class Copier(nn.Module):
+    def _own(self, t):
+        return t.contiguous()
+
+    def forward(self, t):
+        return self._own(t).view(-1)
+
+
+class A(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+        self.layer = {layer}()
+
+    def forward(self, h):
+        q = self.q(h)
+        k = self.layer(self.k(h))
+        v = self.v(h)
+        return q, k, v
+"""
+
+
+@pytest.mark.parametrize("layer, packed", [("Flattener", False), ("Copier", True)])
+def test_a_layer_class_is_read_with_its_own_helpers(layer: str, packed: bool) -> None:
+    """The forward of a layer class the output is passed to is read in that class: `Flattener` views its argument
+    in its own helper `_flat` (refused, naming the call), `Copier`'s helper returns a copy, which may be viewed."""
+    source = LAYER_OF_THE_FILE.format(layer=layer)
+    assert bool(rewrite_source(source, ["ADP009"]).findings) is packed
+    if not packed:
+        (refused,) = refused_sites(source, ["ADP009"])
+        assert "`self.layer(self.k(h))` (its `forward` calls `.view` on it)" in refused.reason
+
+
 def test_a_view_written_over_lines_is_named_on_one() -> None:
     """fairseq writes its views over several lines, with comments: the refusal names the call on one line."""
     source = HEADER + textwrap.indent(textwrap.dedent("""

@@ -227,6 +227,7 @@ class _Roots:
         self.classes = {s.name.value: _methods(s) for s in body if isinstance(s, cst.ClassDef)}
         self._returned: dict[int, Optional[frozenset[str]]] = {}
         self._viewed: dict[int, frozenset[str]] = {}
+        self._contexts: dict[int, _Roots] = {}  # another class of the file -> the roots read in its context
 
     def of(self, expr: cst.BaseExpression, held: Callable[[str], bool], depth: int = _DEPTH) -> set[str]:
         """The names (``self.<attr>`` for attributes of self) and ``PROJECTION`` (one of the projection expressions)
@@ -378,10 +379,20 @@ class _Roots:
 
     def viewed(self, function: cst.FunctionDef, depth: int = _DEPTH) -> frozenset[str]:
         """The parameters whose tensor `function` may ``.view``/``.view_as`` (or a view of it) in a shape not seen to
-        keep its leading dims (`_keeps_leading`), itself or through a module function of the file it passes it to."""
+        keep its leading dims (`_keeps_leading`), itself or through a module function of the file or a method of its
+        own class it passes it to (a layer class's ``forward`` read in the context of that class)."""
         key = id(function)
         if key in self._viewed:
             return self._viewed[key]
+        if not any(m is function for m in self.methods.values()):
+            owner = next((ms for ms in self.classes.values() if any(m is function for m in ms.values())), None)
+            if owner is not None:
+                context = self._contexts.get(id(owner))
+                if context is None:
+                    context = self._contexts[id(owner)] = _Roots(self.graph, frozenset(), owner, None)
+                    context.functions, context.classes = self.functions, self.classes
+                self._viewed[key] = found = context.viewed(function, depth)
+                return found
         self._viewed[key] = frozenset()  # recursion: nothing more
         params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
         assigned: dict[str, list[cst.BaseExpression]] = {}
@@ -396,10 +407,14 @@ class _Roots:
                 func = node.func  # type: ignore[attr-defined]
                 if type(func) is cst.Attribute and func.attr.value in ("view", "view_as"):
                     views.append(node)  # type: ignore[arg-type]
-                elif type(func) is cst.Name and depth > 0 and func.value in self.functions:
-                    inner = self.functions[func.value]
-                    if inner is not function:
-                        receivers.extend(_arguments(inner, False, node, self.viewed(inner, depth - 1)))  # type: ignore[arg-type]
+                elif depth > 0:
+                    attr = _is_self_attr(func)
+                    inner, skip_self = (
+                        (self.functions.get(func.value), False) if type(func) is cst.Name
+                        else (self.methods.get(attr), True) if attr is not None else (None, False)
+                    )
+                    if inner is not None and inner is not function:
+                        receivers.extend(_arguments(inner, skip_self, node, self.viewed(inner, depth - 1)))  # type: ignore[arg-type]
         receivers.extend(v.func.value for v in views if not _keeps_leading(v, assigned))  # type: ignore[attr-defined]
         local = set(assigned) | params
         reached: set[str] = set()
