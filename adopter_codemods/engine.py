@@ -261,7 +261,9 @@ def findings_for(
     positions = _positions(module, matches, source)
     out = []
     seen: set[tuple[object, ...]] = set()
-    for found in matches:
+    outer = _enclosing_matches(matches)
+    lines: dict[int, int] = {}
+    for found in sorted(matches, key=lambda f: id(f) in outer):  # the enclosing ones first: their lines are named
         m, placement = found.match, found.placement
         ranges = [positions[s] for s in _reported_nodes(found) if s in positions]
         first = min(ranges, key=lambda r: (r.start.line, r.start.column))
@@ -272,8 +274,15 @@ def findings_for(
             function = m.container.where.split(".")[-1]  # where the nn.Sequential is built
         else:
             function = anchor.site.function.split(".")[-1] if anchor is not None else "__init__"
+        lines[id(found)] = line
+        message, fixable = describe(m), True
+        enclosing = outer.get(id(found))
+        if enclosing is not None:
+            # `rewrite` applies the larger fusion and this match is gone with it (select_compatible)
+            code, at = enclosing.match.rule.code, lines.get(id(enclosing), line)
+            message, fixable = f"{message}; inside the {code} match at line {at}, whose rewrite replaces it", False
         finding = Finding(
-            m.rule.code, m.rule.name, path, m.cls.name, function, line, end, describe(m),
+            m.rule.code, m.rule.name, path, m.cls.name, function, line, end, message, fixable=fixable,
             certainty=m.certainty, col=first.start.column + 1, end_col=last.end.column + 1,
         )
         # One site found in several classes (a helper they inherit, inlined in each forward) is one edit: one finding.
@@ -283,6 +292,17 @@ def findings_for(
             out.append(finding)
     out.sort(key=lambda f: (f.line, f.code))
     return out
+
+
+def _enclosing_matches(matches: Sequence[PlacedMatch]) -> dict[int, PlacedMatch]:
+    """id(match) -> a match of another rule whose calls strictly include its own (ADP004's softmax inside ADP010's
+    attention, ADP006's gate and activation inside ADP012's gated MLP), for the matches that have one."""
+    keyed = [(found, found.match.key()) for found in matches]
+    return {
+        id(found): next(other for other, wider in keyed if key < wider)
+        for found, key in keyed
+        if key and any(key < wider for _, wider in keyed)
+    }
 
 
 @collector_paused

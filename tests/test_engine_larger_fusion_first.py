@@ -52,3 +52,15 @@ def test_attention_core_wins_over_the_softmax_inside_it() -> None:
     result = rewrite_source(ATTENTION, ["all"])
     assert "adopter_kernels.attention_core(" in result.code and "adopter_kernels.softmax" not in result.code
     assert [f.code for f in result.findings] == ["ADP010"]
+
+
+def test_scan_reports_the_smaller_match_as_part_of_the_larger() -> None:
+    """`scan` lists both matches, but only the larger one as fixable: the smaller one's message names it, so the
+    report agrees with what `rewrite` changes (it said "2 findings (2 fixable)" where the rewrite made one)."""
+    for source, outer, inner in ((ATTENTION, "ADP010", "ADP004"), (GATED_MLP, "ADP012", "ADP006")):
+        by_code = {f.code: f for f in scan_source(source, ["all"])}
+        assert by_code[outer].fixable and not by_code[inner].fixable
+        named = f"; inside the {outer} match at line {by_code[outer].line}, whose rewrite replaces it"
+        assert by_code[inner].message.endswith(named)
+        alone = scan_source(source, [inner])  # the rule alone: its rewrite is the one that runs
+        assert [(f.code, f.fixable) for f in alone] == [(inner, True)]
