@@ -295,8 +295,8 @@ def findings_for(
 
 
 def _enclosing_matches(matches: Sequence[PlacedMatch]) -> dict[int, PlacedMatch]:
-    """id(match) -> a match of another rule whose calls strictly include its own (ADP004's softmax inside ADP010's
-    attention, ADP006's gate and activation inside ADP012's gated MLP), for the matches that have one."""
+    """id(match) -> a match whose calls strictly include its own (ADP004's softmax inside ADP010's attention,
+    ADP006's gate and activation inside ADP012's gated MLP), for the matches that have one."""
     keyed = [(found, found.match.key()) for found in matches]
     return {
         id(found): next(other for other, wider in keyed if key < wider)

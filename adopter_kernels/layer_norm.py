@@ -22,7 +22,9 @@ Triton path (when forced): one fused kernel for the forward and one for the back
 training it is statistically, not bitwise, equal to torch's. It needs ``input`` and ``residual`` of the
 same shape and dtype (no broadcasting), contiguous, float16/bfloat16/float32, weight/bias in that dtype,
 and a normalised size up to ``MAX_N``; anything else takes the reference path. ``auto`` takes the reference path
-everywhere: the Triton path measured slower than torch's ops on an H200 (docs/KERNEL_PERFORMANCE.md).
+everywhere: the Triton path measured slower than torch's ops on an H200 (docs/KERNEL_PERFORMANCE.md). Its backward
+reads ``input`` and ``residual`` again (the original keeps its own sum): changing either in place after the call,
+before backward, makes autograd raise on the forced Triton path only.
 """
 
 from __future__ import annotations
