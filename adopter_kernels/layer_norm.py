@@ -191,9 +191,9 @@ def _module_kernel_arguments(
 
 
 def _fused_forward(module: "FusedDropoutAddLayerNorm", input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    drop = module.dropout  # its p and mode as they are now: code may have changed them (`m.p = 0`, `m.eval()`)
     return dropout_add_layer_norm(
-        input, residual, module.normalized_shape, module.weight, module.bias, module.eps, module.dropout,
-        module.training,
+        input, residual, module.normalized_shape, module.weight, module.bias, module.eps, drop.p, drop.training
     )
 
 
@@ -205,7 +205,10 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` whose forward is ``layer_norm(dropout(input) + residual)``.
 
     Drop-in for ``nn.Dropout(p)`` + add + ``nn.LayerNorm(...)``: the LayerNorm's arguments are unchanged
-    and ``dropout=p`` carries the Dropout's probability.
+    and ``dropout=p`` carries the Dropout's probability. The dropout is a child ``nn.Dropout(p)`` (no state: the
+    state-dict keys are the LayerNorm's), read at every call, so code that reaches the model's Dropout modules
+    through the module tree still controls it (TRL's ``disable_dropout_in_model`` setting ``p = 0``, a Dropout
+    switched to eval alone); its path is ``<layer norm>.dropout`` instead of the removed attribute's.
     """
 
     def __init__(
@@ -220,9 +223,7 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype)
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout}")
-        self.dropout = dropout
+        self.dropout = nn.Dropout(dropout)  # raises nn.Dropout's own error for a probability outside [0, 1]
 
     def forward(self, input: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:  # type: ignore[override]
         if residual is None:
@@ -231,10 +232,6 @@ class FusedDropoutAddLayerNorm(nn.LayerNorm):
             return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
         if torch.jit.is_scripting():  # a scripted model runs the reference computation
             return F.layer_norm(
-                F.dropout(input, self.dropout, self.training) + residual,
-                self.normalized_shape, self.weight, self.bias, self.eps,
+                self.dropout(input) + residual, self.normalized_shape, self.weight, self.bias, self.eps,
             )
         return _fused_forward(self, input, residual)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, dropout={self.dropout}"

@@ -103,8 +103,25 @@ def test_constructor_validation_and_repr() -> None:
     with pytest.raises(ValueError, match="dropout probability"):
         ak.FusedDropoutAddLayerNorm(4, dropout=1.5)
     module = ak.FusedDropoutAddLayerNorm(4, 1e-6, dropout=0.25)
-    assert module.eps == 1e-6 and module.dropout == 0.25
-    assert "dropout=0.25" in repr(module)
+    assert module.eps == 1e-6 and type(module.dropout) is nn.Dropout and module.dropout.p == 0.25
+    assert "(dropout): Dropout(p=0.25" in repr(module)
+    assert list(module.state_dict()) == ["weight", "bias"]  # the LayerNorm's keys: a Dropout has no state
+
+
+def test_the_dropout_is_a_module_the_model_tree_reaches() -> None:
+    """Code that walks the model's modules to change its Dropouts (TRL's `disable_dropout_in_model` sets `p = 0` on
+    every nn.Dropout) reaches the fused module's: in training it then drops nothing, as the original would not (the
+    probability was a float the walk could not see)."""
+    torch.manual_seed(0)
+    module = ak.FusedDropoutAddLayerNorm(8, dropout=0.5).train()
+    x, r = torch.randn(4, 8), torch.randn(4, 8)
+    for m in module.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    assert torch.equal(module(x, r), F.layer_norm(x + r, (8,), module.weight, module.bias, module.eps))
+    module.dropout.p = 0.5
+    module.dropout.eval()  # a Dropout switched off alone
+    assert torch.equal(module(x, r), F.layer_norm(x + r, (8,), module.weight, module.bias, module.eps))
 
 
 # --- pre-LN: dropout_add_layer_norm_residual -------------------------------------------------------------------------
