@@ -51,7 +51,7 @@ from typing import Any, Callable, Optional, Set, Tuple, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
-from ._dispatch import autocast_dtype, compute_dtype, forced, select
+from ._dispatch import autocast_dtype, compute_dtype, forced, is_plain, select
 from .attention_backends import fast_attention
 
 __all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa", "bart_attention_sdpa"]
@@ -227,6 +227,7 @@ class _BertSelfAttentionSDPA(nn.Module):
             or output_attentions
             or head_mask is not None
             or not _has_attributes(self, _BERT_ATTRIBUTES)
+            or not is_plain(self.dropout, nn.Dropout)  # SDPA drops out itself: a replaced or hooked one is called
             or self.position_embedding_type in ("relative_key", "relative_key_query")
             or not _sdpa_pays("bert_self_attention", hidden_states, self.num_attention_heads,
                               _key_length(hidden_states, encoder_hidden_states, past_key_value))
@@ -257,7 +258,7 @@ class _BertSelfAttentionSDPA(nn.Module):
             key,
             value,
             _additive_mask(attention_mask, query.dtype),
-            dropout_p=self.dropout.p if self.training else 0.0,
+            dropout_p=self.dropout.p if self.dropout.training else 0.0,
             is_causal=False,
             scale=1.0 / math.sqrt(self.attention_head_size),
         )
@@ -451,6 +452,7 @@ class _GPT2AttentionSDPA(nn.Module):
             or output_attentions
             or head_mask is not None
             or not _has_attributes(self, _GPT2_ATTRIBUTES)
+            or not is_plain(self.attn_dropout, nn.Dropout)  # SDPA drops out itself: a replaced or hooked one is called
             or self.reorder_and_upcast_attn  # float32 scores under disabled autocast: keep the original
             or (encoder_hidden_states is not None and not hasattr(self, "q_attn"))  # the original raises
             or not _sdpa_pays("gpt2_attention", hidden_states, self.num_heads,
@@ -493,7 +495,7 @@ class _GPT2AttentionSDPA(nn.Module):
             key,
             value,
             mask,
-            dropout_p=self.attn_dropout.p if self.training else 0.0,
+            dropout_p=self.attn_dropout.p if self.attn_dropout.training else 0.0,
             is_causal=is_causal,
             scale=scale,
         )

@@ -236,6 +236,25 @@ def test_bert_dropout_only_in_training(sdpa_calls: Calls) -> None:
     assert not torch.allclose(trained, rewritten.eval()(**inputs)[0])
 
 
+def test_bert_dropout_is_the_dropout_modules(sdpa_calls: Calls) -> None:
+    """The drop-in reads the model's Dropout module: switched to eval alone (or `p = 0`, as TRL's
+    `disable_dropout_in_model` does) it drops nothing in training, as the original; a replaced or hooked one is
+    called by the original forward."""
+    config = bert_config(attention_probs_dropout_prob=0.5)
+    original, rewritten = make_pair(BertSelfAttention, bert_self_attention_sdpa, config)
+    inputs = dict(hidden_states=randn(3, 5, 16), attention_mask=padding_mask(KEEP_5))
+    for module in (original, rewritten):
+        module.train()
+        module.dropout.eval()
+    torch.testing.assert_close(rewritten(**inputs)[0], original(**inputs)[0], rtol=1e-12, atol=1e-12)
+    assert sdpa_calls[-1]["dropout_p"] == 0.0
+    calls = len(sdpa_calls)
+    seen: List[int] = []
+    rewritten.dropout.register_forward_hook(lambda *_: seen.append(1))
+    rewritten(**inputs)
+    assert seen == [1] and len(sdpa_calls) == calls  # the original forward ran, calling the hooked module
+
+
 # --- ADP002: T5Attention -----------------------------------------------------------------------------------------
 
 
