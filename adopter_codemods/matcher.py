@@ -29,7 +29,7 @@ from . import cstwalk
 from . import guards as guard_registry
 from . import suppression
 from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
-from .feeders import feeder_statements
+from . import feeders as _feeders  # the module, not its names: it may be importing this one
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
@@ -945,7 +945,7 @@ def _plan(match: Match) -> Union[Placement, Reason]:
         )
     anchor_block = anchor.site.block
     if all(s.block is anchor_block for s in deleted):
-        fed = tuple(feeder_statements(match, anchor, _lines_before(anchor), {id(s) for s in removed}))
+        fed = tuple(_feeders.feeder_statements(match, anchor, _lines_before(anchor), {id(s) for s in removed}))
         return Placement("block", anchor, (*removed, *fed), names, output_copies, feeders=fed)
     # Paper Fig. 4/5: prefix statements right before an `if` whose branch holds the anchor.
     prefix_lines = [s.line for s in deleted]
@@ -2089,7 +2089,7 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         others = [a for a in unbound if a.name in passed]
         if not others:
             return None
-        feeders = feeder_statements(match, anchor, prefix, {id(node.site.small)})
+        feeders = _feeders.feeder_statements(match, anchor, prefix, {id(node.site.small)})
         kept = [line for line in prefix if not any(f in line.body for f in feeders)]
         reason = _retested_name_kept(match, kept, tested, test)
         if reason is not None:
@@ -2142,7 +2142,7 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     # A fill value named before the absorbed `if`s (DALL-E 2's `max_neg_value = -torch.finfo(sim.dtype).max`) feeds
     # their steps alone: it goes too, on the twin's paths as well, where nothing reads it.
     gone = {id(s) for s in (*twin_placement.deleted, *removed)}
-    outer = feeder_statements(match, anchor, _lines_before(anchor), gone)
+    outer = _feeders.feeder_statements(match, anchor, _lines_before(anchor), gone)
     if outer:
         twin_placement = dataclasses.replace(
             twin_placement, deleted=(*twin_placement.deleted, *outer), feeders=(*twin_placement.feeders, *outer)

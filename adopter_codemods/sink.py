@@ -59,7 +59,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from . import cstwalk
-from .flow.checks import may_change_arguments, other_calls
+from .flow import checks as flow_checks  # the module, not its names: it may be importing this one
 from .flow.graph import FlowGraph
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _names_in_node, _simple_test
 from .provider import _written_names
@@ -268,7 +268,7 @@ class _Effects:
                 attributes.add(name[len("self.") :])  # type: ignore[union-attr]
             else:
                 objects.add(name)
-        for call in other_calls(node):
+        for call in flow_checks.other_calls(node):
             effect = self._effect(call, depth)
             if effect is None:
                 continue
@@ -293,7 +293,7 @@ class _Effects:
             return True
         node = self.graph.by_call.get(id(call))
         if node is not None:
-            return True if may_change_arguments(node) else None
+            return True if flow_checks.may_change_arguments(node) else None
         attr = _is_self_attr(call.func) if isinstance(call.func, cst.Attribute) else None
         helper = self._method(attr) if attr is not None and depth < 2 else None
         if helper is None:
