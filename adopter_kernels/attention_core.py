@@ -54,9 +54,13 @@ computes the same function up to rounding:
   reference path draws exactly the original's numbers), and ``ADOPTER_KERNELS_BACKEND=reference`` reproduces a CUDA
   run exactly.
 
-Under grad the fast path returns a copy of SDPA's output, which SDPA keeps for its backward: the caller may then
-change the result in place (``out += x``; here, in a subclass through ``super().forward``, in a parent module), as it
-may the original's ``probs @ value``. One copy of ``[..., L, E]``, small next to the two products.
+Under grad the fast path returns a contiguous copy of SDPA's output, which SDPA keeps for its backward: the caller
+may then change the result in place (``out += x``; here, in a subclass through ``super().forward``, in a parent
+module), as it may the original's ``probs @ value``, and later ops see the original's layout (on CUDA SDPA returns
+a transposed ``[B, S, H, D]`` buffer, whose layout would carry on, e.g. into a convolution's channels-last output,
+where a training Dropout draws its mask in memory order). One copy of ``[..., L, E]``, small next to the products.
+Without grad the output keeps SDPA's layout (guard ``attention_output_views`` in the codemod: a ``.view`` of it
+must split its last dim only).
 
 The mask and row checks read the data (a device synchronisation on CUDA). They never run while
 ``torch.compile`` traces (a data-dependent branch would be a graph break): compiled code runs the reference path,
@@ -446,5 +450,8 @@ def _sdpa(
     )
     # SDPA's fused kernels keep their output for backward, where `probs @ value` keeps only its inputs: whoever gets
     # the result (this code, a subclass through super().forward, a parent module) may change it in place, as it could
-    # the original's (`out += x`), and backward would raise. Under grad the caller gets a copy of its own.
-    return out.clone() if out.requires_grad else out
+    # the original's (`out += x`), and backward would raise. Under grad the caller gets a copy of its own, laid out
+    # as the original's (CUDA's kernels return a transposed [B, S, H, D] buffer: a layout that carries on through
+    # later ops, e.g. into a convolution's channels-last output, where a training Dropout draws its mask in memory
+    # order, so the sample would differ).
+    return out.clone(memory_format=torch.contiguous_format) if out.requires_grad else out

@@ -144,6 +144,37 @@ def test_a_mask_batched_by_vmap_runs_the_reference(kind: str, sdpa_calls: list[i
     assert sdpa_calls
 
 
+def test_under_grad_the_output_has_the_originals_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's SDPA returns a transposed [B, S, H, D] buffer (given here on CPU). Under grad the kernel returns a
+    contiguous copy, as `probs @ value` is: the layout carries on otherwise (timm's cpubone reshapes the output into a
+    channels-last conv input), and a training Dropout after the conv draws its mask in memory order, another sample.
+    Without grad the output keeps SDPA's layout (no copy)."""
+    import importlib
+
+    functional = importlib.import_module("adopter_kernels.attention_core").F
+    real = functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        functional, "scaled_dot_product_attention",
+        lambda *a, **k: real(*a, **k).transpose(1, 2).contiguous().transpose(1, 2),
+    )
+    q, k, v = _qkv()
+    heads, n, side = q.shape[1], q.shape[-1], 2
+    q, k, v = (t[:, :, :4].detach().requires_grad_() for t in (q, k, v))  # 4 queries and keys: a 2x2 map
+    conv = nn.Conv2d(heads * n, heads * n, 1).double()
+    drop = nn.Dropout(0.5).train()
+
+    def tail(values: torch.Tensor) -> torch.Tensor:  # timm/models/cpubone.py's ConvAttention, then a dropout
+        return drop(conv(values.permute(0, 1, 3, 2).reshape(B, heads * n, side, side)))
+
+    torch.manual_seed(1)
+    want = tail(_eager(q, k, v, scale=0.3))
+    torch.manual_seed(1)
+    got = tail(attention_core(q, k.transpose(-2, -1), v, scale=0.3))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        assert not attention_core(q, k.transpose(-2, -1), v, scale=0.3).is_contiguous()
+
+
 def test_bmm_form_keeps_bmm_errors() -> None:
     q, k, v = _qkv(rank=4)
     with pytest.raises(RuntimeError):
