@@ -3,8 +3,9 @@
 Derived weights are recomputed only when a source tensor changes. "Changes" is read from what PyTorch
 tracks cheaply: each tensor's identity (held through a weak reference, so a new Parameter that happens
 to reuse a freed address is still a miss), its storage pointer (``p.data = ...``) and its version
-counter (bumped by every in-place op: optimizer steps, ``load_state_dict``'s ``copy_``, BN running-stat
-updates). Writes through ``p.data`` bypass the version counter; call
+counter (bumped by every in-place op: optimizer steps, ``load_state_dict``'s ``copy_``; BN's running statistics,
+which its native kernel updates without bumping them, are read through ``num_batches_tracked``, which
+``nn.BatchNorm``'s training forward increments). Writes through ``p.data`` bypass the version counter; call
 ``clear_weight_cache()`` after such writes, or turn the cache off for a model updated that way all the time (an EMA
 teacher): ``set_weight_cache(False)``, and the weights are derived on every call.
 

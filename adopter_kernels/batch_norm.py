@@ -98,7 +98,11 @@ def _folded(layer: Union[nn.Conv2d, nn.Linear], bn: _BatchNorm) -> Tuple[torch.T
     sources = (layer.weight, layer.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
     if needs_grad(sources):
         return fold_bn(layer.weight, layer.bias, bn)
-    return cached(layer, sources, (id(bn), bn.eps), lambda: fold_bn(layer.weight, layer.bias, bn))
+    # A training forward updates the running statistics in place without bumping their version counters (the
+    # native kernel writes them); nn.BatchNorm's forward bumps num_batches_tracked's, which the key then reads.
+    return cached(
+        layer, (*sources, bn.num_batches_tracked), (id(bn), bn.eps), lambda: fold_bn(layer.weight, layer.bias, bn)
+    )
 
 
 # BatchNorm subclasses whose forward, in eval with running statistics, is exactly BatchNorm's followed by calls of

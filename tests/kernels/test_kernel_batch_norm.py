@@ -170,6 +170,22 @@ def test_eval_cache_reused_and_invalidated(monkeypatch: pytest.MonkeyPatch) -> N
     check(len(calls) + 1)
 
 
+def test_eval_cache_sees_running_statistics_updated_with_frozen_weights() -> None:
+    """A training forward with the weights frozen (BN recalibration, `swa_utils.update_bn`, a frozen backbone whose BN
+    stays in training) changes only the running statistics, which the native kernel writes without bumping their
+    version counters: the folded weights are folded again (the eval output was the stale fold's, off by ~0.7)."""
+    conv, bn = _conv_bn()
+    for p in (*conv.parameters(), *bn.parameters()):
+        p.requires_grad_(False)
+    x = torch.randn(2, 4, 6, 6)
+    for _ in range(2):
+        conv.eval(), bn.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(ak.conv_bn2d(x, conv, bn), bn(conv(x)), **_tol(x.dtype))
+        bn.train()
+        bn(conv(x * 3 + 1))  # new running statistics
+
+
 def test_grad_mode_with_trainable_params_never_uses_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _count_folds(monkeypatch)
     conv, bn = _conv_bn()
