@@ -39,6 +39,7 @@ import linecache
 import math
 import sys
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -424,7 +425,10 @@ def compare_models(
     if not _check_state_dicts(report, original_model, rewritten_model):
         return report
 
-    snapshot = {k: v.detach().clone() for k, v in original_model.state_dict().items()}
+    state = original_model.state_dict()
+    snapshot = OrderedDict((k, v.detach().clone()) for k, v in state.items())
+    # the versions a module's _load_from_state_dict reads (torchvision's MNASNet raises without them)
+    snapshot._metadata = getattr(state, "_metadata", None)  # type: ignore[attr-defined]
     for mode in modes:
         try:
             original_model.load_state_dict(snapshot, strict=True)

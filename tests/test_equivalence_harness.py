@@ -21,6 +21,7 @@ from adopter_kernels.equivalence import (  # noqa: E402
     load_source_as_module,
     seeded,
 )
+from torch import nn  # noqa: E402
 
 # A small model touching every checked aspect: Linear + activation, Dropout, BatchNorm1d (buffers), LayerNorm.
 BASE = textwrap.dedent(
@@ -391,4 +392,31 @@ def test_relative_imports_resolve_with_package() -> None:
     original = transformers.BertModel(config)
     ids = torch.randint(0, 50, (2, 5))
     report = compare_models(original, module.BertModel(config), (ids,), {"attention_mask": torch.ones(2, 5)})
+    assert report.ok, report.format()
+
+
+class _Versioned(nn.Module):
+    """Reads its state-dict version, as torchvision's MNASNet does: a state dict without `_metadata` is refused."""
+
+    _version = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args):  # type: ignore[no-untyped-def]
+        if local_metadata.get("version") != 2:
+            raise ValueError("no version: an old checkpoint")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_state_dict_metadata_is_kept_between_modes() -> None:
+    """compare_models reloads the original's state before each mode, with its `_metadata` (it was dropped, and a
+    module reading its version raised ValueError out of the harness)."""
+    with default_dtype(torch.float64):
+        a, b = _Versioned(), _Versioned()
+        report = compare_models(a, b, (torch.randn(2, 3),))
     assert report.ok, report.format()
