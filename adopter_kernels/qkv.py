@@ -73,8 +73,12 @@ def packed_qkv_linear(
     else:
         weight, bias = cached(q, sources, (id(k), id(v)), lambda: _pack(q, k, v))
     out = F.linear(input, weight, bias)
-    # unsafe_split: three tensors autograd does not treat as views of `out` (which nothing else reads), so the caller
-    # may change one in place, as it may a Linear's output (Longformer's `query_vectors /= ...`); `split`'s views
-    # of one buffer refuse that.
-    query, key, value = out.unsafe_split_with_sizes([q.out_features, k.out_features, v.out_features], dim=-1)
+    sizes = [q.out_features, k.out_features, v.out_features]
+    if torch._C._are_functorch_transforms_active():
+        query, key, value = out.split(sizes, dim=-1)  # torch.func.vmap has no rule for unsafe_split
+    else:
+        # unsafe_split: three tensors autograd does not treat as views of `out` (which nothing else reads), so the
+        # caller may change one in place, as it may a Linear's output (Longformer's `query_vectors /= ...`);
+        # `split`'s views of one buffer refuse that.
+        query, key, value = out.unsafe_split_with_sizes(sizes, dim=-1)
     return query, key, value

@@ -100,6 +100,17 @@ def test_outputs_may_be_changed_in_place_as_the_linears_outputs_may() -> None:
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_under_torch_func_transforms() -> None:
+    """vmap and grad of torch.func: unsafe_split has no batching rule, so under the transforms the outputs are split
+    as views (vmap raised)."""
+    layers = _layers(torch.float64)
+    x = torch.randn(5, 2, 6, dtype=torch.float64)
+    batched = torch.func.vmap(lambda t: ak.packed_qkv_linear(t, *layers)[0])(x)
+    torch.testing.assert_close(batched, layers[0](x), **_tol(torch.float64))
+    grad = torch.func.grad(lambda t: ak.packed_qkv_linear(t, *layers)[1].sum())(x)
+    torch.testing.assert_close(grad, layers[1].weight.sum(0).expand_as(x), **_tol(torch.float64))
+
+
 def test_different_in_features_is_an_error() -> None:
     with pytest.raises(ValueError, match="in_features q=6, k=5, v=6"):
         ak.packed_qkv_linear(torch.randn(2, 6), nn.Linear(6, 4), nn.Linear(5, 4), nn.Linear(6, 4))
