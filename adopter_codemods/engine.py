@@ -415,10 +415,9 @@ def select_compatible(matches: Sequence[PlacedMatch]) -> tuple[list[EditPlan], l
             merged = g + merged
             groups.remove(g)
         groups.append(merged)
-    keys = [m.match.key() for m, _ in planned]
-    inside = [bool(k) and any(k < other for other in keys) for k in keys]  # strictly part of another match
+    inside = _enclosing_matches([m for m, _ in planned])  # strictly part of another match
     position = {id(item): n for n, item in enumerate(planned)}
-    groups.sort(key=lambda g: (all(inside[position[id(i)]] for i in g), min(position[id(i)] for i in g)))
+    groups.sort(key=lambda g: (all(id(m) in inside for m, _ in g), min(position[id(i)] for i in g)))
     plans: list[EditPlan] = []
     chosen: list[PlacedMatch] = []
     touched: set[int] = set()

@@ -504,9 +504,8 @@ def _only_definition(parsed: _ParsedModule, name: str) -> Optional[cst.CSTNode]:
 
 
 def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, eps: str) -> bool:
-    spellings = RMS_NORM_TEMPLATES.get(cast)
     most = _most_methods(cast)
-    if spellings is None or most is None or not _few_methods(parsed, name, most):
+    if most is None or not _few_methods(parsed, name, most):
         return False  # cheap CST test first: most instantiated classes are attention layers, blocks, models
     cls = parsed.definition(name, cst.ClassDef)
     if not isinstance(cls, ast.ClassDef) or cls.keywords:
@@ -522,6 +521,7 @@ def _rms_norm_class(parsed: _ParsedModule, name: str, cast: str, weight: str, ep
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or stmt.name in methods:
             return False  # class attributes, properties or a redefined method: not judged, refused
         methods[stmt.name] = stmt
+    spellings = RMS_NORM_TEMPLATES[cast]
     return any(_is_spelling(methods, templates, parsed.table, weight, eps) for templates in spellings) and (
         parsed.bound_once(name)
     )

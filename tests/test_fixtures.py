@@ -7,6 +7,7 @@ and training (adopter_kernels.equivalence).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,7 @@ def test_idempotent(case: Path) -> None:
 POSITIVE = [c for c in CASES if not is_negative(c)]
 
 
+@functools.cache
 def _fast_paths_on_cpu() -> str:
     """An ``ADOPTER_KERNELS_BACKEND`` value forcing, for every kernel, the backend other than the original computation
     that runs on CPU (SDPA, the packed GEMM, folded BatchNorm); Triton (interpreted only) and xformers (CUDA) aside."""

@@ -335,25 +335,7 @@ class _Roots:
         if key in self._returned:
             return self._returned[key]
         self._returned[key] = None  # recursion: unknown
-        params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
-        assigned: dict[str, list[cst.BaseExpression]] = {}
-        returns: list[cst.BaseExpression] = []
-        for node in cstwalk.walk(function.body, lambda n: type(n) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            if isinstance(node, cst.Return):
-                if node.value is not None:
-                    returns.append(node.value)
-                continue
-            if isinstance(node, cst.Assign):
-                value, targets = node.value, [t.target for t in node.targets]
-            elif isinstance(node, cst.AnnAssign) and node.value is not None:
-                value, targets = node.value, [node.target]
-            elif isinstance(node, cst.For):
-                value, targets = node.iter, [node.target]
-            else:
-                continue
-            for target in targets:
-                for name in _target_names(target):
-                    assigned.setdefault(name, []).append(value)
+        params, assigned, returns, _ = _body(function)
         local = set(assigned) | params
 
         def held(name: str) -> bool:
@@ -394,28 +376,21 @@ class _Roots:
                 self._viewed[key] = found = context.viewed(function, depth)
                 return found
         self._viewed[key] = frozenset()  # recursion: nothing more
-        params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
-        assigned: dict[str, list[cst.BaseExpression]] = {}
-        views: list[cst.Call] = []
-        receivers: list[cst.BaseExpression] = []
-        for node in cstwalk.walk(function.body, lambda n: type(n) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            if isinstance(node, cst.Assign):
-                for target in node.targets:
-                    for name in _target_names(target.target):
-                        assigned.setdefault(name, []).append(node.value)
-            elif type(node) is cst.Call:
-                func = node.func  # type: ignore[attr-defined]
-                if type(func) is cst.Attribute and func.attr.value in ("view", "view_as"):
-                    views.append(node)  # type: ignore[arg-type]
-                elif depth > 0:
-                    attr = _is_self_attr(func)
-                    inner, skip_self = (
-                        (self.functions.get(func.value), False) if type(func) is cst.Name
-                        else (self.methods.get(attr), True) if attr is not None else (None, False)
-                    )
-                    if inner is not None and inner is not function:
-                        receivers.extend(_arguments(inner, skip_self, node, self.viewed(inner, depth - 1)))  # type: ignore[arg-type]
-        receivers.extend(v.func.value for v in views if not _keeps_leading(v, assigned))  # type: ignore[attr-defined]
+        params, assigned, _, calls = _body(function)
+        receivers: list[cst.BaseExpression] = []  # what the function views, or passes to a function that does
+        for call in calls:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("view", "view_as"):
+                if not _keeps_leading(call, assigned):
+                    receivers.append(func.value)
+                continue
+            inner, skip_self, attr = None, False, _is_self_attr(func)
+            if isinstance(func, cst.Name):
+                inner = self.functions.get(func.value)
+            elif attr is not None:
+                inner, skip_self = self.methods.get(attr), True
+            if depth > 0 and inner is not None and inner is not function:
+                receivers.extend(_arguments(inner, skip_self, call, self.viewed(inner, depth - 1)))
         local = set(assigned) | params
         reached: set[str] = set()
         todo = [n for r in receivers for n in self.of(r, lambda n: n in local, depth)]
@@ -429,6 +404,37 @@ class _Roots:
         found = frozenset(reached & params)
         self._viewed[key] = found
         return found
+
+
+def _body(
+    function: cst.FunctionDef,
+) -> tuple[set[str], dict[str, list[cst.BaseExpression]], list[cst.BaseExpression], list[cst.Call]]:
+    """What `_Roots` reads of a function's own body (nested functions, classes and lambdas aside): its parameters,
+    the values assigned to each local name (``for`` targets: the iterable), the returned values, and the calls."""
+    params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    returns: list[cst.BaseExpression] = []
+    calls: list[cst.Call] = []
+    for node in cstwalk.walk(function.body, lambda n: type(n) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if isinstance(node, cst.Call):
+            calls.append(node)
+            continue
+        if isinstance(node, cst.Return):
+            if node.value is not None:
+                returns.append(node.value)
+            continue
+        if isinstance(node, cst.Assign):
+            value, targets = node.value, [t.target for t in node.targets]
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            value, targets = node.value, [node.target]
+        elif isinstance(node, cst.For):
+            value, targets = node.iter, [node.target]
+        else:
+            continue
+        for target in targets:
+            for name in _target_names(target):
+                assigned.setdefault(name, []).append(value)
+    return params, assigned, returns, calls
 
 
 def _keeps_leading(view: cst.Call, assigned: dict[str, list[cst.BaseExpression]]) -> bool:
