@@ -354,8 +354,8 @@ def _fresh_names(
     anywhere (a local, a parameter, a global it reads), unless only other arms of an ``if`` chain holding `line` use
     it, each binding it first (`_bound_in_other_arms`: the arms of BERT's chain, packed one per round, all get
     ``key_out``); an output keeps the name of a statement it replaces."""
-    taken = {n.value for n in cstwalk.walk(function) if isinstance(n, cst.Name)}
-    parents = {id(child): node for node in cstwalk.walk(function) for child in cstwalk.children(node)}
+    taken = {n.value for n in cstwalk.walk(function) if type(n) is cst.Name}  # type: ignore[attr-defined]
+    parents: dict[int, cst.CSTNode] = {}  # filled on the first taken name: most outputs' names are free
     chosen: set[str] = set()
     names: list[str] = []
     for node in outputs:
@@ -371,11 +371,20 @@ def _fresh_names(
             continue
         base = (node.layer or "out").split(".")[-1] + "_out"
         name, number = base, 1
-        while name in chosen or (name in taken and not _bound_in_other_arms(function, line, name, parents)):
+        while name in chosen or (
+            name in taken and not _bound_in_other_arms(function, line, name, _parents(function, parents))
+        ):
             name, number = f"{base}_{number}", number + 1
         chosen.add(name)
         names.append(name)
     return tuple(names)
+
+
+def _parents(function: cst.FunctionDef, parents: dict[int, cst.CSTNode]) -> dict[int, cst.CSTNode]:
+    """`parents`, filled with the parent of every node of `function` (by id) unless already done."""
+    if not parents:
+        parents.update((id(child), node) for node in cstwalk.walk(function) for child in cstwalk.children(node))
+    return parents
 
 
 def _bound_in_other_arms(
