@@ -55,6 +55,7 @@ __all__ = [
     "use_backend",
     "triton_available",
     "is_plain",
+    "parametrized",
     "unobserved",
     "fx_tracing",
 ]
@@ -439,17 +440,26 @@ def unobserved(module: nn.Module) -> bool:
     )
 
 
+def parametrized(*modules: nn.Module) -> bool:
+    """True when a tensor of one of ``modules`` is computed on every read (``torch.nn.utils.parametrize``:
+    ``weight_norm``, ``orthogonal``, ``spectral_norm``, whose read in training also runs a power iteration that
+    updates its buffers). A kernel must then not read the module's weight itself: it calls the modules, which read
+    it as often as the original code does."""
+    return any("parametrizations" in getattr(m, "_modules", ()) for m in modules)
+
+
 def is_plain(module: nn.Module, cls: Type[nn.Module], *methods: str) -> bool:
     """True when ``module`` computes exactly ``cls.forward`` and nothing observes the call.
 
     A fast path calls functional ops on the module's parameters instead of ``module(x)``; that is only
     equivalent when the forward is not overridden (LoRA/quantised subclasses), neither is the call machinery,
-    nor any of ``methods`` (helpers the forward calls, e.g. ``Conv2d._conv_forward``), and no hooks would be
-    skipped.
+    nor any of ``methods`` (helpers the forward calls, e.g. ``Conv2d._conv_forward``), no hooks would be
+    skipped, and no parameter is computed when read (:func:`parametrized`).
     """
     kind = type(module)
     return (
         isinstance(module, cls)
+        and not parametrized(module)
         and kind.forward is cls.forward
         and kind.__call__ is nn.Module.__call__
         and kind._call_impl is nn.Module._call_impl

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dispatch import TRITON, fx_tracing, is_plain, reference_only, register_kernel, select
+from ._dispatch import TRITON, fx_tracing, is_plain, parametrized, reference_only, register_kernel, select
 
 __all__ = ["linear_bias_activation", "classify_activation"]
 
@@ -138,6 +138,7 @@ def _linear_bias_activation(
     # (getattr: a replaced layer, say a LoRA wrapper, may have no weight; is_plain then refuses it.)
     if (
         not reference_only("linear_bias_activation")
+        and not parametrized(linear)  # no read of a weight computed on every read: the Linear reads it
         and select("linear_bias_activation", input, getattr(linear, "weight", None)) == "triton"
         and is_plain(linear, nn.Linear)
     ):

@@ -54,7 +54,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ._cache import cached, needs_grad
 from .activation import classify_activation, linear_bias_activation
-from ._dispatch import Backend, is_plain, reference_only, register_kernel, select, unobserved
+from ._dispatch import Backend, is_plain, parametrized, reference_only, register_kernel, select, unobserved
 
 __all__ = ["conv_bn2d", "linear_bn1d", "FusedSequential", "fold_bn"]
 
@@ -201,6 +201,7 @@ def conv_bn2d(input: torch.Tensor, conv: nn.Module, bn: nn.Module) -> torch.Tens
         and input.dim() == 4  # BatchNorm2d rejects the 3-D output of an unbatched conv: keep that error
         # the decisions before the module checks: where auto runs the original, nothing else is paid
         and not reference_only("conv_bn2d")
+        and not parametrized(conv, bn)  # no read of a weight computed on every read: the modules read it
         and select("conv_bn2d", input, getattr(conv, "weight", None)) == "folded"
         and is_plain(conv, nn.Conv2d, "_conv_forward")
     ):
@@ -220,6 +221,7 @@ def linear_bn1d(input: torch.Tensor, linear: nn.Module, bn: nn.Module) -> torch.
         isinstance(input, torch.Tensor)
         and input.dim() == 2
         and not reference_only("linear_bn1d")  # the decisions first: cheapest
+        and not parametrized(linear, bn)  # no read of a weight computed on every read: the modules read it
         and select("linear_bn1d", input, getattr(linear, "weight", None)) == "folded"
         and is_plain(linear, nn.Linear)
         and _foldable(bn, nn.BatchNorm1d) == ()

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._cache import cached, needs_grad
-from ._dispatch import TRITON, fx_tracing, is_plain, reference_only, register_kernel, select
+from ._dispatch import TRITON, fx_tracing, is_plain, parametrized, reference_only, register_kernel, select
 from .activation import Activation, classify_activation
 
 __all__ = ["gated_linear_unit"]
@@ -71,6 +71,7 @@ def _gated_linear_unit(
 ) -> torch.Tensor:
     if (
         not reference_only("gated_linear_unit")
+        and not parametrized(gate, up)  # no read of a weight computed on every read: the Linears read it
         and select("gated_linear_unit", input, gate.weight) == "triton"
         and _fusable(input, gate, up)
     ):

@@ -11,8 +11,8 @@ the Linears' own outputs, each may be changed in place.
 
 In training / with grad, the weights are concatenated on every call (autograd splits the gradients back
 to each Linear). In eval or under ``no_grad`` the packed weight is cached until a source tensor changes
-(see ``_cache``). Linears that are not plain ``nn.Linear`` (overridden forward, hooks) or whose weights
-differ in dtype/device are applied one by one.
+(see ``_cache``). Linears that are not plain ``nn.Linear`` (overridden forward, hooks, a weight computed on every
+read by ``torch.nn.utils.parametrize``) or whose weights differ in dtype/device are applied one by one.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._cache import cached, needs_grad
-from ._dispatch import Backend, is_plain, register_kernel, select
+from ._dispatch import Backend, is_plain, parametrized, register_kernel, select
 
 __all__ = ["packed_qkv_linear"]
 
@@ -58,7 +58,8 @@ def packed_qkv_linear(
             "packed_qkv_linear needs three Linear layers reading the same features, got in_features "
             f"q={q.in_features}, k={k.in_features}, v={v.in_features}"
         )
-    if select("packed_qkv_linear", input, q.weight) != "packed":  # the cached decision first: cheapest
+    # the cached decision first (cheapest), but no read of a weight computed on every read
+    if parametrized(q, k, v) or select("packed_qkv_linear", input, q.weight) != "packed":
         return q(input), k(input), v(input)
     layers = (q, k, v)
     params = [t for m in layers for t in (m.weight, m.bias) if t is not None]
