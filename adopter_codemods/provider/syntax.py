@@ -19,8 +19,9 @@ _BINARY_OPS: dict[type, str] = {
 }
 # Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
 # follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
-# these: every other method call stays an opaque expression, and a compound statement holding only method calls is
-# still folded (they do not count in `_has_dsl_call`), so the walk forks no more often.
+# these: every other method call stays an opaque expression. A compound statement holding only method calls is still
+# folded (they do not count in `_has_dsl_call`), so the walk forks no more often; ``softmax`` aside, a rule's whole
+# pattern by itself (ADP004), as ``torch.softmax`` is.
 TENSOR_METHODS = frozenset({"masked_fill", "softmax", "transpose"})
 
 

@@ -17,7 +17,7 @@ from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
 from . import syntax
 from .discovery import _sequential_base
 from .state import _Ctx, _Cursor, _Partial
-from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, simple_condition
+from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, simple_condition
 from .unchain import _Unchainer
 
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
@@ -463,6 +463,6 @@ def _has_dsl_call(walker: _ClassWalker, root: cst.CSTNode) -> bool:
             inlined = not walker.on_its_own and walker.find_method(attr) is not None
             if attr in walker.bindings or inlined:
                 return True
-        elif walker.table.resolve(func) is not None:
-            return True
+        elif walker.table.resolve(func) is not None or _tensor_method(node) == "softmax":  # type: ignore[arg-type]
+            return True  # `attn = sim.softmax(dim=-1)` in one arm: a whole pattern (ADP004), as `torch.softmax` is
     return False
