@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import libcst as cst
 
@@ -290,6 +290,18 @@ def _single_letter_axes(equation: str) -> bool:
     return all(len(axis) == 1 or axis == "..." for axis in axes if axis)
 
 
+def _string_constant(expr: cst.BaseExpression) -> Optional[str]:
+    """The text of a string literal: a plain one, or an f-string without placeholders, escapes or braces
+    (denoising-diffusion-pytorch's ``einsum(f"b h i d, b h j d -> b h i j", q, k)``); None for anything else."""
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(expr, cst.FormattedString) and all(isinstance(p, cst.FormattedStringText) for p in expr.parts):
+        text = "".join(cast(cst.FormattedStringText, p).value for p in expr.parts)
+        return None if any(c in text for c in "\\{}") else text
+    return None
+
+
 @guard
 def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP010 einsum variants (torch's, or einops' with one-letter axes): both equations are string literals of
@@ -305,10 +317,11 @@ def attention_einsum_equations(match: Match, placement: Placement) -> Union[bool
         assert isinstance(value, Value)
         einsum = next((n for n in match.nodes if n.qualname in _EINSUMS and any(a is value for a in n.args)), None)
         line = einsum.site.line if einsum is not None else None
-        equation = value.expr.evaluated_value if isinstance(value.expr, cst.SimpleString) else None
-        if not isinstance(equation, str):
+        equation = _string_constant(value.expr)
+        if equation is None:
+            written = cst.Module([]).code_for_node(value.expr)
             return Refused(
-                f"the einsum equation `{value.text}` is not a string literal, so what it computes is not known", line
+                f"the einsum equation `{written}` is not a string literal, so what it computes is not known", line
             )
         if einsum is not None and einsum.qualname == "einops.einsum" and not _single_letter_axes(equation):
             return Refused(

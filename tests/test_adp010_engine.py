@@ -158,6 +158,9 @@ REFUSALS = {
     "neg_einsum_five_dims.py": ("B G H ", "B H "),
     "neg_einops_axis_names.py": ("batch heads ", "b h "),
     "neg_einsum_key_shared_across_heads.py": ("b j d", "b h j d"),
+    "neg_einsum_fstring_with_placeholder.py": (
+        'f"{self.batch_axes} i d, {self.batch_axes} j d -> {self.batch_axes} i j"', 'f"b h i d, b h j d -> b h i j"'
+    ),
     "neg_random_scale_moved_past_a_draw.py": (
         "        attn = (q @ k) / (torch.rand(1) + 1)\n        noise = torch.randn_like(v)\n",
         "        noise = torch.randn_like(v)\n        attn = (q @ k) / (torch.rand(1) + 1)\n",
@@ -202,6 +205,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "module_then_functional_dropout.py": 1,  # in eval neither dropout is active
     "vit_pytorch_einsum.py": 1,
     "einsum_functional_softmax.py": 1,
+    "einsum_fstring_equations.py": 1,
     "einops_einsum.py": 2,
     "metadata_scale_with_optional_mask.py": 1,
     "function_optional_mask.py": 1,  # a module-level function

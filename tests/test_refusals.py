@@ -240,6 +240,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_einsum_equation_not_literal.py': [
         '18: guard: guard attention_einsum_equations: the einsum equation `self.score_equation` is not a string literal, so what it computes is not known (line 18)',
     ],
+    'ADP010_fuse_attention_core/neg_einsum_fstring_with_placeholder.py': [
+        '15: guard: guard attention_einsum_equations: the einsum equation `f"{self.batch_axes} i d, {self.batch_axes} j d -> {self.batch_axes} i j"` is not a string literal, so what it computes is not known (line 15)',
+    ],
     'ADP010_fuse_attention_core/neg_einsum_five_dims.py': [
         '24: guard: guard attention_einsum_equations: the einsum `"B G H I D, B G H J D -> B G H I J"` names 5-dim tensors; the fused kernel runs SDPA on 3- and 4-dim attention only (line 24)',
     ],
