@@ -21,7 +21,7 @@ import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Literal, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Collection, Literal, Mapping, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -226,6 +226,7 @@ class Refusal:
 # refusals being collected: the match refused, its placement if it got one (a container site is reported at the
 # container), and the reason
 Refused = list[tuple[Match, Optional[Placement], Reason]]
+VariantKey = tuple[int, frozenset[tuple[int, Optional[str]]]]  # (id(rule variant), Match.key())
 
 
 def _site_key(match: Match, placement: Optional[Placement]) -> frozenset[tuple[int, Optional[str]]]:
@@ -1338,29 +1339,41 @@ def find_matches(
 
     With a `refusals` list, also appends a :class:`Refusal` per site that matched structurally but was refused:
     one per site (its first reason), none for a site that some variant matches safely."""
-    refused: Optional[Refused] = [] if refusals is not None else None
-    found: list[PlacedMatch] = []
-    taken: set[tuple[int, Optional[str]]] = set()
-    for variant in (rule, *rule.alternatives):
-        for placed in _variant_matches(variant, cls, taken, refused, confirm_sink):
-            # Instantiation matches have no forward nodes: one finding per __init__ binding.
-            bindings = {id(b) for b in placed.match.init_matches.values()}
-            if placed.placement.plan != "init" or all(
-                bindings != {id(b) for b in f.match.init_matches.values()} for f in found
-            ):
-                found.append(placed)
-    # Before the removal check: a declined site keeps calling its layers, so a match deleting them must go too.
-    kept = []
-    late: Refused = []  # sites refused after they matched safely: their reasons come first
-    for f in found:
-        reported = reported_statements(f.match, f.placement)
-        directive = suppression.suppressing_statement(reported, (rule.code, rule.name))
-        if directive is None:
-            kept.append(f)
-        elif refused is not None:
-            reason = Reason(RefusalCategory.SUPPRESSED, "a suppression comment silences this site", directive)
-            late.append((f.match, f.placement, reason))
-    accepted = _drop_unremovable_layers(kept, late if refused is not None else None)
+    # A match dropped because a layer it removes from __init__ is used elsewhere leaves its nodes to the later
+    # variants (ADP005's post-LN form that keeps the modules): the variants run again without it.
+    dropped: set[VariantKey] = set()
+    removals: Refused = []  # the dropped matches, with why
+    while True:
+        refused: Optional[Refused] = [] if refusals is not None else None
+        found: list[PlacedMatch] = []
+        taken: set[tuple[int, Optional[str]]] = set()
+        for variant in (rule, *rule.alternatives):
+            for placed in _variant_matches(variant, cls, taken, refused, confirm_sink, dropped):
+                # Instantiation matches have no forward nodes: one finding per __init__ binding.
+                bindings = {id(b) for b in placed.match.init_matches.values()}
+                if placed.placement.plan != "init" or all(
+                    bindings != {id(b) for b in f.match.init_matches.values()} for f in found
+                ):
+                    found.append(placed)
+        # Before the removal check: a declined site keeps calling its layers, so a match deleting them must go too.
+        kept = []
+        late: Refused = []  # sites refused after they matched safely: their reasons come first
+        for f in found:
+            reported = reported_statements(f.match, f.placement)
+            directive = suppression.suppressing_statement(reported, (rule.code, rule.name))
+            if directive is None:
+                kept.append(f)
+            elif refused is not None:
+                reason = Reason(RefusalCategory.SUPPRESSED, "a suppression comment silences this site", directive)
+                late.append((f.match, f.placement, reason))
+        removed: Refused = []
+        accepted = _drop_unremovable_layers(kept, removed)
+        removals += removed
+        again = {(id(m.rule), m.key()) for m, _, _ in removed if m.nodes} - dropped
+        if not again or not rule.alternatives:
+            break
+        dropped |= again
+    late += removals
     if refusals is not None and refused is not None:
         done: set[tuple[int, Optional[str]]] = set().union(*(_site_key(f.match, f.placement) for f in accepted))
         for m, placement, reason in late + refused:
@@ -1386,9 +1399,11 @@ def reported_statements(match: Match, placement: Optional[Placement]) -> list[cs
 def _variant_matches(
     rule: Rule, cls: ClassStructure, taken: set[tuple[int, Optional[str]]], refused: Optional[Refused] = None,
     confirm_sink: Optional[ConfirmSink] = None,
+    dropped: Collection[VariantKey] = (),
 ) -> list[PlacedMatch]:
-    """The matches of one variant whose forward nodes are not in `taken` (which grows with them); the structural
-    matches it refuses go to `refused` with their reason, when given."""
+    """The matches of one variant whose forward nodes are not in `taken` (which grows with them) and that are not
+    `dropped` (``(id(variant), key)``: left to the later variants); the structural matches it refuses go to
+    `refused` with their reason, when given."""
     if rule.forward is None:
         if rule.init is None or len(rule.init.source) != 1 or not _guards_may_match(rule, cls):
             return []
@@ -1406,7 +1421,7 @@ def _variant_matches(
             real = tuple(n for n, p in zip(nodes, rule.forward.source) if n is not None and not isinstance(p, Wildcard))
             match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
-            if key & taken:
+            if key & taken or (id(rule), key) in dropped:
                 continue
             placement: Optional[Placement] = None
             initialised = _match_init(match)

@@ -206,8 +206,9 @@ def test_missing_path_or_string_source_decides_by_name(tmp_path: Path) -> None:
 
 
 def test_layers_the_other_files_base_uses_are_not_removed_nor_relied_on(tmp_path: Path) -> None:
-    """The base's methods run on the class's instances: ADP005 deletes `self.drop`, which the base reads (or
-    replaces `self.ln`, which the base binds), so no rewrite; a base touching neither keeps the finding."""
+    """The base's methods run on the class's instances: the ADP005 form that deletes `self.drop`, which the base
+    reads, gives way to the form that keeps the modules; the base binding `self.ln` (which either form relies on
+    being a LayerNorm) leaves no rewrite; a base touching neither keeps the finding."""
     write(
         tmp_path,
         {
@@ -220,7 +221,10 @@ def test_layers_the_other_files_base_uses_are_not_removed_nor_relied_on(tmp_path
             "pkg/c.py": block("from .other import Base"),
         },
     )
-    assert codes(tmp_path / "pkg" / "a.py") == []
+    assert codes(tmp_path / "pkg" / "a.py") == ["ADP005"]
+    assert "dropout_add_layer_norm_module(" in rewrite_source(
+        (tmp_path / "pkg" / "a.py").read_text(encoding="utf-8"), ["ADP005"], path=str(tmp_path / "pkg" / "a.py")
+    ).code
     assert codes(tmp_path / "pkg" / "b.py") == []
     assert codes(tmp_path / "pkg" / "c.py") == ["ADP005"]
 

@@ -145,11 +145,6 @@ REFUSED = {
         y = self.ln(s)
         return y + kept
     """,
-    "sum overwritten by the LayerNorm output while the Dropout is shared": """
-        s = self.drop(x) + r
-        s = self.ln(s)
-        return s + self.drop(r)
-    """,
     # Regression: `d2 = d` read the deleted `d` but was no use, so the rewrite left a NameError behind.
     "intermediate aliased": """
         d = self.drop(x)
@@ -174,21 +169,6 @@ REFUSED = {
         d = self.drop(x)
         x = x * 2
         return self.ln(d + r) + x
-    """,
-    "removed layer called on another path": """
-        if x.shape[0] > 1:
-            return self.ln(self.drop(x) + r)
-        return self.drop(x)
-    """,
-    "removed layer attribute read": """
-        p = self.drop.p
-        return self.ln(self.drop(x) + r) * (1 + p)
-    """,
-    "removed layer used in another method": """
-        return self.ln(self.drop(x) + r)
-    ----
-    def extra(self, x):
-        return self.drop(x)
     """,
     "intermediate returned early": """
         d = self.drop(x)
@@ -225,6 +205,32 @@ REFUSED = {
 }
 
 
+# The Dropout is used elsewhere, so the form that deletes it from __init__ (FusedDropoutAddLayerNorm) does not apply;
+# the form that keeps both modules does (`dropout_add_layer_norm_module`).
+LAYERS_KEPT = {
+    "sum overwritten by the LayerNorm output while the Dropout is shared": """
+        s = self.drop(x) + r
+        s = self.ln(s)
+        return s + self.drop(r)
+    """,
+    "removed layer called on another path": """
+        if x.shape[0] > 1:
+            return self.ln(self.drop(x) + r)
+        return self.drop(x)
+    """,
+    "removed layer attribute read": """
+        p = self.drop.p
+        return self.ln(self.drop(x) + r) * (1 + p)
+    """,
+    "removed layer used in another method": """
+        return self.ln(self.drop(x) + r)
+    ----
+    def extra(self, x):
+        return self.drop(x)
+    """,
+}
+
+
 @pytest.mark.parametrize("body", REWRITTEN.values(), ids=REWRITTEN.keys())
 def test_rewritten_and_equivalent(body: str) -> None:
     assert_equivalent_rewrite(module(body), ["ADP005"])
@@ -233,6 +239,13 @@ def test_rewritten_and_equivalent(body: str) -> None:
 @pytest.mark.parametrize("body", REFUSED.values(), ids=REFUSED.keys())
 def test_refused(body: str) -> None:
     assert_unchanged(module(body), ["ADP005"])
+
+
+@pytest.mark.parametrize("body", LAYERS_KEPT.values(), ids=LAYERS_KEPT.keys())
+def test_a_layer_used_elsewhere_is_kept(body: str) -> None:
+    code = assert_equivalent_rewrite(module(body), ["ADP005"]).code
+    assert "self.drop = nn.Dropout(0.0)" in code and "dropout_add_layer_norm_module(" in code
+    assert "FusedDropoutAddLayerNorm" not in code
 
 
 def test_findings_point_at_the_matched_statements() -> None:
@@ -298,12 +311,6 @@ def make_example():
 '''
 
 FAMILY_REFUSED = {
-    # Regression: Child's match deleted Base's Dropout, which Base.forward still calls.
-    "subclass forward shares the parent's layers": (
-        " + self.drop(r)",
-        "\n\nclass Child(Base):\n    def forward(self, x, r):\n        return self.ln(self.drop(x) + r)\n",
-        "Base",
-    ),
     # Regression: a subclass __init__ rebinds the fused LayerNorm to a plain one.
     "subclass rebinds the kept layer": (
         "",
@@ -320,6 +327,15 @@ FAMILY_REFUSED = {
     # Regression: setattr/add_module rebind an attribute outside `self.x = ...`.
     "setattr rebinds": ("", "", "Base"),
     "computed setattr name": ("", "", "Base"),
+}
+# The Dropout is used elsewhere in the family or from another class: the form that keeps the modules applies.
+FAMILY_KEPT = {
+    # Regression: Child's match deleted Base's Dropout, which Base.forward still calls; now both keep it.
+    "subclass forward shares the parent's layers": (
+        " + self.drop(r)",
+        "\n\nclass Child(Base):\n    def forward(self, x, r):\n        return self.ln(self.drop(x) + r)\n",
+        "Base",
+    ),
     # Regression: another class reaches the removed Dropout through its submodule.
     "removed layer reached from another class": (
         "",
@@ -335,7 +351,7 @@ _INIT_EXTRA = {
 
 
 def _family_source(case: str) -> str:
-    base_tail, extra, model = FAMILY_REFUSED[case]
+    base_tail, extra, model = FAMILY_REFUSED[case] if case in FAMILY_REFUSED else FAMILY_KEPT[case]
     source = BASE.format(base_tail=base_tail, extra=extra, model=model)
     if case in _INIT_EXTRA:
         source = source.replace("        self.ln = nn.LayerNorm(8)\n", "        self.ln = nn.LayerNorm(8)\n" + _INIT_EXTRA[case], 1)
@@ -345,6 +361,12 @@ def _family_source(case: str) -> str:
 @pytest.mark.parametrize("case", FAMILY_REFUSED)
 def test_refused_across_classes(case: str) -> None:
     assert_unchanged(_family_source(case), ["ADP005"])
+
+
+@pytest.mark.parametrize("case", FAMILY_KEPT)
+def test_a_layer_used_elsewhere_in_the_family_is_kept(case: str) -> None:
+    code = assert_equivalent_rewrite(_family_source(case), ["ADP005"]).code
+    assert "self.drop = nn.Dropout(0.0)" in code and "FusedDropoutAddLayerNorm" not in code
 
 
 def test_inherited_forward_is_matched_once_in_the_defining_class() -> None:

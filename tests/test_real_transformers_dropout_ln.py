@@ -76,17 +76,22 @@ def test_fuse_dropout_ln_on_real_model(model: str) -> None:
 def test_prenorm_form_on_oneformer_decoder_layer() -> None:
     """OneFormer's query-transformer decoder layer has a pre-LN `forward_pre` (`output = output + dropout1(o2);
     output2 = norm2(output)`, `output` added to again) beside a post-LN `forward_post` sharing the same Dropouts.
-    Only the two pre-LN sites are rewritten (the post-LN ones would delete a Dropout `forward_pre` still passes on),
-    and the layer, built pre-norm, computes the same outputs and gradients in eval and in training with dropout on.
-    (The pixel decoder's encoder layer has BART's post-LN functional-dropout blocks: two more findings.)"""
+    The pre-LN sites take the pre-LN form; the post-LN ones cannot delete a Dropout `forward_pre` still passes on,
+    so they take the form that keeps the modules (as do the self-attention, cross-attention and FFN layers, whose
+    Dropouts `forward_pre` calls too). The layer computes the same outputs and gradients, built pre-norm and
+    post-norm, in eval and in training with dropout on. (The pixel decoder's encoder layer has BART's post-LN
+    functional-dropout blocks: two more findings.)"""
     path, source = _source("oneformer")
     result = rewrite_source(source, ["ADP005"], path=path)
     layer = "OneFormerTransformerDecoderQueryTransformerDecoderLayer"
     assert [(f.cls, f.function) for f in result.findings] == [
-        *[("OneFormerPixelDecoderEncoderLayer", "forward")] * 2, *[(layer, "forward_pre")] * 2
+        *[("OneFormerPixelDecoderEncoderLayer", "forward")] * 2,
+        *[(f"OneFormerTransformerDecoder{kind}Layer", "forward_post") for kind in ("SelfAttention", "CrossAttention",
+                                                                                  "FFN")],
+        *[(layer, "forward_post")] * 3, *[(layer, "forward_pre")] * 2,
     ]
     assert result.code.count("adopter_kernels.dropout_add_layer_norm_residual(") == 2
-    assert result.code.count("adopter_kernels.dropout_add_layer_norm_module(") == 2
+    assert result.code.count("adopter_kernels.dropout_add_layer_norm_module(") == 8
     assert "FusedDropoutAddLayerNorm" not in result.code  # the post-LN sites keep their shared Dropouts
     cst.parse_module(result.code)
     assert rewrite_source(result.code, ["ADP005"]).code == result.code
@@ -95,14 +100,16 @@ def test_prenorm_form_on_oneformer_decoder_layer() -> None:
     rewritten = load_source_as_module(
         result.code, "transformers.models.oneformer.modeling_oneformer_adopted", package="transformers.models.oneformer"
     )
-    with default_dtype(torch.float64), seeded(0):
-        kwargs = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "dropout": 0.2, "normalize_before": True}
-        vanilla = getattr(original, layer)(**kwargs)
-        fused = getattr(rewritten, layer)(**kwargs)
-        output, memory = torch.randn(5, 2, 8), torch.randn(7, 2, 8)  # (sequence, batch, d_model)
-        report = compare_models(vanilla, fused, (output, memory), {"query_pos": torch.randn(5, 2, 8)})
-    report.raise_if_failed()
-    assert "train" in report.modes
+    for normalize_before in (True, False):
+        with default_dtype(torch.float64), seeded(0):
+            kwargs = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "dropout": 0.2}
+            kwargs["normalize_before"] = normalize_before
+            vanilla = getattr(original, layer)(**kwargs)
+            fused = getattr(rewritten, layer)(**kwargs)
+            output, memory = torch.randn(5, 2, 8), torch.randn(7, 2, 8)  # (sequence, batch, d_model)
+            report = compare_models(vanilla, fused, (output, memory), {"query_pos": torch.randn(5, 2, 8)})
+        report.raise_if_failed()
+        assert "train" in report.modes
 
 
 # Pre-LN decoder LMs: model dir -> (model class, the block, config built with dropout on)

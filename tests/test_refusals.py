@@ -52,9 +52,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_call_between_on_one_path.py': [
         "17: not-placeable: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 19)",
     ],
-    'ADP005_fuse_dropout_ln/neg_dropout_used_elsewhere.py': [
-        '14: layer-used-elsewhere: self.dropout, which the rewrite removes from __init__, is also used here (line 13)',
-    ],
     'ADP005_fuse_dropout_ln/neg_functional_inplace.py': [
         '14: guard: guard dropout_not_inplace: this dropout may run in place (`inplace=` is not False), overwriting its input; the fused kernel does not (line 14)',
     ],
@@ -89,9 +86,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
     'ADP005_fuse_dropout_ln/neg_prenorm_call_before_if.py': [
         "20: not-placeable: even with the statements before the `if` copied into its arms: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 22)",
-    ],
-    'ADP005_fuse_dropout_ln/neg_prenorm_same_name.py': [
-        '15: layer-used-elsewhere: self.drop, which the rewrite removes from __init__, is also used here (line 17)',
     ],
     'ADP005_fuse_dropout_ln/neg_prenorm_copy_normed_to_other_name.py': [
         '15: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 17)',
@@ -349,7 +343,7 @@ def test_negative_fixture_refusals(case: Path) -> None:
 def test_fixture_table_covers_the_categories() -> None:
     """Categories the fixtures exercise; the others are tested on sources below."""
     seen = {line.split(": ")[1] for lines in NEGATIVE_REFUSALS.values() for line in lines}
-    below = {"suppressed", "layer-rebound"}
+    below = {"suppressed", "layer-rebound", "layer-used-elsewhere"}
     untested = {"partial-path"}  # a defensive check: no source found where planning passes and it fires
     assert seen | below | untested == {c.value for c in RefusalCategory}
 
@@ -491,6 +485,55 @@ class Layer(nn.Module):
 '''
     assert [(f.code, f.line) for f in scan_source(source, ["ADP011"])] == [("ADP011", 22)]
     assert _refused(source, "ADP011") == []
+
+
+DROPOUT_SHARED = """import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x, y):
+        x = self.ln(x + self.drop(y))
+        return x + self.drop(y)
+"""
+# ADP005's first variant alone: it deletes the Dropout from __init__ and has no form that keeps it.
+CLASS_REPLACING_ONLY = """rule PostLNOnly
+code USR001
+summary "post-LN as the class-replacing form only"
+
+variant "post-LN"
+init:
+    torch.nn.Dropout(p=$p, inplace=False) -> $drop;
+    torch.nn.LayerNorm(**$ln) -> $norm
+    =>
+    adopter_kernels.FusedDropoutAddLayerNorm(**$ln, dropout=$p) -> $norm
+forward:
+    $drop($a) -> $x;
+    $x + $r -> $b;
+    $norm($b) -> $c
+    =>
+    $norm($a, $r) -> $c
+"""
+
+
+def test_a_layer_the_rewrite_would_remove_leaves_the_site_to_a_later_variant(tmp_path: Path) -> None:
+    """The Dropout serves another add, so the variant deleting it is dropped; ADP005's next variant keeps the
+    modules and takes the site. A rule without such a variant refuses it, naming the other use."""
+    rewritten = rewrite_source(DROPOUT_SHARED, ["ADP005"]).code
+    assert "x = adopter_kernels.dropout_add_layer_norm_module(y, x, self.ln, self.drop)" in rewritten
+    assert "self.drop = nn.Dropout(0.1)" in rewritten
+    assert _refused(DROPOUT_SHARED) == []
+    rule = tmp_path / "post_ln_only.adopter"
+    rule.write_text(CLASS_REPLACING_ONLY, encoding="utf-8")
+    refused = refused_sites(DROPOUT_SHARED, [], rule_files=[rule])
+    assert [(r.line, r.category.value, r.reason, r.cause_line) for r in refused] == [
+        (12, "layer-used-elsewhere", "self.drop, which the rewrite removes from __init__, is also used here", 13),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ command line

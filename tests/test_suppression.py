@@ -128,8 +128,8 @@ def test_instantiation_and_sequential_sites_are_silenced_on_their_init_statement
 
 
 def test_a_silenced_site_keeps_the_layers_another_site_would_remove() -> None:
-    # Both arms call the same dropout and LayerNorm: rewriting one arm alone would delete the dropout the other
-    # (silenced) arm still calls, so neither is rewritten.
+    # Both arms call the same dropout and LayerNorm: rewriting one arm alone must not delete the dropout the other
+    # (silenced) arm still calls, so that arm takes the form that keeps the modules.
     source = (
         "from torch import nn\n\n\nclass Out(nn.Module):\n    def __init__(self, h):\n        super().__init__()\n"
         "        self.ln = nn.LayerNorm(h)\n        self.drop = nn.Dropout(0.1)\n\n"
@@ -140,8 +140,11 @@ def test_a_silenced_site_keeps_the_layers_another_site_would_remove() -> None:
     both = source.replace("self.ln(x - r + r)", "self.ln(x + r)")
     assert codes(both) == ["ADP005", "ADP005"]
     silenced = both.replace("            x = self.drop(x)\n            x = self.ln(x + r)\n        return", "            x = self.drop(x)  # noqa\n            x = self.ln(x + r)\n        return")
-    assert codes(silenced) == []
-    assert rewrite_source(silenced, ["all"]).code == silenced
+    assert codes(silenced) == ["ADP005"]
+    code = rewrite_source(silenced, ["all"]).code
+    assert "self.drop = nn.Dropout(0.1)" in code and "self.ln = nn.LayerNorm(h)" in code
+    assert "x = adopter_kernels.dropout_add_layer_norm_module(x, r, self.ln, self.drop)" in code
+    assert "            x = self.drop(x)  # noqa\n            x = self.ln(x + r)\n        return" in code
 
 
 # ------------------------------------------------------------------------------------------- front-ends

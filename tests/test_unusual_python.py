@@ -103,7 +103,7 @@ CASES: dict[str, tuple[str, str]] = {
                     y = super().forward(x, r)
                     return self.drop(y) + self.ln(r)
         '''),
-        "unchanged",
+        "rewritten",  # M calls the Dropout too: the form that keeps the modules
     ),
     "ModuleList and ModuleDict": (
         source('''
@@ -326,7 +326,7 @@ CASES: dict[str, tuple[str, str]] = {
 
                 forward = _impl
         ''', "Base"),
-        "unchanged",
+        "rewritten",  # the Dropout is reachable from outside the class: the form that keeps the modules
     ),
 }
 
