@@ -34,13 +34,14 @@ from .report import (
     format_text,
     plain,
     script_note,
+    unscriptable_note,
     skip_line,
     summary,
     text_replacements,
     unified_diff,
 )
 from .rules import builtin_rules, doc_sections, fast_by_default, rule_doc, rule_targets, select_rules
-from .torchscript import ScriptConflict, script_conflict
+from .torchscript import ScriptConflict, added_unscriptable, script_conflict
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXAMPLE = ("examples", "bert_like.py")  # inside the package, so `demo` works from an installed wheel
@@ -145,7 +146,8 @@ class _Rewritten:
     diff: str = ""
     error: Optional[FileError] = None
     skipped: list[Skip] = field(default_factory=list)
-    script: Optional[ScriptConflict] = None  # the file uses TorchScript and now calls kernels it cannot compile
+    unscriptable: tuple[str, ...] = ()  # kernels TorchScript cannot compile that the file now calls
+    script: Optional[ScriptConflict] = None  # the file uses TorchScript and now calls such kernels
 
 
 @collector_paused  # as _scan_file
@@ -159,8 +161,9 @@ def _rewrite_file(path: str, write: bool, with_diff: bool) -> _Rewritten:
         diff = unified_diff(module.code, outcome.module.code, path) if with_diff else ""
         if write:
             atomic_write(path, outcome.module.bytes)  # the file's own encoding and newlines
-        script = script_conflict(module, outcome.module)
-        return _Rewritten(path, True, outcome.codes, diff, skipped=skipped, script=script)
+        unscriptable = added_unscriptable(module, outcome.module)
+        script = script_conflict(module, unscriptable)
+        return _Rewritten(path, True, outcome.codes, diff, skipped=skipped, unscriptable=unscriptable, script=script)
     except SourceError as exc:
         return _Rewritten(path, error=exc.error)
     except OSError as exc:
@@ -318,6 +321,10 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         print(f"{'rewrote' if write else 'would rewrite'} {r.path} ({', '.join(r.codes)})", file=sys.stderr)
         if r.script is not None:
             print(script_note(r.path, r.script), file=sys.stderr)
+    # Files without TorchScript's API: a model may still be scripted from another file (open_clip, smp), so once.
+    unnoted = [r for r in changed if r.unscriptable and r.script is None]
+    if unnoted:
+        print(unscriptable_note(len(unnoted), write), file=sys.stderr)
     for skip in (u for r in done for u in r.skipped):
         print(skip_line(skip), file=sys.stderr)
     errors += [r.error for r in done if r.error]

@@ -109,6 +109,19 @@ def script_note(path: str, conflict: ScriptConflict) -> str:
     )
 
 
+def unscriptable_note(files: int, written: bool) -> str:
+    """One ``note:`` for the rewritten files that do not use TorchScript's API but now call kernels it cannot
+    compile (a model built from them may be scripted elsewhere)."""
+    one = files == 1
+    verb = ("now calls" if one else "now call") if written else "would call"
+    them = "it" if one else "them"
+    return (
+        f"note: {files} rewritten file{'' if one else 's'} {verb} kernels torch.jit.script cannot compile "
+        f"(torch.compile, torch.fx and torch.jit.trace work): if you script models built from {them}, "
+        "see docs/COMPILE_AND_TRACE.md"
+    )
+
+
 def refused_line(site: RefusedSite) -> str:
     """``CODE refused at path:line:col: reason (line N)``; N: the line causing it, left out when unknown."""
     cause = f" (line {site.cause_line})" if site.cause_line is not None else ""

@@ -5,6 +5,7 @@ compile (docs/COMPILE_AND_TRACE.md, per rule): a model that scripted before its 
 The tool cannot know whether a model gets scripted (fairseq and open_clip script models built from other files),
 but a file that uses TorchScript's own API says its code is meant to be: `script_conflict` names the first such use
 and the kernels a rewrite added that TorchScript cannot compile, so the front-ends can say so where they rewrite.
+Other files get one note per run (`added_unscriptable`): their models may be scripted from elsewhere.
 """
 
 from __future__ import annotations
@@ -39,15 +40,20 @@ class ScriptConflict:
     kernels: tuple[str, ...]
 
 
-def script_conflict(original: cst.Module, rewritten: cst.Module) -> Optional[ScriptConflict]:
-    """The conflict, if the rewrite added calls of unscriptable kernels to a file that uses TorchScript's API."""
-    added = sorted(_unscriptable_kernels(rewritten) - _unscriptable_kernels(original))
+def added_unscriptable(original: cst.Module, rewritten: cst.Module) -> tuple[str, ...]:
+    """The `adopter_kernels.<name>` the rewrite added calls of that TorchScript cannot compile, sorted."""
+    return tuple(sorted(_unscriptable_kernels(rewritten) - _unscriptable_kernels(original)))
+
+
+def script_conflict(original: cst.Module, added: tuple[str, ...]) -> Optional[ScriptConflict]:
+    """The conflict, if the rewrite added calls of unscriptable kernels (`added_unscriptable`) to a file that uses
+    TorchScript's API."""
     if not added:
         return None
     marker = _first_marker(original)
     if marker is None:
         return None
-    return ScriptConflict(marker[0], marker[1], tuple(added))
+    return ScriptConflict(marker[0], marker[1], added)
 
 
 def _unscriptable_kernels(module: cst.Module) -> set[str]:

@@ -710,9 +710,9 @@ class Attention(nn.Module):
 @pytest.mark.parametrize("rules, scripted, note", [
     ("ADP010", True, True),  # timm's style: attention_core cannot be scripted
     ("ADP004", True, False),  # the softmax drop-in scripts
-    ("ADP010", False, False),  # no sign of TorchScript in the file
+    ("ADP010", False, False),  # no sign of TorchScript in the file: the run's note only
 ])
-def test_rewrite_notes_kernels_torchscript_cannot_compile_in_a_scripted_file(
+def test_rewrite_notes_kernels_torchscript_cannot_compile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, rules: str, scripted: bool,
     note: bool,
 ) -> None:
@@ -729,3 +729,8 @@ def test_rewrite_notes_kernels_torchscript_cannot_compile_in_a_scripted_file(
     )
     assert (expected in err) is note
     assert ("note: this file uses TorchScript" in err) is note
+    # Without TorchScript's API in the file, one note for the run: the model may be scripted from another file.
+    run_note = "note: 1 rewritten file would call kernels torch.jit.script cannot compile"
+    assert (run_note in err) is (rules == "ADP010" and not scripted)
+    assert err.count("torch.jit.script cannot compile") == (rules == "ADP010")
+    assert "COMPILE_AND_TRACE.md" in err or rules == "ADP004"
