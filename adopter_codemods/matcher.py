@@ -747,6 +747,17 @@ def _match_init(match: Match) -> Union[Match, Reason]:
             )
         # Another binding of the layer (other than `None`, which is never called), or its type, may be something else.
         others = [b for b, e in matched if e is None and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
+        if others and not uncertain:
+            # `self.q = nn.Identity()` in one branch, `nn.Linear(d, d)` in the other: only a guarded kernel checks
+            # which one the layer is when the model runs
+            failing = [b for b, e in matched if e is None]  # `why` holds one sentence per failing binding
+            misfit = why[next(i for i, b in enumerate(failing) if b is others[0])]
+            return Reason(
+                RefusalCategory.INIT_MISMATCH,
+                f"another __init__ binding of self.{ref.attr} does not fit the rule ({misfit}), and this rule's "
+                "kernel cannot check at run time which one the layer is",
+                others[0].statement,
+            )
         if uncertain and (others or trusted or any(b.layer_type.certainty != CERTAIN for b, _ in good)):
             certainty = "guarded"
         binding, env = good[0]

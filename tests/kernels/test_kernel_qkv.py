@@ -116,6 +116,19 @@ def test_different_in_features_is_an_error() -> None:
         ak.packed_qkv_linear(torch.randn(2, 6), nn.Linear(6, 4), nn.Linear(5, 4), nn.Linear(6, 4))
 
 
+@pytest.mark.parametrize("backend", ["auto", "packed_qkv_linear=packed"])
+def test_modules_other_than_linears_are_called(backend: str) -> None:
+    """A class may bind `nn.Identity()` in one branch of `__init__` and the Linears in the other (the codemod refuses
+    that shape, but the kernel is public): the modules are called as written."""
+    x = torch.randn(2, 6)
+    q, v = nn.Identity(), nn.Linear(6, 6)
+    with ak.use_backend(backend):
+        out = ak.packed_qkv_linear(x, q, nn.Identity(), v)
+    torch.testing.assert_close(out[0], x, rtol=0, atol=0)
+    torch.testing.assert_close(out[1], x, rtol=0, atol=0)
+    torch.testing.assert_close(out[2], v(x), rtol=0, atol=0)
+
+
 def test_subclassed_or_hooked_linears_are_called() -> None:
     q, k, v = _layers(torch.float32)
     seen: List[str] = []
