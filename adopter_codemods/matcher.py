@@ -706,8 +706,8 @@ def _match_init(match: Match) -> Union[Match, Reason]:
             # bound again elsewhere in the class family: what the layer is at the call is unknown
             return Reason(
                 RefusalCategory.LAYER_REBOUND,
-                f"self.{ref.attr} is bound again outside __init__ (or by a computed setattr), so what it is at the "
-                "call is unknown",
+                f"self.{ref.attr} is bound again other than by an assignment of its own in __init__ (in another method "
+                "or class, by setattr, or in a chain `self.a = self.b = ...`), so what it is at the call is unknown",
             )
         elif edits and (ref.attr in match.cls.foreign_stores or "*" in match.cls.foreign_stores):
             # the edited layer may be replaced from outside the class (`model.ln = nn.LayerNorm(8)`)
@@ -800,8 +800,8 @@ def _whole_container(
     if whole.attr in cls.rebound or "*" in cls.rebound:
         return Reason(
             RefusalCategory.LAYER_REBOUND,
-            f"self.{whole.attr} is bound again outside __init__ (or by a computed setattr), so what it is at the call "
-            "is unknown",
+            f"self.{whole.attr} is bound again other than by an assignment of its own in __init__ (in another method "
+            "or class, by setattr, or in a chain `self.a = self.b = ...`), so what it is at the call is unknown",
         )
     return LayerRef(whole.attr, (whole,)), members
 

@@ -76,8 +76,8 @@ def test_rebound_outside_init_is_still_refused() -> None:
         (
             21,
             "layer-rebound",
-            "self.q_proj is bound again outside __init__ (or by a computed setattr), so what it is at the call is "
-            "unknown",
+            "self.q_proj is bound again other than by an assignment of its own in __init__ (in another method or "
+            "class, by setattr, or in a chain `self.a = self.b = ...`), so what it is at the call is unknown",
         )
     ]
 

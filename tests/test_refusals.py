@@ -408,8 +408,8 @@ def test_layer_bound_again_outside_init() -> None:
         (
             12,
             "layer-rebound",
-            "self.dropout is bound again outside __init__ (or by a computed setattr), so what it is at the call is "
-            "unknown",
+            "self.dropout is bound again other than by an assignment of its own in __init__ (in another method or "
+            "class, by setattr, or in a chain `self.a = self.b = ...`), so what it is at the call is unknown",
             None,
         )
     ]
