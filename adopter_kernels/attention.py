@@ -52,6 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from ._dispatch import autocast_dtype, compute_dtype, forced, is_plain, select
+from ._pickling import reduce_through
 from .attention_backends import fast_attention
 
 __all__ = ["bert_self_attention_sdpa", "t5_attention_sdpa", "gpt2_attention_sdpa", "bart_attention_sdpa"]
@@ -186,7 +187,10 @@ def _sdpa_subclass(cls: type, mixin: type, rule: str) -> type:
         )
         bases = (cls,)
     doc = f"{cls.__name__} with F.scaled_dot_product_attention as its attention core ({rule}); see {__name__}."
-    return type(name, bases, {"__module__": __name__, "__qualname__": name, "__doc__": doc, "_adopter_rule": rule})
+    reduce = reduce_through(_sdpa_subclass, (cls, mixin, rule))  # pickle cannot find this class by name
+    namespace = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "_adopter_rule": rule,
+                 "__reduce_ex__": reduce}
+    return type(name, bases, namespace)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ._dispatch import TRITON, register_kernel, select
+from ._pickling import reduce_through
 
 __all__ = ["rms_norm", "rms_norm_module", "RMS_NORM_CASTS"]
 
@@ -148,7 +149,10 @@ def rms_norm_module(cls: type, cast: str, weight: str = "weight", eps: str = "va
 
     name = "Fused" + cls.__name__
     doc = f"{cls.__name__} with a fused RMSNorm forward ({cast} casting order, ADP011); see {__name__}."
-    return type(name, (cls,), {"forward": forward, "__module__": __name__, "__qualname__": name, "__doc__": doc})
+    reduce = reduce_through(rms_norm_module, (cls, cast, weight, eps))  # pickle cannot find this class by name
+    namespace = {"forward": forward, "__reduce_ex__": reduce, "__module__": __name__, "__qualname__": name,
+                 "__doc__": doc}
+    return type(name, (cls,), namespace)
 
 
 # An fx leaf where the subclass forward above calls it (adopter_kernels/__init__.py wraps the public name).
