@@ -120,7 +120,9 @@ def load_source_as_module(
     even when it only exists in memory.
     """
     filename = path if path is not None else f"<{name}>"
-    code = compile(source, filename, "exec")
+    # dont_inherit: this file's `from __future__ import annotations` must not turn the module's annotations into
+    # strings (transformers reads them: a string config_class breaks from_pretrained)
+    code = compile(source, filename, "exec", dont_inherit=True)
     module = types.ModuleType(name)
     module.__file__ = filename
     if package is not None:

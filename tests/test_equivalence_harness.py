@@ -366,6 +366,17 @@ def test_loaded_module_supports_dataclasses_and_pickling() -> None:
     assert pickle.loads(pickle.dumps(value)).hidden.item() == 1.0
 
 
+def test_loaded_module_keeps_its_own_future_imports() -> None:
+    """The loaded source does not inherit this harness's `from __future__ import annotations`: its annotations are
+    objects, as when the file is imported (transformers reads `config_class` and dataclass field types)."""
+    module = load_source_as_module("import torch\nx: torch.Tensor\n", "_equiv_test_annotations")
+    assert module.__annotations__ == {"x": torch.Tensor}
+    lazy = load_source_as_module(
+        "from __future__ import annotations\nimport torch\nx: torch.Tensor\n", "_equiv_test_annotations_lazy"
+    )
+    assert lazy.__annotations__ == {"x": "torch.Tensor"}
+
+
 def test_failed_load_is_unregistered_and_traceback_shows_source() -> None:
     source = "import torch\n\n\ndef f():\n    raise ValueError('boom from line five')\n\nf()\n"
     with pytest.raises(ValueError) as info:
