@@ -1205,17 +1205,6 @@ class _CallScan(cst.CSTVisitor):
         self.unsafe = True
 
 
-class _EffectScan(_CallScan):
-    """Calls in a statement outside the given nodes (the matched statements, judged on their own)."""
-
-    def __init__(self, skip: set[int]) -> None:
-        super().__init__()
-        self.skip = skip
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return id(node) not in self.skip and super().on_visit(node)
-
-
 class _CallBefore(cst.CSTVisitor):
     """Whether a statement makes a call before evaluating `target` (textual order; enclosing calls run after)."""
 

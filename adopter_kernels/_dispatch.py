@@ -270,14 +270,6 @@ def records_grad(*tensors: Optional[torch.Tensor]) -> bool:
     return False
 
 
-def call_info(*tensors: Optional[torch.Tensor], training: Optional[bool] = None) -> Call:
-    """The ``Call`` for these tensors (the first one gives device and dtype); ``training`` overrides the grad test."""
-    first = next(t for t in tensors if t is not None)
-    device = _device_type(first)
-    grad = training if training is not None else records_grad(*tensors)
-    return Call(device, first.dtype, grad, autocast_dtype(device))
-
-
 _fx = torch.fx._symbolic_trace  # no public spelling of the check yet
 #: True inside ``torch.fx.symbolic_trace`` only (torch >= 2.6; older torch has the broader is_fx_tracing).
 fx_tracing: Callable[[], bool] = getattr(_fx, "is_fx_symbolic_tracing", None) or _fx.is_fx_tracing

@@ -143,11 +143,11 @@ def markdown(payload: dict[str, Any]) -> str:
         f"relative to eager vanilla in the same run. Memory: {settings.get('memory_method') or '-'}. "
         f"Equivalence: outputs, input and parameter gradients and buffers in eval and train mode "
         f"(dropout off), rtol={settings['rtol']:g}, atol={settings['atol']:g}; the cell shows the max abs diff. "
-        + (f"Interleaved timing: each variant ran call by call in alternation with a vanilla twin; its speedup is "
-           f"the median of the per-call ratios, `~` when their interquartile range includes 1 (within noise). "
-           f"Vanilla's own row is the A/A control (vanilla against its twin: 1.00 when the pairing is fair). "
+        + ("Interleaved timing: each variant ran call by call in alternation with a vanilla twin; its speedup is "
+           "the median of the per-call ratios, `~` when their interquartile range includes 1 (within noise). "
+           "Vanilla's own row is the A/A control (vanilla against its twin: 1.00 when the pairing is fair). "
            if settings.get("interleave") else
-           f"`~` after a speedup: the interquartile ranges of variant and vanilla overlap (within noise).")
+           "`~` after a speedup: the interquartile ranges of variant and vanilla overlap (within noise).")
         + (f" 1-minute load average at start {env['load_average'][0]:.2f}, at end {env['load_average'][1]:.2f} "
            f"(per measurement in results.json)." if env.get("load_average") else ""),
         "",

@@ -8,8 +8,7 @@ import libcst as cst
 import pytest
 
 from adopter_codemods.dsl import parse_rule
-from adopter_codemods.engine import find_all, rewrite_module
-from adopter_codemods.provider import build_module_structure
+from adopter_codemods.engine import rewrite_module
 
 RULE = parse_rule(
     """\

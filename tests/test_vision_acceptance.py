@@ -8,7 +8,6 @@ what the kernel folds fails here until both are updated.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest

@@ -15,7 +15,6 @@ from torch import nn
 
 import adopter_kernels as ak
 from adopter_kernels import _dispatch, attention_backends
-from adopter_kernels._dispatch import Call
 
 
 @pytest.fixture(autouse=True)
