@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+import types
+from typing import Callable, Dict, Optional, Union
 
 import torch
 from torch import nn
@@ -123,15 +124,24 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: Eps, cast: str = "llama
     return reference(x, weight, eps)
 
 
-def _single_argument(name: str) -> Callable[[Tuple[Any, ...], Dict[str, Any]], Any]:
-    """Reads the one input of ``forward(self, <name>)`` from a call's arguments, raising as Python would."""
+def _fused_forward(self: nn.Module, input: torch.Tensor) -> torch.Tensor:
+    """The subclass forward; its code object is copied with the original forward's parameter name (see below)."""
+    weight, eps, cast = type(self)._adopter_rms_norm  # type: ignore[attr-defined]
+    return rms_norm(input, getattr(self, weight), getattr(self, eps), cast)
 
-    def read(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        if len(args) + len(kwargs) != 1 or (kwargs and name not in kwargs):
-            raise TypeError(f"forward() takes exactly one argument {name!r}")
-        return args[0] if args else kwargs[name]
 
-    return read
+def _forward_taking(name: str) -> Callable[..., torch.Tensor]:
+    """``_fused_forward`` with its input parameter called ``name``, the original's: callers passing it by keyword
+    keep working, and ``torch.fx`` (which reads a root's parameters from its code object) and ``inspect.signature``
+    see the original's signature. Its locals other than the two parameters are renamed out of the way first."""
+    code = _fused_forward.__code__
+    others = [local for local in code.co_varnames if local not in ("self", "input")]
+    taken = {"self", name}
+    renamed = {local: local if local not in taken else f"_{local}_" for local in others}
+    code = code.replace(co_varnames=("self", name, *renamed.values()))
+    forward = types.FunctionType(code, _fused_forward.__globals__, "forward")
+    forward.__annotations__ = {name: torch.Tensor, "return": torch.Tensor}
+    return forward
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,16 +152,13 @@ def rms_norm_module(cls: type, cast: str, weight: str = "weight", eps: str = "va
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"rms_norm_module expects an nn.Module class, got {cls!r}")
     params = list(inspect.signature(cls.forward).parameters)
-    read = _single_argument(params[1] if len(params) == 2 else "input")
-
-    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return rms_norm(read(args, kwargs), getattr(self, weight), getattr(self, eps), cast)
-
+    forward = _forward_taking(params[1] if len(params) == 2 and params[1].isidentifier() else "input")
     name = "Fused" + cls.__name__
     doc = f"{cls.__name__} with a fused RMSNorm forward ({cast} casting order, ADP011); see {__name__}."
     reduce = reduce_through(rms_norm_module, (cls, cast, weight, eps))  # pickle cannot find this class by name
-    namespace = {"forward": forward, "__reduce_ex__": reduce, "__module__": __name__, "__qualname__": name,
-                 "__doc__": doc}
+    forward.__qualname__ = f"{name}.forward"
+    namespace = {"forward": forward, "_adopter_rms_norm": (weight, eps, cast), "__reduce_ex__": reduce,
+                 "__module__": __name__, "__qualname__": name, "__doc__": doc}
     return type(name, (cls,), namespace)
 
 

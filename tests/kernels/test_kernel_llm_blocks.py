@@ -5,6 +5,8 @@ hooks)."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from torch import nn
@@ -115,6 +117,34 @@ def test_rms_norm_module_is_a_cached_subclass_with_the_same_interface() -> None:
     assert len(seen) == 1
     with pytest.raises(ValueError):
         ak.rms_norm_module(llama.LlamaRMSNorm, "layer_norm", "weight", "variance_epsilon")
+
+
+class _NormTakingWeight(nn.Module):
+    """An RMSNorm whose input parameter has the name of a local of the generated forward."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+        self.variance_epsilon = 1e-6
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        variance = weight.pow(2).mean(-1, keepdim=True)
+        return self.weight * (weight * torch.rsqrt(variance + self.variance_epsilon))
+
+
+@pytest.mark.parametrize("cls", [llama.LlamaRMSNorm, _NormTakingWeight])
+def test_rms_norm_module_keeps_the_forward_signature_for_fx_as_a_root(cls: type) -> None:
+    # torch.fx reads a root module's parameters from its forward's code object: `forward(self, *args)` failed there.
+    fused = ak.rms_norm_module(cls, "llama", "weight", "variance_epsilon")(8)
+    original_parameters = list(inspect.signature(cls.forward).parameters)[1:]
+    assert list(inspect.signature(fused.forward).parameters) == original_parameters
+    x = torch.randn(2, 8)
+    graph = torch.fx.symbolic_trace(fused)
+    assert any(node.op == "call_function" and "rms_norm" in node.name for node in graph.graph.nodes)
+    expected = cls(8)
+    expected.load_state_dict(fused.state_dict())
+    assert torch.equal(graph(x), expected(x))
+    assert torch.equal(fused(**{original_parameters[0]: x}), expected(x))
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu", "gelu_pytorch_tanh", "relu", "tanh"])
