@@ -16,9 +16,9 @@ aliases, module-level ``Alias = Name`` assignments and ``from x import *`` are f
 deep; a cycle ends the search. A class is a module class when one of its bases is ``torch.nn.Module`` (or
 ``Sequential``/``ModuleList``/``ModuleDict``: by qualified name, so without torch installed too) or a resolved
 class that is one. A base that cannot be resolved (not installed, a C extension, a file that does not parse, a
-computed base) counts only when its name says so, as before this module existed: ``*PreTrainedModel`` and
-transformers' ``modeling_layers.GradientCheckpointingLayer``; any other unresolved base is not a module, so the
-class is left alone (no finding, no rewrite).
+computed base) counts only when its name says so, as before this module existed: ``*PreTrainedModel``,
+transformers' ``modeling_layers.GradientCheckpointingLayer`` and Lightning's ``LightningModule``; any other
+unresolved base is not a module, so the class is left alone (no finding, no rewrite).
 
 Parsed files are kept per process, keyed by path and checked against its modification time and size on each
 use; each :class:`BaseResolver` (one per analysed file) records the look-ups and files it used
@@ -55,6 +55,8 @@ def is_module_by_name(qualname: str) -> bool:
         or qualname.endswith("PreTrainedModel")
         # transformers >= 4.52 derives decoder layers from modeling_layers.GradientCheckpointingLayer (a Module).
         or qualname.endswith("modeling_layers.GradientCheckpointingLayer")
+        # Lightning's LightningModule (an nn.Module), where models often define their layers: any of its spellings.
+        or (qualname.startswith(("pytorch_lightning.", "lightning.")) and qualname.endswith(".LightningModule"))
     )
 
 

@@ -181,6 +181,10 @@ def test_class_cycle_across_files(tmp_path: Path) -> None:
         ({}, "from notinstalled.layers import Base", []),  # unknown third-party base: left alone
         ({}, "from notinstalled.modeling_utils import MyPreTrainedModel as Base", ["Block"]),  # named as before
         ({}, "from notinstalled.modeling_layers import GradientCheckpointingLayer as Base", ["Block"]),
+        # Lightning not installed: its LightningModule, under either package name, as the others name it.
+        ({}, "from pytorch_lightning import LightningModule as Base", ["Block"]),
+        ({}, "from lightning.pytorch.core.module import LightningModule as Base", ["Block"]),
+        ({}, "from notlightning import LightningModule as Base", []),
         ({"pkg/base.py": "class Base:\n    pass\n"}, "from .base import Base", []),  # found, not a module
         ({"pkg/base.py": "class Base(\n"}, "from .base import Base", []),  # does not parse
         ({"pkg/base.py": "def make():\n    pass\nBase = make()\n"}, "from .base import Base", []),  # computed
