@@ -1619,12 +1619,9 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
         return found
     checked: dict[frozenset[tuple[int, Optional[str]]], set[int]] = {}
     for f in found:
-        exprs = {id(n.expr) for n in f.match.nodes}
         through = checked.setdefault(f.match.key(), set())
-        if f.match.graph is not None:
-            for node in f.match.graph.nodes:
-                if id(node.expr) in exprs:
-                    through.update(id(site.small) for site in node.site.inline_stack)
+        for node in f.match.nodes:
+            through.update(id(site.small) for site in node.site.inline_stack)
     dropped: set[int] = set()
     for f in helper_matches:
         unchecked = _unchecked_helper_call(f.match, checked[f.match.key()])
