@@ -13,7 +13,7 @@ from ..flow.graph import FlowGraph, FlowSink, merge_states
 from ..qualnames import ImportTable
 from ..structure import LayerBinding, Site, Value
 from . import syntax
-from .discovery import _ClassInfo, _find_method
+from .discovery import _ClassInfo, _find_method, shadowed_imports
 from .syntax import _is_self_attr
 
 
@@ -89,6 +89,10 @@ class _WalkState:
         self.containers: list[LayerBinding] = []  # every nn.Sequential the class builds (init_bindings.py)
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
+        # Per walked function (by `_Ctx.prefix`: "" for the function walked, one per helper inlining): the imported
+        # names it binds itself, which its calls must not resolve through the imports (`def forward(self, x, F)`).
+        self.shadowed: dict[str, frozenset[str]] = {}
+        self._shadowed_by: dict[int, tuple[cst.FunctionDef, frozenset[str]]] = {}
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (a
         # rewrite there stays as local as one inside forward).
         self.on_its_own = False
@@ -102,6 +106,24 @@ class _WalkState:
     def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
         """A method of this class or of a base class defined in the same file (left-to-right MRO approximation)."""
         return _find_method(self.info, self.classes, name, set() if seen is None else seen)
+
+    def shadow(self, prefix: str, fn: cst.FunctionDef) -> None:
+        """Record the imported names `fn`, walked under `prefix`, binds itself (`discovery.shadowed_imports`)."""
+        hit = self._shadowed_by.get(id(fn))
+        if hit is None or hit[0] is not fn:
+            hit = self._shadowed_by[id(fn)] = (fn, shadowed_imports(fn, self.table))
+        self.shadowed[prefix] = hit[1]
+
+    def resolve_import(self, expr: cst.BaseExpression, ctx: _Ctx) -> Optional[str]:
+        """The qualified name of an imported name or chain (`F.softmax`), unless the function binds its head."""
+        qualname = self.table.resolve(expr)
+        if qualname is not None and self.shadowed.get(ctx.prefix):
+            root = expr
+            while type(root) is cst.Attribute:
+                root = root.value  # type: ignore[attr-defined]
+            if type(root) is cst.Name and root.value in self.shadowed[ctx.prefix]:  # type: ignore[attr-defined]
+                return None
+        return qualname
 
     def read_names(self, node: cst.CSTNode) -> tuple[list[str], bool]:
         hit = self._reads.get(id(node))

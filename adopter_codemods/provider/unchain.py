@@ -168,7 +168,7 @@ class _Unchainer(_WalkState, ABC):
             types = {b.qualname for b in bindings}
             qualname = types.pop() if len(types) == 1 else None
         elif attr is None:
-            qualname = self.table.resolve(call.func)
+            qualname = self.resolve_import(call.func, at.ctx)
             if qualname is not None:
                 qualname = canonical_torch_name(qualname)
         positional = [a.value for a in call.args if a.keyword is None]
@@ -254,6 +254,7 @@ class _Unchainer(_WalkState, ABC):
         if set(keyword) - {n for n, _ in bound}:
             return self.walk_opaque_expr(call, at, p, parent)
         self.inlined.add(method.name.value)
+        self.shadow(prefix, method)
         helper_ctx = _Ctx(
             self.qualify(method.name.value),
             prefix,

@@ -135,6 +135,8 @@ class _ClassWalker(_Unchainer):
         ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
         graph = self.graph = FlowGraph()
         self.entry_vids = {}
+        self.shadowed = {}
+        self.shadow("", fn)
         try:
             partials = self.walk_block(fn.body, ctx, [_Partial(FlowSink(graph, (0,)), FlowState(graph))])
         finally:
