@@ -263,6 +263,71 @@ class BaseResolver:
         """A dotted name of `summary`'s file as an absolute qualified name, when its head is imported."""
         return BaseResolver._qualified(summary, dotted)
 
+    def star_export(self, stars: Sequence[str], name: str) -> Optional[str]:
+        """The qualified name `name` has in the analysed file when its own `from x import *` (`stars`, in order)
+        bind it: the last module exporting it decides. None when none does, or when one could (a module not found,
+        an `__all__` that is computed, a name bound twice) and which one cannot be told."""
+        if self.origin is None:
+            return None
+        for star in reversed(stars):
+            found, qualname = self._exported(star, str(self.origin), name, MAX_HOPS, frozenset())
+            if found is not False:
+                return qualname if found else None
+        return None
+
+    def _exported(self, module: str, importer: str, name: str, hops: int, active: frozenset) -> tuple[Optional[bool], Optional[str]]:
+        """Whether `from <module> import *` in `importer` binds `name` (True, with its qualified name; False; None:
+        cannot tell)."""
+        summary = self._module_summary(module, importer)
+        if summary is None or hops <= 0 or summary.path in active:
+            return None, None
+        active = active | {summary.path}
+        if "__all__" in summary.bindings:
+            exported = _all_names(summary)
+            if exported is None:
+                return None, None
+            if name not in exported:
+                return False, None
+        elif name.startswith("_"):
+            return False, None
+        if name in summary.ambiguous:
+            return None, None
+        binding = summary.bindings.get(name)
+        if binding is None:
+            for star in reversed(summary.star_imports):
+                found, qualname = self._exported(star, summary.path, name, hops - 1, active)
+                if found is not False:
+                    return found, qualname
+            return False, None
+        if binding[0] == "import":
+            qualname = _absolute(binding[1], summary)
+        elif binding[0] == "alias":
+            qualname = self._qualified(summary, binding[1])
+        else:  # a class, function or value of that file
+            qualname = f"{summary.module_name}.{name}" if summary.module_name else None
+        return (True, qualname) if qualname is not None else (None, None)
+
+    def _module_summary(self, qualname: str, importer: str) -> Optional[FileSummary]:
+        """The file of the module `qualname` (as written in an import of `importer`), read; None when not found."""
+        stripped = qualname.lstrip(".")
+        level = len(qualname) - len(stripped)
+        parts = stripped.split(".") if stripped else []
+        if level:
+            package = Path(importer).parent
+            for _ in range(level - 1):
+                package = package.parent
+            dirs: Optional[tuple[str, ...]] = (str(package),)
+            init = package / "__init__.py"
+            current: Optional[str] = str(init) if os.path.isfile(init) else None
+        else:
+            dirs, current = tuple(self.search_path()), None
+        for part in parts:
+            found = self._locate(part, dirs) if dirs is not None else None
+            if found is None:
+                return None
+            current, dirs = found.origin, found.submodules
+        return self._summary(current) if current is not None else None
+
     def base_is_module(self, qualname: str) -> tuple[bool, Optional[ClassRef]]:
         """Whether an imported base makes a class a module class, and the class it resolved to (None: not
         resolved, or one of torch's module bases named as such)."""
@@ -537,6 +602,15 @@ def _existing_file(path: Optional[str]) -> Optional[Path]:
         return resolved if os.path.isfile(resolved) else None  # never raises
     except (OSError, RuntimeError, ValueError):
         return None
+
+
+def _all_names(summary: FileSummary) -> Optional[frozenset[str]]:
+    """The names a file's `__all__` lists; None when it is computed or bound more than once."""
+    value = summary.values.get("__all__")
+    if "__all__" in summary.ambiguous or not isinstance(value, (ast.List, ast.Tuple)):
+        return None
+    names = [el.value for el in value.elts if isinstance(el, ast.Constant) and isinstance(el.value, str)]
+    return frozenset(names) if len(names) == len(value.elts) else None
 
 
 def _join(prefix: str, rest: str) -> str:

@@ -5,8 +5,9 @@ modeling files (docs/DESIGN.md §5). Model code names layers through a handful o
 (``import torch.nn as nn``, ``from torch.nn import functional as F``, ``from ...activations import ACT2FN``), so a
 table of those imports plus the classes defined in the file is all the resolution this tool needs.
 
-A name imported through a relative import keeps its leading dots (``...activations.ACT2FN``); patterns match it
-by dotted suffix (see :func:`qualname_matches`).
+Names a ``from x import *`` may bind are looked up in ``x`` on demand (``ImportTable.star_lookup``, set where other
+files can be read). A name imported through a relative import keeps its leading dots (``...activations.ACT2FN``);
+patterns match it by dotted suffix (see :func:`qualname_matches`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
@@ -55,6 +56,14 @@ class ImportTable:
 
     names: dict[str, str] = field(default_factory=dict)
     local_classes: set[str] = field(default_factory=set)
+    # `from x import *`: the modules (as written, relative ones with their dots), and the names the module binds
+    # otherwise at its top level (functions, assignments), which no star import rebinds for the reader.
+    star_modules: list[str] = field(default_factory=list)
+    top_level: set[str] = field(default_factory=set)
+    # What a name no import or class binds names through the star imports (the qualified name, None: not found or
+    # not known): set by the front-end that can read other files (`class_bases.BaseResolver.star_export`).
+    star_lookup: Optional[Callable[[str], Optional[str]]] = None
+    _star_names: dict[str, Optional[str]] = field(default_factory=dict)
 
     @classmethod
     def from_module(cls, module: cst.Module) -> "ImportTable":
@@ -68,8 +77,13 @@ class ImportTable:
             for small in stmt.body:
                 if isinstance(small, (cst.Import, cst.ImportFrom)):
                     self.add_import(small)
+                elif isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    self.top_level.update(n.value for t in targets for n in _bound_names(t))
         elif isinstance(stmt, cst.ClassDef):
             self.local_classes.add(stmt.name.value)
+        elif isinstance(stmt, cst.FunctionDef):
+            self.top_level.add(stmt.name.value)
         elif isinstance(stmt, (cst.If, cst.Try)):
             # `if TYPE_CHECKING:` / `try: import x except ImportError:` blocks hold imports too.
             for block in _sub_blocks(stmt):
@@ -87,10 +101,11 @@ class ImportTable:
                     head = full.split(".")[0]
                     self.names.setdefault(head, head)
             return
-        if isinstance(node.names, cst.ImportStar):
-            return
         module = _module_name(node.module) if node.module is not None else ""
         prefix = "." * len(node.relative) + module
+        if isinstance(node.names, cst.ImportStar):
+            self.star_modules.append(prefix)
+            return
         for alias in node.names:
             name = _module_name(alias.name)
             local = _module_name(alias.asname.name) if alias.asname is not None else name
@@ -109,14 +124,37 @@ class ImportTable:
         head = root.value  # type: ignore[attr-defined]
         base = self.names.get(head)
         if base is None:
-            if head not in self.local_classes:
+            if head in self.local_classes:
+                base = head
+            elif self.star_lookup is None or head in self.top_level:
                 return None
-            base = head
+            else:
+                base = self._star_name(head)
+                if base is None:
+                    return None
         if root is node:
             return base
         name = dotted_name(node)
         assert name is not None
         return base + name[len(head) :]
+
+
+    def _star_name(self, head: str) -> Optional[str]:
+        if head not in self._star_names:
+            assert self.star_lookup is not None
+            self._star_names[head] = self.star_lookup(head)
+        return self._star_names[head]
+
+
+def _bound_names(target: cst.BaseExpression) -> list[cst.Name]:
+    """The names an assignment target binds (`a`, `a, *b`; not `a.x`, `a[i]`)."""
+    if type(target) is cst.Name:
+        return [target]  # type: ignore[list-item]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _bound_names(el.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    return []
 
 
 def _sub_blocks(stmt: cst.CSTNode) -> list[list[cst.CSTNode]]:

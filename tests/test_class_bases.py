@@ -341,3 +341,42 @@ def test_dependencies_record(tmp_path: Path) -> None:
     assert BaseResolver(str(model)).dependencies() == {}  # nothing looked up yet
     assert dependencies_unchanged({}, str(model))
     assert not dependencies_unchanged({"origin": 1}, str(model))  # malformed
+
+
+# The analysed file's own `from x import *` (fastai/tsai: `from ..imports import *` brings `Module`, `nn`, `F`).
+STAR_IMPORTS = "import torch\nimport torch.nn as nn\nfrom .layers import *\n"
+STAR_LAYERS = "from torch import nn\n\n\nclass Module(nn.Module):\n    pass\n"
+STAR_MODEL = """\
+from .imports import *
+
+
+class Block(Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x, r):
+        return self.ln(self.drop(x) + r)
+"""
+
+
+@pytest.mark.parametrize(
+    ("imports", "model", "expected"),
+    [
+        # `Module` through two star imports, `nn` through one: the class and its layers are known.
+        (STAR_IMPORTS, STAR_MODEL, ["ADP005"]),
+        # `__all__` decides what a star import takes, and leaving a name out hides it.
+        (STAR_IMPORTS + "__all__ = ['nn', 'Module']\n", STAR_MODEL, ["ADP005"]),
+        (STAR_IMPORTS + "__all__ = ['Module']\n", STAR_MODEL, []),
+        # A computed `__all__`: what it holds cannot be told, so nothing is resolved through it.
+        (STAR_IMPORTS + "__all__ = ['nn'] + ['Module']\n", STAR_MODEL, []),
+        # The file's own binding wins over the star import's, and so does the function's own local.
+        (STAR_IMPORTS, STAR_MODEL.replace("class Block", "def Module():\n    pass\n\n\nclass Block"), []),
+        (STAR_IMPORTS, STAR_MODEL.replace("def __init__(self):", "def __init__(self, nn=None):"), []),
+    ],
+)
+def test_star_imports_of_the_analysed_file(tmp_path: Path, imports: str, model: str, expected: list[str]) -> None:
+    write(tmp_path, {"pkg/__init__.py": "", "pkg/layers.py": STAR_LAYERS, "pkg/imports.py": imports,
+                     "pkg/model.py": model})
+    assert codes(tmp_path / "pkg" / "model.py") == expected

@@ -33,6 +33,8 @@ def build_module_structure(
     `only`: the name of the one class wanted (every class is still scanned: what the others do to it counts)."""
     table = ImportTable.from_module(module)
     resolver = previous.resolver if previous is not None else BaseResolver(path)
+    if table.star_modules:  # `from x import *`: names no import binds may come from x (read, never imported)
+        table.star_lookup = functools.partial(resolver.star_export, tuple(table.star_modules))
     scanned = _Scans(table, previous.scans if previous is not None else {})
     factories = FactoryTypes(resolver)  # layer factories of other files, read through the same resolver
     classes: dict[str, _ClassInfo] = {}

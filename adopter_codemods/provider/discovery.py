@@ -233,14 +233,14 @@ def _fresh_containers(fn: cst.FunctionDef, table: ImportTable) -> frozenset[str]
     return frozenset(name for name, heads in built.items() if name not in other and not heads & bound)
 
 
-def shadowed_imports(fn: cst.FunctionDef, table: ImportTable) -> frozenset[str]:
-    """The imported names `fn` binds in its own scope (a parameter `F`, `nn = ...`, a loop variable): Python makes
+def shadowed_imports(fn: cst.FunctionDef) -> frozenset[str]:
+    """The names `fn` binds in its own scope (a parameter `F`, `nn = ...`, a loop variable): Python makes
     such a name local in the whole function, so there it names no import. Lambda parameters and comprehension
     variables count too (a name they shadow is then not resolved in `fn`: conservative)."""
     bound: set[str] = set()
     for node in cstwalk.walk(fn, lambda n: n is fn or type(n) not in _SCOPES, cstwalk.LEAVES):
         if type(node) in _BINDERS and node is not fn:
-            bound.update(name for name, _ in _bindings(node) if name in table.names)
+            bound.update(name for name, _ in _bindings(node))
     return frozenset(bound)
 
 

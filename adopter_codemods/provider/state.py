@@ -111,7 +111,7 @@ class _WalkState:
         """Record the imported names `fn`, walked under `prefix`, binds itself (`discovery.shadowed_imports`)."""
         hit = self._shadowed_by.get(id(fn))
         if hit is None or hit[0] is not fn:
-            hit = self._shadowed_by[id(fn)] = (fn, shadowed_imports(fn, self.table))
+            hit = self._shadowed_by[id(fn)] = (fn, shadowed_imports(fn))
         self.shadowed[prefix] = hit[1]
 
     def resolve_import(self, expr: cst.BaseExpression, ctx: _Ctx) -> Optional[str]:
