@@ -275,7 +275,9 @@ class BaseResolver:
                 return qualname if found else None
         return None
 
-    def _exported(self, module: str, importer: str, name: str, hops: int, active: frozenset) -> tuple[Optional[bool], Optional[str]]:
+    def _exported(
+        self, module: str, importer: str, name: str, hops: int, active: frozenset
+    ) -> tuple[Optional[bool], Optional[str]]:
         """Whether `from <module> import *` in `importer` binds `name` (True, with its qualified name; False; None:
         cannot tell)."""
         summary = self._module_summary(module, importer)
@@ -309,24 +311,8 @@ class BaseResolver:
 
     def _module_summary(self, qualname: str, importer: str) -> Optional[FileSummary]:
         """The file of the module `qualname` (as written in an import of `importer`), read; None when not found."""
-        stripped = qualname.lstrip(".")
-        level = len(qualname) - len(stripped)
-        parts = stripped.split(".") if stripped else []
-        if level:
-            package = Path(importer).parent
-            for _ in range(level - 1):
-                package = package.parent
-            dirs: Optional[tuple[str, ...]] = (str(package),)
-            init = package / "__init__.py"
-            current: Optional[str] = str(init) if os.path.isfile(init) else None
-        else:
-            dirs, current = tuple(self.search_path()), None
-        for part in parts:
-            found = self._locate(part, dirs) if dirs is not None else None
-            if found is None:
-                return None
-            current, dirs = found.origin, found.submodules
-        return self._summary(current) if current is not None else None
+        parts, index, _, current = self._locate_modules(qualname, importer)
+        return self._summary(current) if index == len(parts) and current is not None else None
 
     def base_is_module(self, qualname: str) -> tuple[bool, Optional[ClassRef]]:
         """Whether an imported base makes a class a module class, and the class it resolved to (None: not
@@ -416,6 +402,22 @@ class BaseResolver:
         """`qualname` as written in an import of file `importer` (leading dots: relative to it)."""
         if hops <= 0:
             return None
+        parts, index, parent, current = self._locate_modules(qualname, importer)
+        remainder = parts[index:]
+        if not remainder and parent is not None:
+            # `from pkg import f` where pkg/__init__.py does `from .f import f`: the package's binding hides the
+            # submodule of the same name (timm.layers.create_conv2d).
+            summary = self._summary(parent)
+            return None if summary is None else self._define(summary, parts[-1:], hops - 1, active)
+        if not remainder or current is None:
+            return None
+        summary = self._summary(current)
+        return None if summary is None else self._define(summary, remainder, hops - 1, active)
+
+    def _locate_modules(self, qualname: str, importer: str) -> tuple[list[str], int, Optional[str], Optional[str]]:
+        """`qualname` as written in an import of file `importer`: its dotted parts, how many of them name modules
+        (looked up one level at a time; the rest are names defined in the last), and the files of the last two
+        modules found (None: none, or a namespace package)."""
         stripped = qualname.lstrip(".")
         level = len(qualname) - len(stripped)
         parts = stripped.split(".") if stripped else []
@@ -432,19 +434,10 @@ class BaseResolver:
         while index < len(parts) and dirs is not None:
             found = self._locate(parts[index], dirs)
             if found is None:
-                break  # not a module: a name defined in the last module found
+                break
             parent, current, dirs = current, found.origin, found.submodules
             index += 1
-        remainder = parts[index:]
-        if not remainder and parent is not None:
-            # `from pkg import f` where pkg/__init__.py does `from .f import f`: the package's binding hides the
-            # submodule of the same name (timm.layers.create_conv2d).
-            summary = self._summary(parent)
-            return None if summary is None else self._define(summary, parts[-1:], hops - 1, active)
-        if not remainder or current is None:
-            return None
-        summary = self._summary(current)
-        return None if summary is None else self._define(summary, remainder, hops - 1, active)
+        return parts, index, parent, current
 
     def _lookup(self, summary: FileSummary, parts: list[str], hops: int, active: frozenset) -> Optional[ClassRef]:
         """The class `parts` (a name, maybe followed by attributes) names in a file."""
