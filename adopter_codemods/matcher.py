@@ -1633,8 +1633,8 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
             reason = Reason(
                 RefusalCategory.NOT_PLACEABLE,
                 f"the helper method `{helper}` holding it is called here too, where its result is not checked (a "
-                "method walked on its own, a subclass refusing the site, or another object): the rewrite would "
-                "change the helper for this caller as well",
+                "method walked on its own, a call whose arguments the match does not hold for, a subclass refusing "
+                "the site, or another object): the rewrite would change the helper for this caller as well",
                 statement,
             )
             refusals.append(_refusal(f.match, f.placement, reason))

@@ -44,6 +44,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP004_fast_softmax/neg_arguments_do_not_fit.py': [],
     'ADP004_fast_softmax/neg_compiled_and_unpacked.py': [],
     'ADP004_fast_softmax/neg_softmax_module_legacy_dim.py': [],
+    'ADP004_fast_softmax/neg_import_shadowed_in_function.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
     'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
@@ -119,6 +120,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP007_fuse_conv_bn/neg_activation_between.py': [],
     'ADP007_fuse_conv_bn/neg_bn_before_conv.py': [],
+    'ADP007_fuse_conv_bn/neg_nn_shadowed_by_init_parameter.py': [],
     'ADP007_fuse_conv_bn/neg_bn_in_loop.py': [
         '12: not-placeable: the matched calls run in different loop iterations or loops (line 14)',
     ],
@@ -156,6 +158,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP008_fuse_linear_bn/neg_linear_output_reused.py': [
         '12: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 13)',
+    ],
+    'ADP009_fuse_qkv/neg_helper_inputs_differ_in_another_branch.py': [
+        '17: not-placeable: the helper method `_qkv_proj` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, or another object): the rewrite would change the helper for this caller as well (line 24)',
     ],
     'ADP009_fuse_qkv/neg_projection_identity_in_another_branch.py': [
         '21: init-mismatch: another __init__ binding of self.to_q does not fit the rule (it builds torch.nn.Identity, not torch.nn.Linear), and this rule\'s kernel cannot check at run time which one the layer is (line 16)',
