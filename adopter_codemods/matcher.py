@@ -1892,9 +1892,15 @@ def _plan_fallback(
         return None
     for absorbed_if in absorbed:
         # Its own kept statements may assign X (`_retested_name_kept` vetted them); nothing else from the region on.
-        own = _written_by(absorbed_if, deleted) if id(absorbed_if) in kept_ifs else writes[id(absorbed_if)]
+        # Another test (`layer_past is None`) is evaluated again at the fused call: nothing from the region on may
+        # assign its names or change the objects whose value it reads.
+        flag = _not_none_test(absorbed_if.test, match.cls.module) is None
+        own = (_written_by(absorbed_if, deleted) if id(absorbed_if) in kept_ifs and not flag
+               else writes[id(absorbed_if)])
         written = set().union(own, *(w for key, w in writes.items() if key != id(absorbed_if)))
         if _names_in_node(absorbed_if.test) & written:
+            return None
+        if flag and _value_names(absorbed_if.test) & _changed_in_place(region + after):
             return None
     skip = set().union(*(_statement_ids(i.body) for i in region_ifs)) if region_ifs else set()
     # An `if` the walk folds (no call in it) is one statement on every path, holding its body's reads: they happen
@@ -2087,12 +2093,15 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
             return None
         if_stmt, tested, prefix = found
         test = _code(if_stmt.test)
-        if tested is None:
+        # Another test without calls (`layer_past is None`, `self.causal`): evaluated again at the fused call, where
+        # `_plan_fallback` makes sure it gives the same answer.
+        flag = tested is None and _fallback_test(if_stmt.test, match.cls)
+        if tested is None and not flag:
             return Reason(
                 RefusalCategory.NOT_PLACEABLE,
-                f"the `if` around this step tests `{test}`, which is neither `X is not None` nor a call of a helper "
-                "of this file that is exactly that test, so the step cannot become an optional argument of the fused "
-                "call",
+                f"the `if` around this step tests `{test}`, which is neither `X is not None`, a call of a helper "
+                "of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` "
+                "flags only `__init__` sets), so the step cannot become an optional argument of the fused call",
                 if_stmt,
             )
         first = pattern.operands[0] if isinstance(pattern, OpNode) else pattern.args.positional[0]
@@ -2103,20 +2112,28 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
             return None
         feeders = _feeders.feeder_statements(match, anchor, prefix, {id(node.site.small)})
         kept = [line for line in prefix if not any(f in line.body for f in feeders)]
-        reason = _retested_name_kept(match, kept, tested, test)
-        if reason is not None:
-            return reason
+        if tested is not None:
+            reason = _retested_name_kept(match, kept, tested, test)
+            if reason is not None:
+                return reason
         # The argument reads X, or names the kept statements bound for it (`dots_mask = ...`): they hold the same
-        # at the fused call (the path checks), where the test still tells whether the `if` ran.
-        allowed = {tested, *(name for line in kept for name in _written(line))}
+        # at the fused call (the path checks), where the test still tells whether the `if` ran. Under another test
+        # it may read any name bound before the `if` too (minGPT's `self.mask[:, :, :T, :T] == 0`), not one only a
+        # deleted feeder binds.
+        allowed = {name for line in kept for name in _written(line)} | ({tested} if tested is not None else set())
+        fed_names = set().union(*(_written(f) for f in feeders))
         for a in others:
             bound = match.env.get(a.name)
             if _bound_name(bound) in allowed:
                 continue
-            if not (isinstance(bound, Value) and bound.kind == "expr" and bound.pure and bound.uses
-                    and {name for name, _ in bound.uses} <= allowed):
+            uses = {name for name, _ in bound.uses} if isinstance(bound, Value) else set()
+            if not (isinstance(bound, Value) and bound.pure and (
+                (bound.kind == "expr" and uses and uses <= allowed)
+                or (flag and bound.kind in ("expr", "var") and not uses & fed_names)
+            )):
                 text = _code(bound.expr) if isinstance(bound, Value) else f"${a.name}"
-                why = "makes a call" if isinstance(bound, Value) and not bound.pure else f"reads more than `{tested}`"
+                why = ("makes a call" if isinstance(bound, Value) and not bound.pure
+                       else "reads a name the step's own statements bind" if flag else f"reads more than `{tested}`")
                 return Reason(
                     RefusalCategory.NOT_PLACEABLE,
                     f"`{text}`, computed under `if {test}:`, {why}: the fused call could not pass it "

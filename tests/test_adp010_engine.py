@@ -104,7 +104,7 @@ def test_tensor_methods_are_nodes_with_the_receiver_first() -> None:
     assert len(path.nodes) == 4  # `.view` is no node
 
 
-def test_only_simple_test_ifs_with_tensor_ops_split_paths() -> None:
+def test_only_call_free_test_ifs_with_tensor_ops_split_paths() -> None:
     source = _module(
         """\
         def forward(self, s, mask, flag):
@@ -114,12 +114,16 @@ def test_only_simple_test_ifs_with_tensor_ops_split_paths() -> None:
                 n = 1
             if self.training:
                 s = s * 2
+            if self.scaled():
+                s = s * 3
             return torch.relu(s)
         """
     )
     (cls,) = build_module_structure(cst.parse_module(source)).classes
     (graph,) = cls.graphs
-    assert len(graph.paths()) == 2  # `if flag:` has no op, `self.training` is no simple test: both folded
+    # `if flag:` has no op and `self.scaled()` is a call: both folded; the `self.training` flag splits, as the mask
+    # test does (minGPT's `if layer_past is None:` / a `self.causal` flag around the causal mask, ADP010).
+    assert len(graph.paths()) == 4
 
 
 ADP010 = FIXTURES / "ADP010_fuse_attention_core"
@@ -129,6 +133,7 @@ REFUSALS = {
     "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),
     "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
     "neg_condition_attribute_stored.py": ("        self.save_attention = not self.training\n", ""),
+    "neg_mask_flag_set_in_forward.py": ("        self.causal = n > 1\n", ""),
     "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
     "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),
     "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
@@ -212,6 +217,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "optional_masked_fill_inf.py": 1,
     "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original
     "output_changed_in_place.py": 1,
+    "mask_under_flag_test.py": 2,  # the prompt under the causal mask, the cached step without one
+    "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
 }
 
 

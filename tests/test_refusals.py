@@ -251,8 +251,11 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_einsum_key_shared_across_heads.py': [
         '20: guard: guard attention_einsum_equations: the einsum `"b h i d, b j d -> b h i j"` is not a batched matrix product that the fused kernel runs as SDPA (only `A i d, A j d -> A i j` then `A i j, A j d -> A i d`, A the same leading dims) (line 20)',
     ],
+    'ADP010_fuse_attention_core/neg_mask_flag_set_in_forward.py': [
+        '23: not-placeable: the `if` around this step tests `self.causal`, which is neither `X is not None`, a call of a helper of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` flags only `__init__` sets), so the step cannot become an optional argument of the fused call (line 24)',
+    ],
     'ADP010_fuse_attention_core/neg_exists_not_a_none_test.py': [
-        '25: not-placeable: the `if` around this step tests `exists(attn_mask)`, which is neither `X is not None` nor a call of a helper of this file that is exactly that test, so the step cannot become an optional argument of the fused call (line 27)',
+        '25: not-placeable: the `if` around this step tests `exists(attn_mask)`, which is neither `X is not None`, a call of a helper of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` flags only `__init__` sets), so the step cannot become an optional argument of the fused call (line 27)',
     ],
     'ADP010_fuse_attention_core/neg_fill_min_of_other_tensor.py': [
         '19: guard: guard attention_fill_values: masked_fill fills with torch.finfo(ref.dtype).min; the fused kernel fills with -inf or torch.finfo(scores.dtype).min (its negated max) only',

@@ -17,7 +17,7 @@ from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
 from . import syntax
 from .discovery import _sequential_base
 from .state import _Ctx, _Cursor, _Partial
-from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, simple_condition
+from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, fallback_condition
 from .unchain import _Unchainer
 
 # Decorators after which a function still runs its body as written (so the body can be rewritten like forward's).
@@ -407,14 +407,14 @@ class _ClassWalker(_Unchainer):
 
 
 def _guards_ops(node: cst.CSTNode) -> bool:
-    """An ``if`` with a simple test (`simple_condition`, or a helper's ``exists(x)``, which ADP010's absorbing reads
-    as ``x is not None`` when the helper is exactly that), no else, that updates a name by a tensor op on it, such as
+    """An ``if`` with a test without calls (`fallback_condition`: names, ``self.<attr>`` flags, comparisons; or a
+    helper's ``exists(x)``, which ADP010's absorbing reads as ``x is not None`` when the helper is exactly that), no else, that updates a name by a tensor op on it, such as
     ``if head_mask is not None: probs = probs * head_mask`` (or masks it: `_masks_itself`): walked as separate
     paths, so a rule can tell the paths that run it from the others (ADP010's fallback plan); other ``if``s without
     calls are still folded."""
     if type(node) is not cst.If or node.orelse is not None:
         return False
-    if not (simple_condition(node.test) or _names_call(node.test)):  # type: ignore[attr-defined]
+    if not (fallback_condition(node.test) or _names_call(node.test)):  # type: ignore[attr-defined]
         return False
     for line in _suite_body(node.body):  # type: ignore[attr-defined]
         if type(line) is not cst.SimpleStatementLine:
