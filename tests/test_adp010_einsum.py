@@ -65,3 +65,26 @@ def test_rule_rewrites_exactly_what_the_kernel_speeds_up(score: str, output: str
     assert rewritten == _kernel_runs_sdpa(score, output), result.code
     if rewritten:
         assert f"score_equation={score!r}, output_equation={output!r}" in result.code
+
+
+def test_an_einsum_the_kernel_cannot_run_is_the_reason_given_before_the_fill_value() -> None:
+    """DALL-E 2's and CoCa's one-key-for-all-heads attention fills with `-finfo.max`, which the `masked_min` variant
+    takes and the `masked_inf` variant does not: the refusal names the einsum, which rules out both."""
+    from adopter_codemods.api import refused_sites
+
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn, einsum
+
+
+        class Attention(nn.Module):
+            def forward(self, q, k, v, mask):
+                sim = einsum("b h i d, b j d -> b h i j", q, k)
+                sim = sim.masked_fill(mask, -torch.finfo(sim.dtype).max)
+                attn = sim.softmax(dim=-1)
+                return einsum("b h i j, b j d -> b h i d", attn, v)
+        """
+    )
+    (site,) = refused_sites(source, ["ADP010"])
+    assert site.reason.startswith("guard attention_einsum_equations")
