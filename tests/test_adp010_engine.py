@@ -219,6 +219,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "output_changed_in_place.py": 1,
     "mask_under_flag_test.py": 2,  # the prompt under the causal mask, the cached step without one
     "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
+    "inplace_fill_under_if.py": 2,  # with and without the mask
 }
 
 

@@ -408,8 +408,9 @@ class _ClassWalker(_Unchainer):
 
 def _guards_ops(node: cst.CSTNode) -> bool:
     """An ``if`` with a test without calls (`fallback_condition`: names, ``self.<attr>`` flags, comparisons; or a
-    helper's ``exists(x)``, which ADP010's absorbing reads as ``x is not None`` when the helper is exactly that), no else, that updates a name by a tensor op on it, such as
-    ``if head_mask is not None: probs = probs * head_mask`` (or masks it: `_masks_itself`): walked as separate
+    helper's ``exists(x)``, which ADP010's absorbing reads as ``x is not None`` when the helper is exactly that), no
+    else, that updates a name by a tensor op on it, such as ``if head_mask is not None: probs = probs * head_mask``
+    (or masks it, also in place: `_masks_itself`, ``scores.masked_fill_(m, float("-inf"))``): walked as separate
     paths, so a rule can tell the paths that run it from the others (ADP010's fallback plan); other ``if``s without
     calls are still folded."""
     if type(node) is not cst.If or node.orelse is not None:
@@ -428,6 +429,8 @@ def _guards_ops(node: cst.CSTNode) -> bool:
                     return True
                 if _masks_itself(value, name):
                     return True
+            elif type(small) is cst.Expr and syntax.in_place_masked_fill(small.value) is not None:  # type: ignore[attr-defined]
+                return True
     return False
 
 
