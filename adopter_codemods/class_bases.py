@@ -90,6 +90,17 @@ class ClassSummary:
             self._attributes = (frozenset(reads), frozenset(stores))
         return self._attributes
 
+    def defined(self) -> frozenset[str]:
+        """Names the class body defines as functions (methods, properties) or binds to a call's result
+        (``x = property(f)``): reading such an attribute of an instance may run code."""
+        names: set[str] = set()
+        for stmt in self.node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(stmt.name)
+            elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                names.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+        return frozenset(names)
+
 
 @dataclass
 class FileSummary:
@@ -233,7 +244,7 @@ class BaseResolver:
         self._files: dict[str, Optional[tuple[int, int]]] = {}
         self._verdicts: dict[ClassRef, bool] = {}
         self._resolved: dict[tuple[str, str], Optional[Definition]] = {}
-        self._attributes: dict[ClassRef, tuple[frozenset[str], frozenset[str]]] = {}
+        self._attributes: dict[ClassRef, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {}
 
     # ------------------------------------------------------------------ public
     def resolve(self, qualname: str) -> Optional[ClassRef]:
@@ -352,16 +363,23 @@ class BaseResolver:
         reads: set[str] = set()
         stores: set[str] = set()
         for ref in refs:
-            ref_reads, ref_stores = self._ancestry_attributes(ref)
+            ref_reads, ref_stores, _ = self._ancestry(ref)
             reads |= ref_reads
             stores |= ref_stores
         return frozenset(reads), frozenset(stores)
 
-    def _ancestry_attributes(self, start: ClassRef) -> tuple[frozenset[str], frozenset[str]]:
+    def methods(self, refs: Sequence[ClassRef]) -> frozenset[str]:
+        """Names these classes of other files and every base they reach (torch's ``Module`` aside) define as
+        methods or properties (`ClassSummary.defined`)."""
+        return frozenset().union(*(self._ancestry(ref)[2] for ref in refs))
+
+    def _ancestry(self, start: ClassRef) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        """The ``self`` attributes read, bound, and defined as methods or properties in `start` and its bases."""
         if start in self._attributes:
             return self._attributes[start]
         reads: set[str] = set()
         stores: set[str] = set()
+        defined: set[str] = set()
         seen: set[ClassRef] = set()
         todo = [start]
         while todo and len(seen) < MAX_CLASSES:
@@ -373,9 +391,10 @@ class BaseResolver:
             class_reads, class_stores = found[1].attributes()
             reads |= class_reads
             stores |= class_stores
+            defined |= found[1].defined()
             bases = (self._lookup(found[0], b.split("."), MAX_HOPS, frozenset()) for b in found[1].bases if b)
             todo.extend(b for b in bases if b is not None)
-        result = self._attributes[start] = (frozenset(reads), frozenset(stores))
+        result = self._attributes[start] = (frozenset(reads), frozenset(stores), frozenset(defined))
         return result
 
     def dependencies(self) -> dict[str, object]:

@@ -33,6 +33,7 @@ from . import feeders as _feeders  # the module, not its names: it may be import
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
+from .provider.discovery import shadowed_imports
 from .provider.syntax import (
     _call_receivers, _is_self_attr, _object_name, _read_names, fallback_condition, softmax_module_dim,
 )
@@ -1886,6 +1887,17 @@ def _plan_fallback(
     written_from_region = set().union(*writes.values())
     if any(name in written_from_region for t in tests for name in _names_in_node(t)):
         return None
+    # A test is evaluated once more, elsewhere than its `if`: a name of it must be the function's own local that no
+    # nested function can rebind (`nonlocal`); a global or a closure's name may change in any call in between.
+    for test in (*tests, *(i.test for i in absorbed)):
+        if not _test_names_local(test, function):
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                f"the test `{_code(test)}` reads a name that is not this function's own local (a global, or one a "
+                "nested function may rebind): it would be tested again elsewhere, where a call in between may have "
+                "changed it",
+                next((i for i in (*region_ifs, *absorbed) if i.test is test), None),
+            )
     # A test that reads a value (a comparison, a truth test; not `is None`) of an object the code may change in
     # place from the region on (`n.add_(1)`, `f(n)`, `n[0] = 0`) could see another value at the top of the region.
     if tests and set().union(*map(_value_names, tests)) & _changed_in_place(region + after):
@@ -1917,6 +1929,22 @@ def _plan_fallback(
     return dataclasses.replace(
         block, plan="fallback", region=tuple(region), region_ifs=dropped, fallback_tests=tuple(tests)
     )
+
+
+def _test_names_local(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """Whether every name whose value `test` reads (``self`` of ``self.<flag>`` aside, vetted by `_fallback_test`;
+    and the helper of `exists(x)`, vetted by `_not_none_test`) is bound in `function`'s own scope and read or bound
+    in none of its nested functions, lambdas or classes."""
+    nodes = list(cstwalk.walk(test, lambda n: type(n) is not cst.Attribute))
+    helpers = {id(n.func) for n in nodes if type(n) is cst.Call}  # type: ignore[attr-defined]
+    names = {n.value for n in nodes if type(n) is cst.Name and id(n) not in helpers}  # type: ignore[attr-defined]
+    names -= {"self", "None", "True", "False"}
+    if not names:
+        return True
+    if not names <= shadowed_imports(function):
+        return False
+    nested = (n for n in cstwalk.walk(function.body) if isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)))
+    return not any(names & _names_in_node(scope) for scope in nested)
 
 
 def _region_if_reason(if_stmt: cst.If) -> Reason:
@@ -2124,12 +2152,13 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         fed_names = set().union(*(_written(f) for f in feeders))
         for a in others:
             bound = match.env.get(a.name)
-            if _bound_name(bound) in allowed:
-                continue
+            if tested is not None and _bound_name(bound) == tested:
+                continue  # X itself: None exactly where the `if` did not run
+            # Anything else, a name the kept lines bind included, is passed only where the `if` ran: on the other
+            # paths such a name is unbound or holds an older value.
             uses = {name for name, _ in bound.uses} if isinstance(bound, Value) else set()
-            if not (isinstance(bound, Value) and bound.pure and (
-                (bound.kind == "expr" and uses and uses <= allowed)
-                or (flag and bound.kind in ("expr", "var") and not uses & fed_names)
+            if not (isinstance(bound, Value) and bound.pure and bound.kind in ("expr", "var") and (
+                (uses and uses <= allowed) or (flag and not uses & fed_names)
             )):
                 text = _code(bound.expr) if isinstance(bound, Value) else f"${a.name}"
                 why = ("makes a call" if isinstance(bound, Value) and not bound.pure

@@ -543,7 +543,7 @@ def _binds_elsewhere(module: cst.Module, name: str, package: str) -> bool:
     """Whether the module binds `name`, in any scope, other than by importing `package` (``import package``,
     ``import package.sub``, ``import package as name``): an import of `package` as `name` added for the rewritten
     code would not be what the name holds everywhere. A statement changing an object through the name counts too."""
-    if name in syntax._written_names(module):  # assignment, loop, `with`, `except`, `del` and walrus targets
+    if name in syntax._written_names(module, imports=False):  # assignment, loop, `with`, `except`, `del`, walrus
         return True
     for node in cstwalk.walk(module):
         kind = type(node)

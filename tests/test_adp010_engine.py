@@ -134,6 +134,10 @@ REFUSALS = {
     "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
     "neg_condition_attribute_stored.py": ("        self.save_attention = not self.training\n", ""),
     "neg_mask_flag_set_in_forward.py": ("        self.causal = n > 1\n", ""),
+    "neg_mask_rebound_in_between.py": ("(m := m.transpose(-2, -1))", "m.transpose(-2, -1)"),
+    "neg_test_reads_a_global_or_closure_name.py": (
+        "    def forward(self, q, k, v):\n        T", "    def forward(self, q, k, v, CAUSAL=True):\n        T"
+    ),
     "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
     "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),
     "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
@@ -220,6 +224,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "mask_under_flag_test.py": 2,  # the prompt under the causal mask, the cached step without one
     "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
     "inplace_fill_under_if.py": 2,  # with and without the mask
+    "mask_named_under_test.py": 4,  # causal and not; padded and not
 }
 
 

@@ -193,7 +193,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP009_fuse_qkv/neg_inputs_from_two_helpers.py': [],
     'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
-        "38: input-may-be-mutated: this statement may change the projections' input (a call may modify it in place, `:=` rebinds it); the packed call, before the first projection, would read it as it was (line 39)",
         '46: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 48)',
         '81: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 82)',
         '89: not-placeable: this statement may leave the block (a return, break or continue) between the projections, which the packed call before the first one would all compute (line 90)',
@@ -253,6 +252,14 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP010_fuse_attention_core/neg_mask_flag_set_in_forward.py': [
         '23: not-placeable: the `if` around this step tests `self.causal`, which is neither `X is not None`, a call of a helper of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` flags only `__init__` sets), so the step cannot become an optional argument of the fused call (line 24)',
+    ],
+    'ADP010_fuse_attention_core/neg_test_reads_a_global_or_closure_name.py': [
+        "25: not-placeable: the test `CAUSAL` reads a name that is not this function's own local (a global, or one a nested function may rebind): it would be tested again elsewhere, where a call in between may have changed it (line 26)",
+        "46: not-placeable: the test `causal` reads a name that is not this function's own local (a global, or one a nested function may rebind): it would be tested again elsewhere, where a call in between may have changed it (line 47)",
+    ],
+    'ADP010_fuse_attention_core/neg_mask_rebound_in_between.py': [
+        "13: input-redefined: `m` is assigned again here, so at the fused call's place it would hold another value (line 15)",
+        "26: input-redefined: `self.mask` is assigned again here, so at the fused call's place it would hold another value (line 28)",
     ],
     'ADP010_fuse_attention_core/neg_exists_not_a_none_test.py': [
         '25: not-placeable: the `if` around this step tests `exists(attn_mask)`, which is neither `X is not None`, a call of a helper of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` flags only `__init__` sets), so the step cannot become an optional argument of the fused call (line 27)',

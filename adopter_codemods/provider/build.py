@@ -102,6 +102,7 @@ def build_module_structure(
             structure.rebound |= stores
             structure.stored_outside_init |= stores
             structure.foreign_attributes |= reads
+            structure.methods |= resolver.methods(external)  # a property there runs code when read
         structure.callees = frozenset().union(*(scans[c].callees for c in bases))
         structure.operators = frozenset().union(*(scans[c].operators for c in bases))
         structure.walk = functools.partial(_walk_class, walker)

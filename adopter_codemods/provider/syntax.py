@@ -93,10 +93,12 @@ def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
 
 
 class _TargetCollector:
-    """Names (re)bound or mutated anywhere inside a statement: assignment targets, for targets, del, augassign."""
+    """Names (re)bound or mutated anywhere inside a statement: assignment targets, for targets, del, augassign,
+    walrus targets, `def`/`class` names and (with `imports`) the names an import binds."""
 
-    def __init__(self) -> None:
+    def __init__(self, imports: bool = True) -> None:
         self.names: set[str] = set()
+        self.imports = imports
 
     def visit(self, root: cst.CSTNode) -> None:
         for node in cstwalk.walk(root):
@@ -109,11 +111,25 @@ class _TargetCollector:
             elif kind is cst.ExceptHandler:
                 if node.name is not None:  # type: ignore[attr-defined]
                     self._targets(node.name.name)  # type: ignore[attr-defined]
+            elif kind is cst.FunctionDef or kind is cst.ClassDef:
+                self.names.add(node.name.value)  # type: ignore[attr-defined]
+            elif kind is cst.ImportAlias and self.imports:
+                bound = node.asname.name if node.asname is not None else node.name  # type: ignore[attr-defined]
+                while isinstance(bound, cst.Attribute):  # `import a.b` binds `a`
+                    bound = bound.value
+                self._targets(bound)
             elif kind is cst.Call:
                 # `x.add_(y)`: in-place tensor methods mutate their receiver.
                 func = node.func  # type: ignore[attr-defined]
                 if isinstance(func, cst.Attribute) and is_in_place_name(func.attr.value):
                     self._targets(func.value)
+                elif type(func) is cst.Name and func.value in ("setattr", "delattr"):
+                    # `setattr(self, "mask", m)` rebinds `self.mask`, as `self.mask = m` does.
+                    args = node.args  # type: ignore[attr-defined]
+                    if len(args) >= 2 and type(args[0].value) is cst.Name and type(args[1].value) is cst.SimpleString:
+                        receiver, name = args[0].value.value, args[1].value.evaluated_value
+                        if isinstance(name, str):
+                            self.names.add(f"self.{name}" if receiver == "self" else receiver)
 
     def _targets(self, node: cst.BaseExpression) -> None:
         if isinstance(node, cst.Name):
@@ -140,8 +156,18 @@ def _object_name(expr: cst.BaseExpression) -> Optional[str]:
     return expr.value if isinstance(expr, cst.Name) else None
 
 
-def _written_names(node: cst.CSTNode) -> set[str]:
-    collector = _TargetCollector()
+def walrus_targets(expr: cst.CSTNode) -> list[str]:
+    """The names `(name := ...)` expressions in `expr` bind in the enclosing function (comprehensions included,
+    lambdas being their own scope)."""
+    return [
+        n.target.value  # type: ignore[attr-defined]
+        for n in cstwalk.walk(expr, lambda n: type(n) is not cst.Lambda)
+        if type(n) is cst.NamedExpr and type(n.target) is cst.Name  # type: ignore[attr-defined]
+    ]
+
+
+def _written_names(node: cst.CSTNode, imports: bool = True) -> set[str]:
+    collector = _TargetCollector(imports)
     collector.visit(node)
     return collector.names
 

@@ -288,8 +288,19 @@ class _ClassWalker(_Unchainer):
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             pairs = syntax.element_wise(targets, small.value)
             if pairs is not None:
-                return self.assign_elements(pairs, at, p)
-            return self.assign_each(targets, self.walk_expr(small.value, at, p, None, whole=True), at)
+                assigned = self.assign_elements(pairs, at, p)
+            else:
+                assigned = self.assign_each(targets, self.walk_expr(small.value, at, p, None, whole=True), at)
+            # `y = (m := m.t())` rebinds `m` too (a target of the same name is bound last and keeps its value).
+            target_names = set().union(*map(syntax._written_names, targets))
+            walrus = [n for n in syntax.walrus_targets(small.value) if n not in target_names]
+            for q in assigned if walrus else ():
+                if q.status == "open":
+                    for name in walrus:
+                        scoped = ctx.prefix + name
+                        vid = q.state[scoped] = self.new_vid()
+                        q.events.append(Def(scoped, vid, at.site()))
+            return assigned
         receiver = syntax.in_place_masked_fill(small.value) if isinstance(small, cst.Expr) else None
         if receiver is not None:
             assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
