@@ -373,11 +373,18 @@ class _ClassWalker(_Unchainer):
         return out
 
     def walk_expr_stmt(self, expr: cst.BaseExpression, at: _Cursor, p: _Partial) -> list[_Partial]:
-        """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads."""
+        """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads, and a new
+        value for each name a walrus in it binds (`if (m := f(x)) is not None:`)."""
         out = []
+        walrus = syntax.walrus_targets(expr)
         for q, val in self.walk_expr(expr, at, p, None, whole=False):
             if q.status == "open" and val.uses:
                 q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
+            if q.status == "open":
+                for name in walrus:
+                    scoped = at.ctx.prefix + name
+                    vid = q.state[scoped] = self.new_vid()
+                    q.events.append(Def(scoped, vid, at.site()))
             out.append(q)
         return out
 
