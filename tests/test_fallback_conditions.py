@@ -147,7 +147,11 @@ def test_no_attribute_test_in_a_top_level_function() -> None:
         "    return torch.matmul(probs, v)\n"
     )
     assert not rewrite_source(source, ["ADP010"]).findings
-    assert len(rewrite_source(source.replace("self.save_attention", "save_attention"), ["ADP010"]).findings) == 1
+    # A parameter is the function's own: tested again before the region, it holds the same value.
+    local = source.replace("self.save_attention", "save_attention").replace("v):", "v, save_attention=False):")
+    assert len(rewrite_source(local, ["ADP010"]).findings) == 1
+    # A global is not: any call in between could change it (also where, as here, none is made).
+    assert not rewrite_source(source.replace("self.save_attention", "save_attention"), ["ADP010"]).findings
 
 
 def test_a_property_is_not_a_flag() -> None:

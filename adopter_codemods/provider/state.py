@@ -101,6 +101,7 @@ class _WalkState:
         # Loop-body copies and helpers inlined twice revisit statements and expressions: memoise their name scans.
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
+        self._walrus: dict[int, tuple[cst.CSTNode, list[str]]] = {}
 
     # ------------------------------------------------------------------ class helpers
     def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
@@ -129,6 +130,13 @@ class _WalkState:
         hit = self._reads.get(id(node))
         if hit is None or hit[0] is not node:  # the entry keeps its node alive, so its id is not reused
             hit = self._reads[id(node)] = (node, syntax._read_names(node))
+        return hit[1]
+
+    def walrus_names(self, expr: cst.CSTNode) -> list[str]:
+        """`syntax.walrus_targets`, memoised as `read_names` is."""
+        hit = self._walrus.get(id(expr))
+        if hit is None or hit[0] is not expr:
+            hit = self._walrus[id(expr)] = (expr, syntax.walrus_targets(expr))
         return hit[1]
 
     def written_names(self, node: cst.CSTNode) -> list[str]:

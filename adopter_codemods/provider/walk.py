@@ -292,8 +292,10 @@ class _ClassWalker(_Unchainer):
             else:
                 assigned = self.assign_each(targets, self.walk_expr(small.value, at, p, None, whole=True), at)
             # `y = (m := m.t())` rebinds `m` too (a target of the same name is bound last and keeps its value).
-            target_names = set().union(*map(syntax._written_names, targets))
-            walrus = [n for n in syntax.walrus_targets(small.value) if n not in target_names]
+            walrus = self.walrus_names(small.value)
+            if walrus:
+                target_names = set().union(*map(syntax._written_names, targets))
+                walrus = [n for n in walrus if n not in target_names]
             for q in assigned if walrus else ():
                 if q.status == "open":
                     for name in walrus:
@@ -376,7 +378,7 @@ class _ClassWalker(_Unchainer):
         """Evaluate an expression for its effects (an `if` test): DSL nodes plus a use of what it reads, and a new
         value for each name a walrus in it binds (`if (m := f(x)) is not None:`)."""
         out = []
-        walrus = syntax.walrus_targets(expr)
+        walrus = self.walrus_names(expr)
         for q, val in self.walk_expr(expr, at, p, None, whole=False):
             if q.status == "open" and val.uses:
                 q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
