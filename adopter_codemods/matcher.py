@@ -2144,6 +2144,17 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
             reason = _retested_name_kept(match, kept, tested, test)
             if reason is not None:
                 return reason
+        else:
+            # Evaluated again at the fused call: between the `if` and there, nothing but the matched statements may
+            # call or store anything (a method storing the flag through an alias, `type(self).flag = ...`, ...).
+            busy = _busy_statement(anchor.site.block, if_stmt, anchor, {id(n.site.line) for n in match.nodes})
+            if busy is not None:
+                return Reason(
+                    RefusalCategory.NOT_PLACEABLE,
+                    f"this statement runs between `if {test}:` and the fused call, which would test it again: a "
+                    "call or a store there could change what the test reads",
+                    busy,
+                )
         # The argument reads X, or names the kept statements bound for it (`dots_mask = ...`): they hold the same
         # at the fused call (the path checks), where the test still tells whether the `if` ran. Under another test
         # it may read any name bound before the `if` too (minGPT's `self.mask[:, :, :T, :T] == 0`), not one only a
@@ -2214,6 +2225,28 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         deleted=(*twin_placement.deleted, *removed), feeders=(*twin_placement.feeders, *fed),
     )
     return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs), frozenset(kept_ifs))
+
+
+def _busy_statement(
+    block: Sequence[cst.BaseStatement], if_stmt: cst.If, anchor: DLNode, matched: set[int]
+) -> Optional[cst.BaseStatement]:
+    """The first statement of `block` strictly between `if_stmt` and the anchor's line, other than a matched one,
+    that makes a call or stores into an attribute or a subscript (or augments anything); None when there is none."""
+    lines = list(block)
+    start = next((i for i, line in enumerate(lines) if line is if_stmt), None)
+    end = next((i for i, line in enumerate(lines) if line is anchor.site.line), None)
+    if start is None or end is None:
+        return None
+    for line in lines[start + 1:end]:
+        if id(line) in matched:
+            continue
+        for node in cstwalk.walk(line):
+            if isinstance(node, (cst.Call, cst.AugAssign, cst.Del)) or (
+                isinstance(node, (cst.AssignTarget, cst.AnnAssign))
+                and isinstance(node.target, (cst.Attribute, cst.Subscript))
+            ):
+                return line
+    return None
 
 
 def _retested_name_kept(

@@ -136,7 +136,9 @@ REFUSALS = {
     "neg_mask_flag_set_in_forward.py": ("        self.causal = n > 1\n", ""),
     "neg_mask_rebound_in_between.py": ("(m := m.transpose(-2, -1))", "m.transpose(-2, -1)"),
     "neg_test_reads_a_global_or_closure_name.py": (
-        "    def forward(self, q, k, v):\n        T", "    def forward(self, q, k, v, CAUSAL=True):\n        T"
+        '        if CAUSAL:\n            att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))\n'
+        "        toggle()\n",
+        '        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))\n',
     ),
     "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
     "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),

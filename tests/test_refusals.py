@@ -254,12 +254,14 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '23: not-placeable: the `if` around this step tests `self.causal`, which is neither `X is not None`, a call of a helper of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` flags only `__init__` sets), so the step cannot become an optional argument of the fused call (line 24)',
     ],
     'ADP010_fuse_attention_core/neg_test_reads_a_global_or_closure_name.py': [
-        "25: not-placeable: the test `CAUSAL` reads a name that is not this function's own local (a global, or one a nested function may rebind): it would be tested again elsewhere, where a call in between may have changed it (line 26)",
-        "46: not-placeable: the test `causal` reads a name that is not this function's own local (a global, or one a nested function may rebind): it would be tested again elsewhere, where a call in between may have changed it (line 47)",
+        '25: not-placeable: this statement runs between `if CAUSAL:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 28)',
+        '46: not-placeable: this statement runs between `if causal:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 49)',
     ],
     'ADP010_fuse_attention_core/neg_mask_rebound_in_between.py': [
-        "13: input-redefined: `m` is assigned again here, so at the fused call's place it would hold another value (line 15)",
-        "26: input-redefined: `self.mask` is assigned again here, so at the fused call's place it would hold another value (line 28)",
+        "14: input-redefined: `m` is assigned again here, so at the fused call's place it would hold another value (line 16)",
+        "27: input-redefined: `self.mask` is assigned again here, so at the fused call's place it would hold another value (line 29)",
+        "36: input-redefined: `m` is assigned again here, so at the fused call's place it would hold another value (line 38)",
+        "51: input-redefined: `m` is assigned again here, so at the fused call's place it would hold another value (line 53)",
     ],
     'ADP010_fuse_attention_core/neg_exists_not_a_none_test.py': [
         '25: not-placeable: the `if` around this step tests `exists(attn_mask)`, which is neither `X is not None`, a call of a helper of this file that is exactly that test, nor a condition without calls (names, comparisons, `self` flags only `__init__` sets), so the step cannot become an optional argument of the fused call (line 27)',

@@ -244,6 +244,15 @@ def shadowed_imports(fn: cst.FunctionDef) -> frozenset[str]:
     return frozenset(bound)
 
 
+def closure_rebound(fn: cst.FunctionDef) -> frozenset[str]:
+    """The names of `fn` that a function nested in it rebinds (``nonlocal name``): any call may change them."""
+    names: set[str] = set()
+    for node in cstwalk.walk(fn.body, prune=cstwalk.LEAVES):
+        if type(node) is cst.Nonlocal:
+            names.update(item.name.value for item in node.names)  # type: ignore[attr-defined]
+    return frozenset(names)
+
+
 _SCOPES = (cst.FunctionDef, cst.ClassDef)  # the nested scopes an assignment statement can be in
 # The node types `_bindings` finds names in.
 _BINDERS = frozenset({

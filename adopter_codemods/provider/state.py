@@ -13,7 +13,7 @@ from ..flow.graph import FlowGraph, FlowSink, merge_states
 from ..qualnames import ImportTable
 from ..structure import LayerBinding, Site, Value
 from . import syntax
-from .discovery import _ClassInfo, _find_method, shadowed_imports
+from .discovery import _ClassInfo, _find_method, closure_rebound, shadowed_imports
 from .syntax import _is_self_attr
 
 
@@ -92,7 +92,9 @@ class _WalkState:
         # Per walked function (by `_Ctx.prefix`: "" for the function walked, one per helper inlining): the imported
         # names it binds itself, which its calls must not resolve through the imports (`def forward(self, x, F)`).
         self.shadowed: dict[str, frozenset[str]] = {}
-        self._shadowed_by: dict[int, tuple[cst.FunctionDef, frozenset[str]]] = {}
+        self._shadowed_by: dict[int, tuple[cst.FunctionDef, frozenset[str], frozenset[str]]] = {}
+        # Per walked function (by prefix): its names a nested function rebinds (`nonlocal`), new after any call.
+        self.volatile: dict[str, frozenset[str]] = {}
         # Walking functions other than forward: each is walked once on its own, so helpers are not inlined (a
         # rewrite there stays as local as one inside forward).
         self.on_its_own = False
@@ -109,11 +111,13 @@ class _WalkState:
         return _find_method(self.info, self.classes, name, set() if seen is None else seen)
 
     def shadow(self, prefix: str, fn: cst.FunctionDef) -> None:
-        """Record the imported names `fn`, walked under `prefix`, binds itself (`discovery.shadowed_imports`)."""
+        """Record the names `fn`, walked under `prefix`, binds itself (`discovery.shadowed_imports`) and those a
+        function nested in it rebinds (`discovery.closure_rebound`)."""
         hit = self._shadowed_by.get(id(fn))
         if hit is None or hit[0] is not fn:
-            hit = self._shadowed_by[id(fn)] = (fn, shadowed_imports(fn))
+            hit = self._shadowed_by[id(fn)] = (fn, shadowed_imports(fn), closure_rebound(fn))
         self.shadowed[prefix] = hit[1]
+        self.volatile[prefix] = hit[2]
 
     def resolve_import(self, expr: cst.BaseExpression, ctx: _Ctx) -> Optional[str]:
         """The qualified name of an imported name or chain (`F.softmax`), unless the function binds its head."""

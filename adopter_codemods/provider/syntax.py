@@ -94,7 +94,7 @@ def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
 
 class _TargetCollector:
     """Names (re)bound or mutated anywhere inside a statement: assignment targets, for targets, del, augassign,
-    walrus targets, `def`/`class` names and (with `imports`) the names an import binds."""
+    walrus targets, `def`/`class` names, `match` captures and (with `imports`) the names an import binds."""
 
     def __init__(self, imports: bool = True) -> None:
         self.names: set[str] = set()
@@ -113,6 +113,12 @@ class _TargetCollector:
                     self._targets(node.name.name)  # type: ignore[attr-defined]
             elif kind is cst.FunctionDef or kind is cst.ClassDef:
                 self.names.add(node.name.value)  # type: ignore[attr-defined]
+            elif kind is cst.MatchAs or kind is cst.MatchStar:  # `case m:`, `case [*m]:` capture into `m`
+                if node.name is not None:  # type: ignore[attr-defined]
+                    self.names.add(node.name.value)  # type: ignore[attr-defined]
+            elif kind is cst.MatchMapping:  # `case {**m}:`
+                if node.rest is not None:  # type: ignore[attr-defined]
+                    self.names.add(node.rest.value)  # type: ignore[attr-defined]
             elif kind is cst.ImportAlias and self.imports:
                 bound = node.asname.name if node.asname is not None else node.name  # type: ignore[attr-defined]
                 while isinstance(bound, cst.Attribute):  # `import a.b` binds `a`

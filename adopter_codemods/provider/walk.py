@@ -281,6 +281,20 @@ class _ClassWalker(_Unchainer):
     def walk_small(
         self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, ctx: _Ctx, p: _Partial
     ) -> list[_Partial]:
+        out = self._walk_small(small, line, ctx, p)
+        volatile = self.volatile.get(ctx.prefix)
+        if volatile and self.read_names(small)[1]:  # a call may run a nested function rebinding them
+            site = ctx.at(small, line).site()
+            for q in out:
+                if q.status == "open":
+                    for name in sorted(volatile):
+                        vid = q.state[ctx.prefix + name] = self.new_vid()
+                        q.events.append(Def(ctx.prefix + name, vid, site))
+        return out
+
+    def _walk_small(
+        self, small: cst.BaseSmallStatement, line: cst.SimpleStatementLine, ctx: _Ctx, p: _Partial
+    ) -> list[_Partial]:
         at = ctx.at(small, line)
         if isinstance(small, (cst.Assign, cst.AnnAssign)):
             if small.value is None:
