@@ -33,7 +33,7 @@ from . import feeders as _feeders  # the module, not its names: it may be import
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
-from .provider.discovery import shadowed_imports
+from .provider.discovery import function_scope
 from .provider.syntax import (
     _call_receivers, _is_self_attr, _object_name, _read_names, fallback_condition, softmax_module_dim,
 )
@@ -1941,7 +1941,7 @@ def _test_names_local(test: cst.BaseExpression, function: cst.FunctionDef) -> bo
     names -= {"self", "None", "True", "False"}
     if not names:
         return True
-    if not names <= shadowed_imports(function):
+    if not names <= function_scope(function)[0]:
         return False
     nested = (n for n in cstwalk.walk(function.body) if isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)))
     return not any(names & _names_in_node(scope) for scope in nested)

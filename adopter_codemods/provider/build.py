@@ -74,10 +74,12 @@ def build_module_structure(
             if base in subclasses:
                 subclasses[base].add(name)
     result: list[ClassStructure] = []
+    walrus = any(hit[1].walrus for hit in scanned.done.values())
     for name, info in classes.items():
         if (only is not None and name != only) or not _is_module_class(info, classes, table, memo, resolver):
             continue
         walker = _ClassWalker(info, classes, table)
+        walker.walrus_possible = walrus
         walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
@@ -112,6 +114,7 @@ def build_module_structure(
     if function_callees and only in (None, ""):
         # Top-level functions (helpers such as `def softmax(x, dim)`) as one unnamed unit without layers.
         walker = _ClassWalker(_ClassInfo(None), classes, table)
+        walker.walrus_possible = walrus
         unit = ClassStructure("", None, {}, None, {}, walker.entry_names, callees=frozenset(function_callees))
         unit.operators = frozenset(function_operators)
         unit.walk = functools.partial(_walk_functions, walker, list(functions.values()))

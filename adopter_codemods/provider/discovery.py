@@ -72,6 +72,7 @@ class _Scan:
     # names the class body defines as functions (methods, properties) or binds to a call's result (`x = property(f)`,
     # maybe a descriptor): reading such an attribute may run code
     methods: set[str] = field(default_factory=set)
+    walrus: bool = False  # it holds a `:=` (the walk then looks for the names they bind)
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -81,7 +82,7 @@ _STORE_KINDS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.Del, cst.For
 # The node types `_scan` looks at.
 _SCANNED = frozenset({
     cst.Attribute, *_STORE_KINDS, cst.WithItem, cst.Call, cst.BinaryOperation, cst.UnaryOperation, cst.FunctionDef,
-    cst.Lambda,
+    cst.Lambda, cst.NamedExpr,
 })
 # What `seq = nn.Sequential()` and the like build: a torch container, never an instance of a class of the file.
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Module"})
@@ -154,6 +155,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                             scan.stored_outside_init.add(name)
                     else:
                         scan.dynamic = node
+            elif kind is cst.NamedExpr:
+                scan.walrus = True
             elif kind is cst.BinaryOperation:
                 op = _BINARY_OPS.get(type(node.operator))  # type: ignore[attr-defined]
                 if op is not None:
@@ -233,24 +236,24 @@ def _fresh_containers(fn: cst.FunctionDef, table: ImportTable) -> frozenset[str]
     return frozenset(name for name, heads in built.items() if name not in other and not heads & bound)
 
 
-def shadowed_imports(fn: cst.FunctionDef) -> frozenset[str]:
-    """The names `fn` binds in its own scope (a parameter `F`, `nn = ...`, a loop variable): Python makes
-    such a name local in the whole function, so there it names no import. Lambda parameters and comprehension
-    variables count too (a name they shadow is then not resolved in `fn`: conservative)."""
+def function_scope(fn: cst.FunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+    """The names `fn` binds in its own scope (a parameter `F`, `nn = ...`, a loop variable): Python makes such a
+    name local in the whole function, so there it names no import (lambda parameters and comprehension variables
+    count too: a name they shadow is then not resolved in `fn`, conservative); and those of them that a function
+    nested in it rebinds (``nonlocal name``), which any call may change."""
     bound: set[str] = set()
+    nested: list[cst.CSTNode] = []
     for node in cstwalk.walk(fn, lambda n: n is fn or type(n) not in _SCOPES, cstwalk.LEAVES):
         if type(node) in _BINDERS and node is not fn:
             bound.update(name for name, _ in _bindings(node))
-    return frozenset(bound)
-
-
-def closure_rebound(fn: cst.FunctionDef) -> frozenset[str]:
-    """The names of `fn` that a function nested in it rebinds (``nonlocal name``): any call may change them."""
-    names: set[str] = set()
-    for node in cstwalk.walk(fn.body, prune=cstwalk.LEAVES):
-        if type(node) is cst.Nonlocal:
-            names.update(item.name.value for item in node.names)  # type: ignore[attr-defined]
-    return frozenset(names)
+            if type(node) in _SCOPES:
+                nested.append(node)
+    rebound = {
+        item.name.value  # type: ignore[attr-defined]
+        for scope in nested for node in cstwalk.walk(scope, prune=cstwalk.LEAVES) if type(node) is cst.Nonlocal
+        for item in node.names  # type: ignore[attr-defined]
+    }
+    return frozenset(bound), frozenset(rebound)
 
 
 _SCOPES = (cst.FunctionDef, cst.ClassDef)  # the nested scopes an assignment statement can be in

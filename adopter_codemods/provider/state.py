@@ -13,7 +13,7 @@ from ..flow.graph import FlowGraph, FlowSink, merge_states
 from ..qualnames import ImportTable
 from ..structure import LayerBinding, Site, Value
 from . import syntax
-from .discovery import _ClassInfo, _find_method, closure_rebound, shadowed_imports
+from .discovery import _ClassInfo, _find_method, function_scope
 from .syntax import _is_self_attr
 
 
@@ -104,6 +104,7 @@ class _WalkState:
         self._reads: dict[int, tuple[cst.CSTNode, tuple[list[str], bool]]] = {}
         self._writes: dict[int, tuple[cst.CSTNode, list[str]]] = {}
         self._walrus: dict[int, tuple[cst.CSTNode, list[str]]] = {}
+        self.walrus_possible = True  # False where the module holds no `:=` (`_Scan.walrus`): nothing to look for
 
     # ------------------------------------------------------------------ class helpers
     def find_method(self, name: str, seen: Optional[set[str]] = None) -> Optional[cst.FunctionDef]:
@@ -111,11 +112,11 @@ class _WalkState:
         return _find_method(self.info, self.classes, name, set() if seen is None else seen)
 
     def shadow(self, prefix: str, fn: cst.FunctionDef) -> None:
-        """Record the names `fn`, walked under `prefix`, binds itself (`discovery.shadowed_imports`) and those a
-        function nested in it rebinds (`discovery.closure_rebound`)."""
+        """Record the names `fn`, walked under `prefix`, binds itself and those a function nested in it rebinds
+        (`discovery.function_scope`)."""
         hit = self._shadowed_by.get(id(fn))
         if hit is None or hit[0] is not fn:
-            hit = self._shadowed_by[id(fn)] = (fn, shadowed_imports(fn), closure_rebound(fn))
+            hit = self._shadowed_by[id(fn)] = (fn, *function_scope(fn))
         self.shadowed[prefix] = hit[1]
         self.volatile[prefix] = hit[2]
 
@@ -138,6 +139,8 @@ class _WalkState:
 
     def walrus_names(self, expr: cst.CSTNode) -> list[str]:
         """`syntax.walrus_targets`, memoised as `read_names` is."""
+        if not self.walrus_possible:
+            return []
         hit = self._walrus.get(id(expr))
         if hit is None or hit[0] is not expr:
             hit = self._walrus[id(expr)] = (expr, syntax.walrus_targets(expr))
