@@ -346,19 +346,8 @@ def test_dependencies_record(tmp_path: Path) -> None:
 # The analysed file's own `from x import *` (fastai/tsai: `from ..imports import *` brings `Module`, `nn`, `F`).
 STAR_IMPORTS = "import torch\nimport torch.nn as nn\nfrom .layers import *\n"
 STAR_LAYERS = "from torch import nn\n\n\nclass Module(nn.Module):\n    pass\n"
-STAR_MODEL = """\
-from .imports import *
-
-
-class Block(Module):
-    def __init__(self):
-        super().__init__()
-        self.drop = nn.Dropout(0.1)
-        self.ln = nn.LayerNorm(8)
-
-    def forward(self, x, r):
-        return self.ln(self.drop(x) + r)
-"""
+# BLOCK with nothing imported but the star: `Module` and `nn` come through it.
+STAR_MODEL = block("", base="Module").replace("from torch import nn\n", "from .imports import *\n")
 
 
 @pytest.mark.parametrize(
