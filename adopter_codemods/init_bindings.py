@@ -117,13 +117,6 @@ def converted_construction(value: cst.BaseExpression) -> Optional[cst.Call]:
     return inner
 
 
-def _head_name(expr: cst.BaseExpression) -> Optional[str]:
-    """`a` of a Name/Attribute chain `a.b.c`."""
-    while isinstance(expr, cst.Attribute):
-        expr = expr.value
-    return expr.value if isinstance(expr, cst.Name) else None
-
-
 def factory_return(fn: cst.FunctionDef) -> Optional[cst.Call]:
     """The call a module-level function returns when its body is only that (docstring aside)."""
     body = list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
@@ -244,7 +237,7 @@ class InitReader:
                 return Constructor(external.builds.layer_type(), (), False, False)
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            if _head_name(expr) in env:
+            if (dotted_name(expr) or "").split(".")[0] in env:
                 return None  # `def __init__(self, nn)`: `nn.Linear` is whatever the caller passes, not torch's
             if isinstance(expr, cst.Name) and expr.value in self.functions:
                 returned = factory_return(self.functions[expr.value])

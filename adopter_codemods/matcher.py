@@ -2147,7 +2147,7 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         else:
             # Evaluated again at the fused call: between the `if` and there, nothing but the matched statements may
             # call or store anything (a method storing the flag through an alias, `type(self).flag = ...`, ...).
-            busy = _busy_statement(anchor.site.block, if_stmt, anchor, {id(n.site.line) for n in match.nodes})
+            busy = _busy_statement(if_stmt, anchor, {id(n.site.line) for n in match.nodes})
             if busy is not None:
                 return Reason(
                     RefusalCategory.NOT_PLACEABLE,
@@ -2227,17 +2227,10 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs), frozenset(kept_ifs))
 
 
-def _busy_statement(
-    block: Sequence[cst.BaseStatement], if_stmt: cst.If, anchor: DLNode, matched: set[int]
-) -> Optional[cst.BaseStatement]:
-    """The first statement of `block` strictly between `if_stmt` and the anchor's line, other than a matched one,
+def _busy_statement(if_stmt: cst.If, anchor: DLNode, matched: set[int]) -> Optional[cst.BaseStatement]:
+    """The first statement strictly between `if_stmt` and the anchor's line (one block), other than a matched one,
     that makes a call or stores into an attribute or a subscript (or augments anything); None when there is none."""
-    lines = list(block)
-    start = next((i for i, line in enumerate(lines) if line is if_stmt), None)
-    end = next((i for i, line in enumerate(lines) if line is anchor.site.line), None)
-    if start is None or end is None:
-        return None
-    for line in lines[start + 1:end]:
+    for line in _statements_between(anchor.site.owner, if_stmt, anchor.site.line) or ():
         if id(line) in matched:
             continue
         for node in cstwalk.walk(line):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Iterable, Literal, Optional
 
 import libcst as cst
 
 from ..flow.graph import FlowGraph, FlowSink, merge_states
-from ..qualnames import ImportTable
-from ..structure import LayerBinding, Site, Value
+from ..qualnames import ImportTable, dotted_name
+from ..structure import Def, LayerBinding, Site, Value
 from . import syntax
 from .discovery import _ClassInfo, _find_method, function_scope
 from .syntax import _is_self_attr
@@ -89,8 +89,8 @@ class _WalkState:
         self.containers: list[LayerBinding] = []  # every nn.Sequential the class builds (init_bindings.py)
         self.entry_names: dict[int, str] = {}
         self.inlined: set[str] = set()  # helper methods inlined into forward: not walked on their own
-        # Per walked function (by `_Ctx.prefix`: "" for the function walked, one per helper inlining): the imported
-        # names it binds itself, which its calls must not resolve through the imports (`def forward(self, x, F)`).
+        # Per walked function (by `_Ctx.prefix`: "" for the function walked, one per helper inlining): the names it
+        # binds itself, which its calls must not resolve through the imports (`def forward(self, x, F)`).
         self.shadowed: dict[str, frozenset[str]] = {}
         self._shadowed_by: dict[int, tuple[cst.FunctionDef, frozenset[str], frozenset[str]]] = {}
         # Per walked function (by prefix): its names a nested function rebinds (`nonlocal`), new after any call.
@@ -123,13 +123,17 @@ class _WalkState:
     def resolve_import(self, expr: cst.BaseExpression, ctx: _Ctx) -> Optional[str]:
         """The qualified name of an imported name or chain (`F.softmax`), unless the function binds its head."""
         qualname = self.table.resolve(expr)
-        if qualname is not None and self.shadowed.get(ctx.prefix):
-            root = expr
-            while type(root) is cst.Attribute:
-                root = root.value  # type: ignore[attr-defined]
-            if type(root) is cst.Name and root.value in self.shadowed[ctx.prefix]:  # type: ignore[attr-defined]
-                return None
+        shadowed = self.shadowed.get(ctx.prefix)
+        if qualname is not None and shadowed and (dotted_name(expr) or "").split(".")[0] in shadowed:
+            return None
         return qualname
+
+    def redefine(self, p: _Partial, names: Iterable[str], prefix: str, site: Site) -> None:
+        """A new value on `p` for each name (``self.<attr>`` as it is, others under `prefix`), as assigning it gives."""
+        for name in names:
+            scoped = name if name.startswith("self.") else prefix + name
+            vid = p.state[scoped] = self.new_vid()
+            p.events.append(Def(scoped, vid, site))
 
     def read_names(self, node: cst.CSTNode) -> tuple[list[str], bool]:
         hit = self._reads.get(id(node))

@@ -135,7 +135,6 @@ class _ClassWalker(_Unchainer):
         ctx = _Ctx(self.qualify(fn.name.value), "", (), (), fn, tuple(_suite_body(fn.body)), (fn.name.value,))
         graph = self.graph = FlowGraph()
         self.entry_vids = {}
-        self.shadowed = {}
         self.shadow("", fn)
         try:
             partials = self.walk_block(fn.body, ctx, [_Partial(FlowSink(graph, (0,)), FlowState(graph))])
@@ -204,10 +203,7 @@ class _ClassWalker(_Unchainer):
         vids = tuple(self.lookup(p.state, n) for n in held)
         if vids:
             p.events.append(Use(vids, site, held))
-        for name in self.written_names(at.small):
-            scoped = name if name.startswith("self.") else prefix + name
-            vid = p.state[scoped] = self.new_vid()
-            p.events.append(Def(scoped, vid, site))
+        self.redefine(p, self.written_names(at.small), prefix, site)
         return p
 
     def is_interesting(self, node: cst.CSTNode) -> bool:
@@ -287,9 +283,7 @@ class _ClassWalker(_Unchainer):
             site = ctx.at(small, line).site()
             for q in out:
                 if q.status == "open":
-                    for name in sorted(volatile):
-                        vid = q.state[ctx.prefix + name] = self.new_vid()
-                        q.events.append(Def(ctx.prefix + name, vid, site))
+                    self.redefine(q, sorted(volatile), ctx.prefix, site)
         return out
 
     def _walk_small(
@@ -312,10 +306,7 @@ class _ClassWalker(_Unchainer):
                 walrus = [n for n in walrus if n not in target_names]
             for q in assigned if walrus else ():
                 if q.status == "open":
-                    for name in walrus:
-                        scoped = ctx.prefix + name
-                        vid = q.state[scoped] = self.new_vid()
-                        q.events.append(Def(scoped, vid, at.site()))
+                    self.redefine(q, walrus, ctx.prefix, at.site())
             return assigned
         receiver = syntax.in_place_masked_fill(small.value) if isinstance(small, cst.Expr) else None
         if receiver is not None:
@@ -342,10 +333,7 @@ class _ClassWalker(_Unchainer):
                 if q.status == "open" and val.kind != "var":
                     if val.uses:
                         q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
-                    for name in sorted(syntax._written_names(small)):
-                        scoped = name if name.startswith("self.") else ctx.prefix + name
-                        vid = q.state[scoped] = self.new_vid()
-                        q.events.append(Def(scoped, vid, at.site()))
+                    self.redefine(q, sorted(syntax._written_names(small)), ctx.prefix, at.site())
                 elif q.status == "open" and not val.text.startswith("%"):
                     # `self._helper(x)` whose inlined `return h` names a variable: the return still reads it.
                     q.events.append(Use((val.vid,), at.site()))
@@ -397,10 +385,7 @@ class _ClassWalker(_Unchainer):
             if q.status == "open" and val.uses:
                 q.events.append(Use(tuple(v for _, v in val.uses), at.site()))
             if q.status == "open":
-                for name in walrus:
-                    scoped = at.ctx.prefix + name
-                    vid = q.state[scoped] = self.new_vid()
-                    q.events.append(Def(scoped, vid, at.site()))
+                self.redefine(q, walrus, at.ctx.prefix, at.site())
             out.append(q)
         return out
 
