@@ -180,8 +180,10 @@ def _sub_blocks(stmt: cst.CSTNode) -> list[list[cst.CSTNode]]:
 def qualname_matches(pattern: str, concrete: str) -> bool:
     """Whether a concrete qualified name satisfies a pattern name.
 
-    ``*.Name`` matches ``Name`` from any module, ``*.*`` any name; a relative or file-local concrete name matches a pattern that
-    ends with it on a dotted boundary (``...activations.ACT2FN`` matches ``transformers.activations.ACT2FN``).
+    ``*.Name`` matches ``Name`` from any module, ``*.*`` any name; a relative or file-local concrete name matches a
+    pattern that ends with it on a dotted boundary (``...activations.ACT2FN`` matches
+    ``transformers.activations.ACT2FN``), but never a pattern in torch: a class of the file or of its package is not
+    torch's, whatever its name (``class LayerNorm(nn.Module)``, ``from .nn import LayerNorm``).
     ``torch.nn.modules.dropout.Dropout``-style spellings are normalised by :data:`TORCH_ALIASES` first.
     """
     if pattern == "*.*":  # any name: the rule's guard decides (ADP011 judges the instantiated class's forward)
@@ -192,7 +194,7 @@ def qualname_matches(pattern: str, concrete: str) -> bool:
     if concrete == pattern:
         return True
     stripped = concrete.lstrip(".")
-    if stripped != concrete or "." not in concrete:
+    if (stripped != concrete or "." not in concrete) and not pattern.startswith("torch."):
         return pattern.endswith("." + stripped)
     return False
 

@@ -47,6 +47,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP004_fast_softmax/neg_import_shadowed_in_function.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
+    'ADP005_fuse_dropout_ln/neg_file_local_classes_named_like_torch.py': [],
     'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
         "17: not-placeable: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 18)",
     ],
