@@ -1807,8 +1807,9 @@ def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int
 #         <the region with the block plan's edits, its `if`s left out>
 #
 # Sound because: the region is a run of statements of the function body whose `if`s (no else) have simple tests
-# (names, `is None`, `not`, `and`/`or`: no calls) over names that nothing from the region on assigns, so each test
-# has the same value at the top of the region as where it stood; every read after the region of a name the region
+# (names, `is None`, `not`, `and`/`or`: no calls) over names that nothing from the region on assigns or changes in
+# place (nor, for a test reading a value or a `self` flag, anything up to its last reading), so each test has the
+# same value at the top of the region as where it stood; every read after the region of a name the region
 # assigns (other than the anchor statement's) sits in the true arm of such a test; and the usual path checks hold on
 # every path on which all those tests are false, which is exactly where the fused copy runs.
 
@@ -1902,6 +1903,21 @@ def _plan_fallback(
     # place from the region on (`n.add_(1)`, `f(n)`, `n[0] = 0`) could see another value at the top of the region.
     if tests and set().union(*map(_value_names, tests)) & _changed_in_place(region + after):
         return None
+    # Nor through another way to the object: an alias (`g = flag; g.add_(1)`), a `self` flag changed in place
+    # (`self.causal.logical_not_()`) or stored unseen (`vars(self)["causal"] = ...`). Where a test reads a value or
+    # a `self` attribute, the statements from the top of the region to the last one reading a test, matched ones
+    # aside, may call only what computes and store into nothing.
+    if any(_value_names(t) or _self_attributes(t) for t in tests):
+        last = max((i for i, stmt in enumerate(after) if id(stmt) in guarded_statements), default=-1)
+        busy = _disturbing_statement(region + after[: last + 1], lines, tests, match.graph)
+        if busy is not None:
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                "this statement runs between the top of the region, where the fallback tests "
+                f"({', '.join(f'`{_code(t)}`' for t in tests)}) would be evaluated, and where they stand: a call or "
+                "a store there could change what they read",
+                busy,
+            )
     for absorbed_if in absorbed:
         # Its own kept statements may assign X (`_retested_name_kept` vetted them); nothing else from the region on.
         # Another test (`layer_past is None`) is evaluated again at the fused call: nothing from the region on may
@@ -2002,7 +2018,7 @@ def _fallback_test(test: cst.BaseExpression, cls: ClassStructure) -> bool:
     of the class family (which runs code); in the unit of top-level functions `self` is any object: never."""
     if not fallback_condition(test):
         return False
-    attributes = {attr for n in cstwalk.walk(test) if (attr := _is_self_attr(n)) is not None}  # type: ignore[arg-type]
+    attributes = _self_attributes(test)
     if not attributes:
         return True
     if cls.node is None or "*" in cls.stored_outside_init:
@@ -2227,18 +2243,53 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
     return _plan_fallback(match, block, PlacedMatch(twin, twin_placement), tuple(absorbed_ifs), frozenset(kept_ifs))
 
 
+def _self_attributes(test: cst.BaseExpression) -> set[str]:
+    return {attr for n in cstwalk.walk(test) if (attr := _is_self_attr(n)) is not None}  # type: ignore[arg-type]
+
+
+def _stores(node: cst.CSTNode) -> bool:
+    """Whether `node` stores into an attribute or a subscript, augments or deletes anything."""
+    return isinstance(node, (cst.AugAssign, cst.Del)) or (
+        isinstance(node, (cst.AssignTarget, cst.AnnAssign)) and isinstance(node.target, (cst.Attribute, cst.Subscript))
+    )
+
+
+def _disturbing_statement(
+    statements: Sequence[cst.BaseStatement], matched: set[int], tests: Sequence[cst.BaseExpression],
+    graph: Optional[FlowGraph],
+) -> Optional[cst.CSTNode]:
+    """The first statement of `statements` (or line inside one), other than the `matched` lines and the bodies of
+    `if`s on one of `tests` (they run only where a test is true, where the region runs as written), that stores
+    (`_stores`) or makes a call that may change what it reaches: any but the computing calls `other_calls` passes
+    over and the DSL nodes `may_change_state` clears (a helper method's call is none of them). None when there is
+    none."""
+    nodes = graph.by_call if graph is not None else {}
+    skipped = set(matched)
+    for stmt in statements:
+        line: cst.CSTNode = stmt
+        for node in cstwalk.walk(stmt, lambda n: id(n) not in skipped):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                line = node
+            if isinstance(node, cst.If) and any(node.test.deep_equals(t) for t in tests):
+                skipped.add(id(node.body))
+            elif _stores(node) or (
+                isinstance(node, cst.Call) and not flow_checks.computing_call(node)
+                and (id(node) not in nodes or flow_checks.may_change_state(nodes[id(node)]))
+            ):
+                return line
+    return None
+
+
 def _busy_statement(if_stmt: cst.If, anchor: DLNode, matched: set[int]) -> Optional[cst.BaseStatement]:
     """The first statement strictly between `if_stmt` and the anchor's line (one block), other than a matched one,
     that makes a call or stores into an attribute or a subscript (or augments anything); None when there is none."""
     for line in _statements_between(anchor.site.owner, if_stmt, anchor.site.line) or ():
         if id(line) in matched:
             continue
-        for node in cstwalk.walk(line):
-            if isinstance(node, (cst.Call, cst.AugAssign, cst.Del)) or (
-                isinstance(node, (cst.AssignTarget, cst.AnnAssign))
-                and isinstance(node.target, (cst.Attribute, cst.Subscript))
-            ):
-                return line
+        if any(isinstance(node, cst.Call) or _stores(node) for node in cstwalk.walk(line)):
+            return line
     return None
 
 

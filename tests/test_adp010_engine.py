@@ -141,6 +141,8 @@ REFUSALS = {
         '        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))\n',
     ),
     "neg_exists_not_a_none_test.py": (" and val.numel() > 0", ""),
+    # (the other class stays refused: its flag flips in place)
+    "neg_fallback_test_changed_in_place_before_its_if.py": ("        g.add_(1)\n", ""),
     "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),
     "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
     "neg_absorbed_mask_reads_another_name.py": ("~(attn_mask & keep),", "~attn_mask,"),

@@ -270,6 +270,13 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_fill_min_of_other_tensor.py': [
         '19: guard: guard attention_fill_values: masked_fill fills with torch.finfo(ref.dtype).min; the fused kernel fills with -inf or torch.finfo(scores.dtype).min (its negated max) only',
     ],
+    'ADP010_fuse_attention_core/neg_fallback_test_changed_in_place_before_its_if.py': [
+        "21: input-may-be-mutated: a call here may modify `g` in place, which a matched statement moved to the fused "
+        "call's place reads (line 22)",
+        "41: input-may-be-mutated: this statement may change a value that may share memory with `self.causal` (a "
+        "view, an alias, a container holding it) in place, which a matched statement moved to the fused call's place "
+        "reads (line 42)",
+    ],
     'ADP010_fuse_attention_core/neg_fill_unknown_value.py': [
         '19: guard: guard attention_fill_values: masked_fill fills with -10000.0; the fused kernel fills with -inf or torch.finfo(scores.dtype).min (its negated max) only',
     ],

@@ -581,6 +581,20 @@ def may_change_arguments(node: DLNode) -> bool:
     return name.startswith("torch.nn.functional.") and not all(_is_number(v) for v in node.args[1:])
 
 
+def may_change_state(node: DLNode) -> bool:
+    """Whether evaluating the node may change in place anything it reaches, what it is handed or other state:
+    `may_change_arguments`, a dropout layer aside (it draws random numbers and changes nothing in place unless
+    built with ``inplace=``)."""
+    if node.kind == "layer" and node.qualname in _DROPOUT_LAYERS:
+        return aliasing._layer_in_place(node)
+    return may_change_arguments(node)
+
+
+_DROPOUT_LAYERS = frozenset({
+    "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.Dropout3d", "torch.nn.AlphaDropout",
+})
+
+
 def _is_number(value: Value) -> bool:
     """A literal int or float (not a bool, which ``inplace`` may be)."""
     if value.kind != "const":
@@ -686,12 +700,14 @@ def other_calls(node: cst.CSTNode, skip: frozenset[int] | set[int] = frozenset()
     """The calls in `node`, outside the expressions in `skip`, other than tensor metadata reads, number builtins and
     `_COMPUTING_METHODS` methods (``view``, ``to``, ...)."""
     for sub in cstwalk.walk(node, lambda n: id(n) not in skip):
-        if type(sub) is not cst.Call or id(sub) in skip or syntax.is_metadata_call(sub):  # type: ignore[arg-type]
-            continue
-        func = sub.func  # type: ignore[attr-defined]
-        if type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS:
-            continue
-        yield sub  # type: ignore[misc]
+        if type(sub) is cst.Call and id(sub) not in skip and not computing_call(sub):  # type: ignore[arg-type]
+            yield sub  # type: ignore[misc]
+
+
+def computing_call(call: cst.Call) -> bool:
+    """A tensor metadata read, a number builtin or a `_COMPUTING_METHODS` method call (``view``, ``to``, ...)."""
+    func = call.func
+    return syntax.is_metadata_call(call) or (type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS)
 
 
 def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: set[int]) -> bool:
