@@ -95,6 +95,27 @@ def test_init_defining_a_function_may_store_later() -> None:
     assert stored["B"] == set()
 
 
+def test_init_only_calling_its_own_function_stores_nothing_later() -> None:
+    """A function `__init__` only calls by name runs within it (rtdl's `make_kv_compression()`); one it hands on,
+    decorates, stores or mentions in a lambda may run later."""
+    body = (
+        "        self.drop = None\n"
+        "        def make():\n"
+        "            return nn.Linear(2, 2)\n"
+        "        self.proj = make() if d > 1 else make()\n"
+    )
+    header = "import torch.nn as nn\nclass A(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+    assert _stored(header + body)["A"] == set()
+    for later, stored in (
+        ("        self.maker = make\n", {"drop", "proj", "maker"}),
+        ("        self.f = lambda: make()\n", {"drop", "proj", "f"}),
+        ("        self.apply(make)\n", {"drop", "proj"}),
+    ):
+        assert _stored(header + body + later)["A"] == stored, later
+    decorated = body.replace("        def make", "        @staticmethod\n        def make")
+    assert _stored(header + decorated)["A"] == {"drop", "proj"}
+
+
 ATTENTION = '''
 import torch
 import torch.nn as nn

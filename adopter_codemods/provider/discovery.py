@@ -164,7 +164,7 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
             elif kind is cst.UnaryOperation and type(node.operator) is cst.Minus:  # type: ignore[attr-defined]
                 scan.operators.add("neg")
             elif kind is cst.Lambda or (kind is cst.FunctionDef and node is not unit):
-                defines_function = True
+                defines_function = defines_function or not (in_init and _called_only_here(node, unit))  # type: ignore[arg-type]
         if defines_function:
             scan.stored_outside_init.update(init_stores)
     fresh: dict[int, frozenset[str]] = {}  # by id(function)
@@ -187,6 +187,25 @@ def _attribute_targets(target: cst.BaseExpression) -> Iterator[tuple[str, cst.At
         yield from _attribute_targets(target.value)
     elif isinstance(target, cst.Attribute):
         yield target.attr.value, target
+
+
+def _called_only_here(fn: cst.CSTNode, unit: cst.CSTNode) -> bool:
+    """Whether `fn`, a function `unit` defines, runs only while `unit` does: an undecorated ``def`` that `unit` only
+    calls by name (rtdl's `make_kv_compression()` in ``__init__``), never hands on or stores, nor mentions in a
+    nested function or lambda. A lambda, or a function handed on (a hook), may run later."""
+    if not isinstance(fn, cst.FunctionDef) or fn.decorators:
+        return False
+    name = fn.name.value
+    called: set[int] = set()
+    for node in cstwalk.walk(unit, lambda n: n is unit or n is fn or not isinstance(n, (cst.FunctionDef, cst.Lambda))):
+        if node is not unit and node is not fn and isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            if name in {n.value for n in cstwalk.walk(node) if isinstance(n, cst.Name)}:
+                return False
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
+            called.add(id(node.func))
+        elif isinstance(node, cst.Name) and node.value == name and node is not fn.name and id(node) not in called:
+            return False
+    return True
 
 
 def _stored_by_call(call: cst.Call) -> Optional[tuple[cst.BaseExpression, str]]:
