@@ -35,7 +35,7 @@ from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
 from .provider.discovery import function_scope
 from .provider.syntax import (
-    _call_receivers, _is_self_attr, _object_name, _read_names, fallback_condition, softmax_module_dim,
+    _call_receivers, _is_self_attr, _object_name, _read_names, computing_call, fallback_condition, softmax_module_dim,
 )
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
@@ -2260,8 +2260,8 @@ def _disturbing_statement(
 ) -> Optional[cst.CSTNode]:
     """The first statement of `statements` (or line inside one), other than the `matched` lines and the bodies of
     `if`s on one of `tests` (they run only where a test is true, where the region runs as written), that stores
-    (`_stores`) or makes a call that may change what it reaches: any but the computing calls `other_calls` passes
-    over and the DSL nodes `may_change_state` clears (a helper method's call is none of them). None when there is
+    (`_stores`) or makes a call that may change what it reaches: any but the computing calls (`computing_call`)
+    and the DSL nodes `may_change_state` clears (a helper method's call is none of them). None when there is
     none."""
     nodes = graph.by_call if graph is not None else {}
     skipped = set(matched)
@@ -2275,7 +2275,7 @@ def _disturbing_statement(
             if isinstance(node, cst.If) and any(node.test.deep_equals(t) for t in tests):
                 skipped.add(id(node.body))
             elif _stores(node) or (
-                isinstance(node, cst.Call) and not flow_checks.computing_call(node)
+                isinstance(node, cst.Call) and not computing_call(node)
                 and (id(node) not in nodes or flow_checks.may_change_state(nodes[id(node)]))
             ):
                 return line

@@ -635,12 +635,6 @@ _COMPUTING_LAYERS = frozenset({
     "torch.nn.GroupNorm", "torch.nn.RMSNorm", "torch.nn.Embedding", "torch.nn.Softmax", "torch.nn.GELU",
     "torch.nn.Tanh", "torch.nn.Sigmoid", "torch.nn.ReLU", "torch.nn.SiLU", "torch.nn.Identity",
 })
-# Tensor methods that only compute or reshape: a statement calling only these (and metadata reads) draws nothing.
-_COMPUTING_METHODS = frozenset({
-    "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze", "expand", "expand_as",
-    "flatten", "to", "type_as", "float", "half", "bfloat16", "double", "chunk", "split", "unbind", "masked_fill",
-    "softmax", "sum", "mean", "clone", "detach",
-})
 
 
 def _draw_moved_past_another(
@@ -692,22 +686,16 @@ def _may_draw(node: DLNode) -> bool:
 
 
 def _calls_beyond_computing(node: cst.CSTNode) -> bool:
-    """A call other than a metadata read, a number builtin and a `_COMPUTING_METHODS` method."""
+    """A call other than a metadata read, a number builtin and a computing method (`syntax.computing_call`)."""
     return any(True for _ in other_calls(node))
 
 
 def other_calls(node: cst.CSTNode, skip: frozenset[int] | set[int] = frozenset()) -> Iterator[cst.Call]:
     """The calls in `node`, outside the expressions in `skip`, other than tensor metadata reads, number builtins and
-    `_COMPUTING_METHODS` methods (``view``, ``to``, ...)."""
+    computing methods (``view``, ``to``, ...: `syntax.computing_call`)."""
     for sub in cstwalk.walk(node, lambda n: id(n) not in skip):
-        if type(sub) is cst.Call and id(sub) not in skip and not computing_call(sub):  # type: ignore[arg-type]
+        if type(sub) is cst.Call and id(sub) not in skip and not syntax.computing_call(sub):  # type: ignore[arg-type]
             yield sub  # type: ignore[misc]
-
-
-def computing_call(call: cst.Call) -> bool:
-    """A tensor metadata read, a number builtin or a `_COMPUTING_METHODS` method call (``view``, ``to``, ...)."""
-    func = call.func
-    return syntax.is_metadata_call(call) or (type(func) is cst.Attribute and func.attr.value in _COMPUTING_METHODS)
 
 
 def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: set[int]) -> bool:

@@ -72,6 +72,20 @@ def is_metadata_call(call: cst.Call) -> bool:
     )
 
 
+# Tensor methods that only compute or reshape: a statement calling only these (and metadata reads) draws nothing.
+COMPUTING_METHODS = frozenset({
+    "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze", "expand", "expand_as",
+    "flatten", "to", "type_as", "float", "half", "bfloat16", "double", "chunk", "split", "unbind", "masked_fill",
+    "softmax", "sum", "mean", "clone", "detach",
+})
+
+
+def computing_call(call: cst.Call) -> bool:
+    """A tensor metadata read, a number builtin or a `COMPUTING_METHODS` method call (``view``, ``to``, ...)."""
+    func = call.func
+    return is_metadata_call(call) or (type(func) is cst.Attribute and func.attr.value in COMPUTING_METHODS)
+
+
 def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
     """Names read by an expression: plain names and ``self.<attr>``; and whether it calls (impure). Metadata calls
     (`is_metadata_call`) do not count: `q.size(-1) ** -0.5` is as pure as `q.shape[-1] ** -0.5`."""
