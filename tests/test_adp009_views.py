@@ -30,6 +30,10 @@ MODELS = {
     "InHelper": ((), (2, 3, 8)),
     "ViewAs": ((), (2, 3, 8)),
     "UncheckedWidth": ((10, 4), (2, 4, 10)),
+    "ReturnedByHelper": ((), (2, 3, 8)),
+    "ViewedByStaticMethod": ((), (2, 3, 8)),
+    "ViewedInComprehension": ((), (2, 3, 8)),
+    "HeldByDict": ((), (2, 3, 8)),
 }
 
 
@@ -40,7 +44,8 @@ def test_each_negative_class_is_refused_by_the_guard_naming_its_view() -> None:
     assert all(f"guard {GUARD}:" in r.reason and "is not proven to keep the last dim" in r.reason for r in refused)
     assert {r.reason.split("`")[1] for r in refused} == {
         "q.view(b, -1, self.head_dim)", "q.view(x.size(0), -1)", "t.view(t.size(0), -1)", "q.view_as(flat)",
-        "self.q(x).view(b, -1, self.num_heads, self.head_dim)",
+        "self.q(x).view(b, -1, self.num_heads, self.head_dim)", "q.view(x.size(0), -1)",
+        "ViewedByStaticMethod.merge(q, k, v)", "t.view(x.size(0), -1)", 'outs["q"].view(x.size(0), -1)',
     }
 
 

@@ -84,11 +84,24 @@ def first_unproven_view(
 
     inlined = _inlined_calls(graph)
     for site, names in holding_names(graph, prover.tainted, roots_at, assigned):
-        if not names and id(site.small) not in holders:
+        if not names and id(site.small) not in holders and not roots.returns_projection(site.small):
             continue
 
+        # a comprehension's names (`for t in qkv`) hold what they iterate over where that may hold an output
+        in_comprehensions: set[str] = set()
+
         def holds(expr: cst.BaseExpression) -> bool:
-            return any(r == PROJECTION or scoped(r, site) in names for r in roots.of(expr, _defined_at(site, defined)))
+            return any(
+                r == PROJECTION or scoped(r, site) in names or r in in_comprehensions
+                for r in roots.of(expr, _defined_at(site, defined))
+            )
+
+        loops = [n for n in cstwalk.walk(site.small) if type(n) is cst.CompFor]
+        while loops:  # nested comprehensions: until nothing changes
+            found = {n for loop in loops if holds(loop.iter) for n in _target_names(loop.target)}  # type: ignore[attr-defined]
+            if found <= in_comprehensions:
+                break
+            in_comprehensions |= found
 
         for node in cstwalk.walk(site.small):
             if type(node) is not cst.Call:
@@ -239,7 +252,7 @@ class _Roots:
         todo = [expr]
         while todo:
             expr = todo.pop()
-            if id(expr) in self.sources:
+            if id(expr) in self.sources or expr is _RETURNED_PROJECTION:
                 out.add(PROJECTION)
                 continue
             kind = type(expr)
@@ -254,7 +267,7 @@ class _Roots:
                     todo.append(expr.value)  # type: ignore[attr-defined]  # `q.T`, or what an object holds
             elif kind is cst.Subscript:
                 todo.append(expr.value)  # type: ignore[attr-defined]
-            elif kind in (cst.Tuple, cst.List):
+            elif kind in (cst.Tuple, cst.List, cst.Set, cst.Dict):
                 todo.extend(e.value for e in expr.elements)  # type: ignore[attr-defined]
             elif kind is cst.IfExp:
                 todo.extend((expr.body, expr.orelse))  # type: ignore[attr-defined]
@@ -280,7 +293,9 @@ class _Roots:
             function, skip_self = callee
             params = self.returned(function, depth - 1)
             if params is not None:
-                return _arguments(function, skip_self, call, params)
+                others: list[cst.BaseExpression] = [_RETURNED_PROJECTION] if PROJECTION in params else []
+                others += [cst.parse_expression(name) for name in params if name.startswith("self.")]
+                return _arguments(function, skip_self, call, params) + others
         node = self.graph.by_call.get(id(call))
         if node is not None and node.kind == "layer" and node.qualname in FRESH_RESULTS:
             return []
@@ -310,11 +325,16 @@ class _Roots:
         if type(func) is cst.Name:
             function = self.functions.get(func.value)
             return (function, False) if function is not None else None
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in self.classes:
+            # `ClassName.merge(q, k, v)`: a method of a class of the file, an instance passed first if any
+            function = self.classes[func.value.value].get(func.attr.value)
+            return (function, _takes_class(function)) if function is not None else None
         attr = _is_self_attr(func) if isinstance(func, cst.Attribute) else None
         if attr is None:
             return None
         if attr in self.methods:
-            return self.methods[attr], True
+            method = self.methods[attr]
+            return method, not _decorated(method, "staticmethod")
         node = self.graph.by_call.get(id(call))
         if node is None or node.kind != "layer" or not node.bindings:
             return None
@@ -328,9 +348,19 @@ class _Roots:
             forwards.add(forward)
         return (forwards.pop(), True) if len(forwards) == 1 else None
 
+    def returns_projection(self, statement: cst.CSTNode) -> bool:
+        """Whether `statement` calls a helper, a layer class or a function of the file that may return a projection
+        itself (``self.attend(q, k, v).view(...)``)."""
+        for node in cstwalk.walk(statement):
+            callee = self.callee(node) if type(node) is cst.Call else None  # type: ignore[arg-type]
+            if callee is not None and PROJECTION in (self.returned(callee[0], _DEPTH) or ()):
+                return True
+        return False
+
     def returned(self, function: cst.FunctionDef, depth: int) -> Optional[frozenset[str]]:
-        """The parameters whose tensor what `function` returns may be, or be a view of; None if unknown (it may
-        return what ``self`` or a global holds)."""
+        """The parameters whose tensor what `function` returns may be, or be a view of, with the ``self.<attr>``
+        it may return and ``PROJECTION`` where it may return a projection itself (a helper method
+        ``return self.q(x), self.k(x), self.v(x)``); None if unknown (it may return what a global holds)."""
         key = id(function)
         if key in self._returned:
             return self._returned[key]
@@ -350,12 +380,14 @@ class _Roots:
             if name in reached:
                 continue
             reached.add(name)
-            if name.startswith("self.") or name == PROJECTION or name not in local:
+            if name.startswith("self.") or name == PROJECTION:
+                continue
+            if name not in local:
                 self._returned[key] = None
                 return None
             for value in assigned.get(name, ()):
                 todo.extend(self.of(value, held, depth))
-        found = frozenset(reached & params)
+        found = frozenset(n for n in reached if n in params or n.startswith("self.") or n == PROJECTION)
         self._returned[key] = found
         return found
 
@@ -404,6 +436,19 @@ class _Roots:
         found = frozenset(reached & params)
         self._viewed[key] = found
         return found
+
+
+# What `_Roots.call` gives for a helper that may return a projection itself: `of` reads it as ``PROJECTION``.
+_RETURNED_PROJECTION = cst.Name("projection")
+
+
+def _decorated(function: cst.FunctionDef, name: str) -> bool:
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == name for d in function.decorators)
+
+
+def _takes_class(function: cst.FunctionDef) -> bool:
+    """Whether a method called on its class receives the class first, unpassed (``@classmethod``)."""
+    return _decorated(function, "classmethod")
 
 
 def _body(
