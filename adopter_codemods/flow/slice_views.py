@@ -326,9 +326,10 @@ class _Roots:
             function = self.functions.get(func.value)
             return (function, False) if function is not None else None
         if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in self.classes:
-            # `ClassName.merge(q, k, v)`: a method of a class of the file, an instance passed first if any
+            # `ClassName.merge(q, k, v)`: a method of a class of the file, an instance passed first if any; a
+            # classmethod receives the class unpassed
             function = self.classes[func.value.value].get(func.attr.value)
-            return (function, _takes_class(function)) if function is not None else None
+            return (function, _decorated(function, "classmethod")) if function is not None else None
         attr = _is_self_attr(func) if isinstance(func, cst.Attribute) else None
         if attr is None:
             return None
@@ -444,11 +445,6 @@ _RETURNED_PROJECTION = cst.Name("projection")
 
 def _decorated(function: cst.FunctionDef, name: str) -> bool:
     return any(isinstance(d.decorator, cst.Name) and d.decorator.value == name for d in function.decorators)
-
-
-def _takes_class(function: cst.FunctionDef) -> bool:
-    """Whether a method called on its class receives the class first, unpassed (``@classmethod``)."""
-    return _decorated(function, "classmethod")
 
 
 def _body(
