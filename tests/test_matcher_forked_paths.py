@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from adopter_codemods.dsl import parse_rule
+from adopter_codemods.flow import checks as flow_checks
 from adopter_codemods.matcher import find_matches
 from adopter_codemods.provider import build_module_structure
 
@@ -90,3 +91,43 @@ def test_one_input_on_some_paths_only_is_refused() -> None:
     # `sum_pair(u, ...)` would feed the BatchNorm the changed one.
     body = "        u = x\n        w = x\n        if flag:\n            u = self.act(u)\n        return self.conv(u) + self.bn(w)\n"
     assert _sum_matches(body) == 0
+
+
+TRIPLE_RULE = """\
+rule FuseThreeProjections
+code ADP901
+init:
+    torch.nn.Linear(**$a) -> $p;
+    torch.nn.Linear(**$b) -> $q;
+    torch.nn.Linear(**$c) -> $r
+forward:
+    $p($x) -> $po;
+    $q($x) -> $qo;
+    $r($x) -> $ro
+    =>
+    kernels.three($x, $p, $q, $r) -> ($po, $qo, $ro)
+"""
+
+
+def test_one_call_reading_a_phi_never_stands_for_two_pattern_nodes() -> None:
+    # `mlp` reads a phi of the `x` that `skip` read: the search matches a copy of it reading `x` itself, which must
+    # not count again for the third pattern node (gluonts' GatedResidualNetwork: a "triple" of two calls, refused
+    # as if its nn.Sequential element were the problem).
+    layers = "self.skip = nn.Linear(3, 3)\n        self.mlp = nn.Linear(3, 3)"
+    source = CLASS_HEAD.replace("self.bn = nn.BatchNorm2d(3)", layers) + """\
+        s = self.skip(x)
+        if flag:
+            x = self.act(x)
+        y = self.mlp(x)
+        return y + s
+"""
+    structure = build_module_structure(cst.parse_module(source))
+    (cls,) = structure.classes
+    rule = parse_rule(TRIPLE_RULE)
+    assert rule.forward is not None
+    chosen = [
+        [n.index for n in nodes if n is not None]
+        for graph in cls.graphs
+        for nodes, _ in flow_checks.subsequences(rule.forward.source, graph, rule)
+    ]
+    assert chosen == [], chosen  # two calls only: no match of three

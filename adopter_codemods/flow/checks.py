@@ -60,7 +60,10 @@ class _Search:
 
     def after(self, prev: Optional[DLNode], node: DLNode) -> bool:
         reach = self.reach
-        return reach.live[node.index] and (prev is None or (node is not prev and reach.before(prev.index, node.index)))
+        # by index: `resolved` may have copied `prev`, and one call never stands for two pattern nodes
+        return reach.live[node.index] and (
+            prev is None or (node.index != prev.index and reach.before(prev.index, node.index))
+        )
 
     def candidates(self, pattern: Node, env: dict[str, m.Binding], prev: Optional[DLNode]) -> Sequence[DLNode]:
         if isinstance(pattern, (CallNode, OpNode)):
