@@ -225,7 +225,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "optional_masked_fill_inf.py": 1,
     "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original
     "output_changed_in_place.py": 1,
-    "mask_under_flag_test.py": 2,  # the prompt under the causal mask, the cached step without one
+    "mask_under_flag_test.py": 2,
+    "later_mask_with_method_call.py": 1,  # the prompt under the causal mask, the cached step without one
     "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
     "inplace_fill_under_if.py": 2,  # with and without the mask
     "mask_named_under_test.py": 4,  # causal and not; padded and not

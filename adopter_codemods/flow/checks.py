@@ -719,16 +719,20 @@ def _moves_only_past_the_match(
 ) -> bool:
     """Whether an argument with calls, written in the deleted statement `line`, may be evaluated at the fused call
     instead: `line` and every statement from it to the anchor's are deleted statements of the anchor's block, and
-    the matched nodes running before it (of `line` itself) call no layer and no dropout. Then only the match's own
-    side-effect-free computation changes places with the call (LeViT's `q @ k * scale + self.get_attention_biases()`).
+    the matched nodes the argument now runs before (those of `line` and of the matched statements before it) call no
+    layer and no dropout. Then only the match's own side-effect-free computation changes places with the call
+    (LeViT's `q @ k * scale + self.get_attention_biases()`, a later `s.masked_fill(~mask.unsqueeze(1), -inf)`).
     """
     if not _only_deleted_up_to_the_anchor(line, anchor, deleted):
         return False
     nodes = [instance[key(r)] for r in match.nodes]
-    here = [n for n in nodes if n.site.line is line]
-    if not here or min(n.index for n in nodes) < min(n.index for n in here):
-        return False  # a matched statement before `line` would now run after the call
-    return all(n.kind == "op" or (n.kind == "func" and "dropout" not in (n.qualname or "")) for n in here)
+    here = [n.index for n in nodes if n.site.line is line]
+    if not here:
+        return False
+    return all(
+        n.kind == "op" or (n.kind == "func" and "dropout" not in (n.qualname or ""))
+        for n in nodes if n.index <= max(here)
+    )
 
 
 def _definition(graph: FlowGraph, name: str, held: int, wanted: int) -> Optional[Def]:
