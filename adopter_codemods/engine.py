@@ -195,7 +195,8 @@ class SinkCheck:
             done = self.found[(key, rule.code, name)] = (cls.node if cls is not None else None, placed, refused)
         sunk_class, placed, refusals = done
         layers = {n.layer for n in found.match.nodes}
-        line = placement.anchor.site.line
+        # a statement of the arm, which the copies leave as it is (the anchor, unless the copied lines follow the `if`)
+        line = next(n for n in reversed(found.match.nodes) if n.site.owner is placement.branch_owner).site.line
         if any(
             {n.layer for n in p.match.nodes} == layers and any(n.site.line is line for n in p.match.nodes)
             for p in placed
@@ -206,7 +207,8 @@ class SinkCheck:
             return placement.unsunk
         return Reason(
             refusal.category,
-            f"even with the statements before the `if` copied into its arms: {refusal.reason}",
+            f"even with the statements {'after' if placement.suffix else 'before'} the `if` copied into its arms: "
+            f"{refusal.reason}",
             _original_node(refusal.cause, found, sunk_class),
         )
 

@@ -93,7 +93,7 @@ def _code(node: cst.CSTNode) -> str:
 # How a match is rewritten (docs/ENGINE.md): "inline" (nested in the anchor call), "block" (statements of the
 # anchor's block), "branch" (a prefix copied into the other arm of an `if`), "fallback" (the region kept as written
 # under conditions), "hoist" (the call bound to temporaries before the first node), "sink" (statements before an `if`
-# copied into every arm, the fusion left to the next round), "init" (an instantiation rule), "container" (an
+# copied atop every arm, or after it to their ends; the fusion left to the next round), "init" (an instantiation rule), "container" (an
 # nn.Sequential).
 Plan = Literal["inline", "block", "branch", "fallback", "hoist", "sink", "init", "container"]
 Certainty = Literal["exact", "guarded"]
@@ -143,6 +143,7 @@ class Placement:
     branch_owner: Optional[cst.CSTNode] = None  # the suite of `branch_if` holding the anchor
     prefix_lines: tuple[cst.BaseStatement, ...] = ()
     unsunk: Optional[Reason] = None  # plan "sink" (sink.py): why the match cannot be placed where it stands
+    suffix: bool = False  # plan "sink": the copied lines follow the `if` and go to the end of every arm
     # plan "fallback": the function-body statements from the first matched one to the anchor's (rewritten as
     # `if <any of fallback_tests>: <region as written> else: <region fused>`; no tests: the fused region alone),
     # and the `if`s in it the fused copy drops

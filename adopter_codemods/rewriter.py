@@ -119,6 +119,9 @@ class EditPlan:
     # id(if) -> (the arm holding the match: the others get the copies; None: every arm gets them, an `else` added
     # where the chain has none, plan "sink"), the statements copied
     branch_copies: dict[int, tuple[Optional[cst.CSTNode], list[cst.BaseStatement]]] = field(default_factory=dict)
+    # id(if) -> the statements after it copied to the end of every arm, an `else` added where the chain has none
+    # (plan "sink" from below)
+    branch_tails: dict[int, list[cst.BaseStatement]] = field(default_factory=dict)
     imports: set[str] = field(default_factory=set)  # the dotted names the new code calls (their roots are imported)
     init_statements: set[int] = field(default_factory=set)  # id(__init__ line) edited: shared edits are merged
     init_nodes: set[int] = field(default_factory=set)  # ids among `replace`/`delete` that are __init__ edits
@@ -133,6 +136,7 @@ class EditPlan:
     def footprint(self) -> set[int]:
         """Forward-side nodes this plan edits (``__init__`` edits are compared separately)."""
         edited = set(self.replace) | self.delete | set(self.branch_copies) | self.region | set(self.insert_before)
+        edited |= set(self.branch_tails)
         edited |= self.remove_lines | self.moved_lines
         return (edited | self.scopes) - self.init_nodes
 
@@ -190,13 +194,16 @@ def plan_match(found: PlacedMatch) -> EditPlan:
 
 
 def _plan_sink(placement: Placement, plan: EditPlan) -> None:
-    """The prefix lines moved to the top of every arm of the ``if`` (matcher's plan "sink", sink.py); the fusion is
-    the next round's."""
+    """The prefix lines moved to the top of every arm of the ``if`` (matcher's plan "sink", sink.py), or the lines
+    after it to the end of every arm; the fusion is the next round's."""
     assert placement.branch_if is not None
     for line in placement.prefix_lines:
         plan.moved_lines.add(id(line))
         plan.originals[id(line)] = line
-    plan.branch_copies[id(placement.branch_if)] = (None, list(placement.prefix_lines))
+    if placement.suffix:
+        plan.branch_tails[id(placement.branch_if)] = list(placement.prefix_lines)
+    else:
+        plan.branch_copies[id(placement.branch_if)] = (None, list(placement.prefix_lines))
     plan.originals[id(placement.branch_if)] = placement.branch_if
 
 
@@ -351,6 +358,7 @@ def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
         merged.originals.update(plan.originals)
         merged.delete |= plan.delete
         merged.branch_copies.update(plan.branch_copies)
+        merged.branch_tails.update(plan.branch_tails)
         merged.remove_lines |= plan.remove_lines
         merged.moved_lines |= plan.moved_lines
         merged.insert_before.update(plan.insert_before)
@@ -389,6 +397,8 @@ class _Apply(cst.CSTTransformer):
         updated = super().on_leave(original_node, updated_node)
         if isinstance(original_node, cst.If) and id(original_node) in self.plan.branch_copies:
             return self._copy_into_other_branch(original_node, updated)  # type: ignore[arg-type]
+        if isinstance(original_node, cst.If) and id(original_node) in self.plan.branch_tails:
+            return _copy_into_every_arm(updated, self.plan.branch_tails[id(original_node)], at_end=True)  # type: ignore[arg-type]
         inserted = self.plan.insert_before.get(id(original_node))
         if inserted is not None and self.plan.originals.get(id(original_node)) is original_node:
             # The new line takes the comments and blank lines that stood before the statement.
@@ -439,28 +449,47 @@ class _Apply(cst.CSTTransformer):
         return updated.with_changes(body=body.with_changes(body=[*copies, *body.body]))
 
 
-def _copies(prefix: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+def _copies(prefix: Sequence[cst.BaseStatement], blank: bool = False) -> list[cst.BaseStatement]:
     """Fresh copies of `prefix` for the top of an arm: a copied statement keeps its own comments; the first copy
-    must not repeat a blank line."""
+    must not repeat a blank line (`blank`: copies for the end of an arm keep their blank lines too)."""
     copies = [line.deep_clone() for line in prefix]
+    if blank:
+        return copies
     return [c.with_changes(leading_lines=[ln for ln in c.leading_lines if ln.comment is not None]) for c in copies]  # type: ignore[attr-defined]
 
 
-def _copy_into_every_arm(if_stmt: cst.If, prefix: Sequence[cst.BaseStatement]) -> cst.If:
-    """`if_stmt` with copies of `prefix` atop the body of it, of each ``elif`` and of its ``else`` (added if
-    missing): every path through the chain runs them once."""
+def _copy_into_every_arm(if_stmt: cst.If, lines: Sequence[cst.BaseStatement], at_end: bool = False) -> cst.If:
+    """`if_stmt` with copies of `lines` atop (`at_end`: at the end of) the body of it, of each ``elif`` and of its
+    ``else`` (added if missing): every path through the chain runs them once (at the end: every path that ran them
+    after the chain; an arm ending with ``return``, ``raise``, ``break`` or ``continue`` gets no copy)."""
+
+    def put(block: cst.IndentedBlock) -> cst.IndentedBlock:
+        if not at_end:
+            return block.with_changes(body=[*_copies(lines), *block.body])
+        if _leaves_block(block):
+            return block
+        return block.with_changes(body=[*block.body, *_copies(lines, blank=True)])
+
     body = if_stmt.body
     assert isinstance(body, cst.IndentedBlock)
     orelse = if_stmt.orelse
     if orelse is None:
-        orelse = cst.Else(body=cst.IndentedBlock(body=_copies(prefix)))
+        orelse = cst.Else(body=cst.IndentedBlock(body=_copies(lines)))
     elif isinstance(orelse, cst.If):
-        orelse = _copy_into_every_arm(orelse, prefix)
+        orelse = _copy_into_every_arm(orelse, lines, at_end)
     else:
         block = orelse.body
         assert isinstance(block, cst.IndentedBlock)
-        orelse = orelse.with_changes(body=block.with_changes(body=[*_copies(prefix), *block.body]))
-    return if_stmt.with_changes(body=body.with_changes(body=[*_copies(prefix), *body.body]), orelse=orelse)
+        orelse = orelse.with_changes(body=put(block))
+    return if_stmt.with_changes(body=put(body), orelse=orelse)
+
+
+def _leaves_block(block: cst.IndentedBlock) -> bool:
+    """Whether the block's last statement is a ``return``, ``raise``, ``break`` or ``continue``."""
+    last = block.body[-1] if block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(
+        last.body[-1], (cst.Return, cst.Raise, cst.Break, cst.Continue)
+    )
 
 
 def _drop_empty_lines(
@@ -519,7 +548,7 @@ def _holding(root: cst.CSTNode, targets: set[int]) -> Optional[set[int]]:
 def apply_plan(module: cst.Module, plan: EditPlan, within: Optional[cst.BaseStatement] = None) -> cst.Module:
     """`module` with the plan's edits made and its imports added. `within`: a statement of the module's body that
     holds every edit of a plan adding no import (plan "sink" in one class): only it is walked."""
-    targets = set(plan.replace) | plan.delete | set(plan.branch_copies) | set(plan.insert_before)
+    targets = set(plan.replace) | plan.delete | set(plan.branch_copies) | set(plan.branch_tails) | set(plan.insert_before)
     targets |= plan.remove_lines | plan.moved_lines
     if within is not None:
         assert not plan.imports and any(s is within for s in module.body)

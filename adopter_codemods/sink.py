@@ -46,6 +46,10 @@ the ``if`` and after the tests. That changes nothing the code computes when (che
   name read counts (it may hold a view of it), attributes of ``self`` aside;
 * every arm is an indented block (the copies need lines of their own).
 
+Its mirror image (``_plan_suffix``): BLIP-2's Q-Former projects the keys and values in the arms and the query after
+the chain. The lines from the ``if`` to the last matched one then go to the end of every arm: each path runs them
+right where it ran them, so only their form is checked.
+
 The copy alone does not fuse anything: the next rewrite round finds the match inside the arm, where the usual plans
 place it (``hoist.plan_hoist`` for BERT's chained projections). So that a finding is never a bare copy, the engine
 confirms each sink before reporting it (``engine.SinkCheck``): it analyses the module with the copies made, and
@@ -66,7 +70,7 @@ from .provider import _written_names
 from .provider.syntax import (
     METADATA_ATTRIBUTES, _is_self_attr, _suite_body, in_place_targets, is_metadata_call, passes_inplace,
 )
-from .structure import ClassStructure
+from .structure import ClassStructure, DLNode
 
 # Statements a copied prefix may not hold: each leaves the block or changes what names mean for the rest of it.
 _NOT_COPIED = (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Del, cst.Global, cst.Nonlocal)
@@ -82,13 +86,21 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
     the sink."""
     nodes = sorted(match.nodes, key=lambda n: n.index)
     anchor = nodes[-1]
-    arm = anchor.site.owner
     site = anchor.site
     if any(
         n.site.inline_stack != site.inline_stack or n.site.loop_copy != site.loop_copy or n.site.function != site.function
         for n in nodes
     ):
         return None
+    placed = _plan_prefix(match, nodes, reason)
+    return placed if placed is not None else _plan_suffix(match, nodes, reason)
+
+
+def _plan_prefix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Placement, Reason, None]:
+    """Plan "sink" for matched nodes before the ``if`` and in one arm of it (`nodes`: in graph order)."""
+    anchor = nodes[-1]
+    arm = anchor.site.owner
+    site = anchor.site
     outside = [n for n in nodes if n.site.owner is not arm]
     inside = [n for n in nodes if n.site.owner is arm]
     if not outside or not inside or any(n.site.block is not site.block for n in inside):
@@ -153,10 +165,61 @@ def plan_sink(match: Match, reason: Reason) -> Union[Placement, Reason, None]:
     )
 
 
-def _refused(why: str, cause: cst.CSTNode) -> Reason:
+def _plan_suffix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Placement, Reason, None]:
+    """Plan "sink" for matched nodes in one arm of an ``if`` and after it (BLIP-2's Q-Former projects the query
+    after the chain projecting the keys and values): the lines from the ``if`` to the last matched one are copied
+    to the end of every arm, an ``else:`` added where the chain has none (not to an arm ending with ``return``,
+    ``raise``, ``break`` or ``continue``: its paths never ran them). Each path runs them right where it ran them,
+    after the arm it took: nothing to check but that they can be copied."""
+    arm = nodes[0].site.owner
+    inside = [n for n in nodes if n.site.owner is arm]
+    outside = [n for n in nodes if n.site.owner is not arm]
+    if not outside or any(n.site.block is not nodes[0].site.block for n in inside):
+        return None
+    block = list(outside[0].site.block)
+    if any(n.site.block is not outside[0].site.block or not any(n.site.line is s for s in block) for n in outside):
+        return None
+    suffix_at = sorted({next(i for i, s in enumerate(block) if s is n.site.line) for n in outside})
+    if_at = next((i for i in range(suffix_at[0] - 1, -1, -1) if _is_arm_of_chain(block[i], arm)), None)
+    if if_at is None:
+        return None
+    top = block[if_at]
+    assert isinstance(top, cst.If)
+    moved = block[if_at + 1 : suffix_at[-1] + 1]
+    for line in moved:
+        if not _copyable(line):
+            return _refused(
+                "this statement would have to move with them, and cannot be copied (a compound statement, or one that "
+                "leaves the block or changes what names mean: `return`, `del`, `global`, ...)",
+                line, after=True,
+            )
+    if len(moved) - len(suffix_at) > MAX_DEPENDENT_LINES:
+        return _refused(
+            f"{len(moved) - len(suffix_at)} statements between the `if` and them would have to move with them (at "
+            f"most {MAX_DEPENDENT_LINES} are copied into every arm)",
+            top, after=True,
+        )
+    if _arms(top) is None:
+        return _refused("an arm of this `if` is written on its header's line, so no copy can go at its end", top, after=True)
+    anchor = nodes[-1]
+    return Placement(
+        "sink",
+        anchor=anchor,
+        deleted=tuple(s for line in moved for s in line.body),  # type: ignore[attr-defined]
+        names=_names_at_anchor(match, anchor, ()),
+        branch_if=top,
+        branch_owner=arm,
+        prefix_lines=tuple(moved),
+        unsunk=reason,
+        suffix=True,
+    )
+
+
+def _refused(why: str, cause: cst.CSTNode, after: bool = False) -> Reason:
+    where = "after" if after else "before"
     return Reason(
         RefusalCategory.BRANCH_NOT_DUPLICABLE,
-        "the matched statements before the `if` holding the others cannot be copied into its arms: " + why,
+        f"the matched statements {where} the `if` holding the others cannot be copied into its arms: " + why,
         cause,
     )
 

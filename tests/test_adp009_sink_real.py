@@ -1,7 +1,7 @@
 """ADP009 across an ``if``: the query projected before BERT's and BART's if/elif chains (LUKE's keys and values
-before its ``if``), the rest inside the arms, on the real transformers 4.34.1 modeling files. Plan "sink"
-(adopter_codemods/sink.py) copies the prefix into every arm, a later round packs the projections where all three
-read one input. Each model is rewritten with ADP009 alone, built in float64 from the original and the rewritten
+before its ``if``; after it, BLIP-2's Q-Former), the rest inside the arms, on the real transformers 4.34.1 modeling
+files. Plan "sink" (adopter_codemods/sink.py) copies the prefix atop every arm (the suffix to their ends), a later
+round packs the projections where all three read one input. Each model is rewritten with ADP009 alone, built in float64 from the original and the rewritten
 source, loaded strictly with the original's state_dict and compared in eval and training (outputs and gradients,
 tolerance 1e-9, packed GEMM forced) on inputs that run every arm: self-attention and cross-attention, each without
 and with a cache of earlier keys and values; LUKE with and without its entity-aware attention."""
@@ -133,3 +133,46 @@ def test_luke_keys_and_values_before_the_if(entity_aware: bool) -> None:
         return (torch.randint(0, 40, (2, 5)),), kwargs
 
     _compare(original, rewritten, "LukeModel", config, inputs, wrap=False)
+
+
+@pytest.mark.parametrize("model", ["blip_2", "instructblip"])
+def test_qformer_query_after_the_if(model: str) -> None:
+    # BLIP-2's and InstructBLIP's Q-Former project the query after the chain: its statement is copied to the end of
+    # every arm, and the self-attention arms (with and without a cache) pack
+    original, rewritten, code = _rewritten(model)
+    assert code.count("adopter_kernels.packed_qkv_linear(hidden_states, self.key, self.value, self.query)") == 2
+    assert code.count("mixed_query_layer = self.query(hidden_states)") == 1  # the cross-attention arm's
+    prefix = "Blip2" if model == "blip_2" else "InstructBlip"
+    config = getattr(transformers, f"{prefix}QFormerConfig")(
+        vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+        cross_attention_frequency=1, encoder_hidden_size=12, hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+    )  # fmt: skip
+    config.query_length = 4  # read where a cache is passed; the models set it from their own config
+    extra = {"input_ids": None} if model == "instructblip" else {}
+
+    class Decode(torch.nn.Module):
+        """The queries cross-attending to image features, then one more query reading their cache."""
+
+        def __init__(self, qformer: torch.nn.Module) -> None:
+            super().__init__()
+            self.qformer = qformer
+
+        def forward(self, queries: torch.Tensor, image: torch.Tensor, step: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            first = self.qformer(query_embeds=queries, encoder_hidden_states=image, use_cache=True, **extra)
+            second = self.qformer(
+                query_embeds=step, encoder_hidden_states=image, past_key_values=first.past_key_values, use_cache=True,
+                **extra,
+            )
+            return first.last_hidden_state, second.last_hidden_state
+
+    def inputs() -> tuple[tuple, dict]:
+        return (torch.randn(2, 4, 16), torch.randn(2, 3, 12), torch.randn(2, 1, 16)), {}
+
+    with default_dtype(torch.float64), adopter_kernels.use_backend("packed_qkv_linear=packed"):
+        with seeded(0):
+            vanilla = Decode(getattr(original, f"{prefix}QFormerModel")(config))
+            args, kwargs = inputs()
+        with seeded(1):
+            fused = Decode(getattr(rewritten, f"{prefix}QFormerModel")(config))
+        compare_models(vanilla, fused, args, kwargs).raise_if_failed()

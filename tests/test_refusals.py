@@ -126,9 +126,6 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '12: not-placeable: the matched calls run in different loop iterations or loops (line 14)',
     ],
     'ADP007_fuse_conv_bn/neg_bn_on_other_tensor.py': [],
-    'ADP007_fuse_conv_bn/neg_conv_in_one_branch.py': [
-        '14: not-placeable: the fused call would go in another block than the statements it replaces, which do not directly precede the `if` holding it (only lines binding constants may stand between) (line 15)',
-    ],
     'ADP007_fuse_conv_bn/neg_conv_output_reused.py': [
         '12: intermediate-used-elsewhere: `y`, an intermediate result the fused call hides, is used here (line 14)',
     ],
