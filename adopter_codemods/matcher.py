@@ -1705,7 +1705,8 @@ def _statements_holding(cls: ClassStructure, wanted: set[int]) -> dict[int, cst.
 
 
 def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refused] = None) -> list[PlacedMatch]:
-    """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls.
+    """A layer whose ``__init__`` statement disappears must not be referenced outside the matched calls, and one
+    whose statement is rewritten must be rewritten the same way by every match (`_init_edit_conflict`).
 
     Judged over all matches together (one Dropout shared by the two arms of an ``if`` is fine when both arms are
     rewritten); dropping a match can invalidate another, so iterate to a fixpoint. Dropped matches go to `refused`.
@@ -1714,7 +1715,7 @@ def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refus
         covered = _covered_calls(matches)
         kept = []
         for f in matches:
-            reason = _layer_uses_covered(f, covered)
+            reason = _layer_uses_covered(f, covered) or _init_edit_conflict(f, matches)
             if reason is None:
                 kept.append(f)
             elif refused is not None:
@@ -1724,21 +1725,66 @@ def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refus
         matches = kept
 
 
-def layers_to_delete(match: Match, placement: Placement) -> list[tuple[str, LayerBinding]]:
-    """Source layers the ``init`` target drops: (attr, binding).
+def _init_edits(match: Match) -> dict[int, tuple[str, str]]:
+    """id(``__init__`` statement) -> (the layer's attribute, what its new call is built from) for each layer the
+    ``init`` target rebuilds in place (ADP005's LayerNorm made a FusedDropoutAddLayerNorm with the Dropout's `p`)."""
+    rule = match.rule
+    if rule.init is None or rule.init.target is None:
+        return {}
+    edits: dict[int, tuple[str, str]] = {}
+    for target in rule.init.target:
+        if not isinstance(target, CallNode):
+            continue
+        ref = match.env.get(target.outputs[0].name)
+        binding = match.init_matches.get(target.outputs[0].name)
+        if not isinstance(ref, LayerRef) or binding is None or binding.statement is None:
+            continue
+        parts = []
+        for name in sorted(_atom_names(target)):
+            bound = match.env.get(name)
+            if isinstance(bound, InitArg):
+                parts.append(f"{name}={_init_text(bound)}")
+            elif isinstance(bound, RestArgs):
+                parts.append(f"{name}=({', '.join(_code(a) for a in bound.args)})")
+            else:
+                parts.append(f"{name}={bound!r}")
+        edits[id(binding.statement)] = (ref.attr, "; ".join(parts))
+    return edits
 
-    A layer still called by a statement the branch plan copies into the other arm of the ``if`` is kept.
-    """
+
+def _init_edit_conflict(found: PlacedMatch, matches: list[PlacedMatch]) -> Optional[Reason]:
+    """Why `found` cannot rebuild a layer in ``__init__``: another match rebuilds the same statement from other
+    arguments (one LayerNorm closing two residual blocks whose Dropouts differ: it cannot hold both), None if none
+    does. Both are then left to a variant that keeps the layers."""
+    mine = _init_edits(found.match)
+    for other in matches:
+        if other is found:
+            continue
+        for key, (attr, made) in _init_edits(other.match).items():
+            if key in mine and mine[key][1] != made:
+                return Reason(
+                    RefusalCategory.LAYER_USED_ELSEWHERE,
+                    f"self.{attr} is fused at another site too, with other arguments for its __init__ statement, "
+                    "which can hold only one of them",
+                    reported_statements(other.match, other.placement)[0],
+                )
+    return None
+
+
+def layers_to_delete(match: Match, placement: Placement) -> list[tuple[str, LayerBinding]]:
+    """Source layers the ``init`` target drops: (attr, binding). A layer still called by a statement the branch plan
+    copies into the other arm of the ``if`` counts too: the target takes over what it does (ADP005's post-LN form
+    builds the LayerNorm's own Dropout), so keeping it for the copy would leave two modules where the code had one,
+    which a later ``self.dropout.p = 0`` would tell apart; its call in the copy then refuses the match
+    (`_layer_uses_covered`), leaving it to a variant that keeps the layers."""
     rule = match.rule
     if rule.init is None or rule.init.target is None:
         return []
     kept = {n.outputs[0].name for n in rule.init.target if isinstance(n, CallNode)}
-    copied = _copied(placement)
-    still_called = {n.layer for n in match.nodes if id(_statement_of(n, match, placement)) in copied}
     out = []
     for var, binding in match.init_matches.items():
         ref = match.env[var]
-        if var not in kept and isinstance(ref, LayerRef) and "self." + ref.attr not in still_called:
+        if var not in kept and isinstance(ref, LayerRef):
             out.append((ref.attr, binding))
     return out
 
