@@ -30,6 +30,7 @@ from .rewriter import EditPlan, RewriteError, apply_plan, merge_plans, plan_matc
 from .structure import ModuleStructure
 from .suppression import file_suppressed
 from .undefined_names import new_undefined_names
+from .unused_imports import remove_imports_left_unused
 
 MAX_ROUNDS = 8  # rewrites that overlap another one are applied in a later round
 
@@ -507,6 +508,7 @@ def rewrite_module(
         structure = None
         rounds += 1
     if rounds:
+        module = remove_imports_left_unused(original, module)
         _check_names(original, module, path)
     return RewriteOutcome(module, first, rounds, tuple(sorted(codes)))
 

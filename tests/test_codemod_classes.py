@@ -34,9 +34,8 @@ class SelfOutput(nn.Module):
         hidden_states = self.LayerNorm(hidden_states + input_tensor)
         return F.softmax(hidden_states, dim=-1)
 '''
-# ADP005 and ADP004 on MODEL, as the two codemods write them.
+# ADP005 and ADP004 on MODEL, as the two codemods write them (F, read by the softmax only, goes with it).
 BOTH_REWRITTEN = '''\
-import torch.nn.functional as F
 from torch import nn
 import adopter_kernels
 
@@ -52,7 +51,7 @@ class SelfOutput(nn.Module):
 '''
 SOFTMAX_REWRITTEN = MODEL.replace("F.softmax(", "adopter_kernels.softmax(").replace(
     "from torch import nn\n", "from torch import nn\nimport adopter_kernels\n"
-)
+).replace("import torch.nn.functional as F\n", "")
 
 
 @contextmanager
