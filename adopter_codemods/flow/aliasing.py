@@ -52,6 +52,10 @@ FRESH_RESULTS = frozenset({
     "torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.Tensor.masked_fill",
     "torch.nn.functional.linear", "torch.nn.functional.gelu", "torch.nn.functional.layer_norm", "torch.rsqrt",
     "torch.nn.functional.scaled_dot_product_attention", "torch.tanh", "torch.exp", "torch.sigmoid", "math.sqrt",
+    # factories: new storage, whatever tensor they take a shape, dtype or device from (`torch.zeros(x.shape[0], d)`)
+    "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.zeros_like", "torch.ones_like",
+    "torch.empty_like", "torch.full_like", "torch.rand", "torch.randn", "torch.randint", "torch.rand_like",
+    "torch.randn_like", "torch.arange", "torch.eye",
 })
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
