@@ -11,11 +11,11 @@ import libcst as cst
 from .. import cstwalk
 from ..factory_types import FactoryTypes
 from ..flow.graph import FlowGraph, FlowSink, FlowState
-from ..init_bindings import InitReader
+from ..init_bindings import InitReader, _is_super_init
 from ..qualnames import dotted_name
 from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
 from . import syntax
-from .discovery import _sequential_base
+from .discovery import _find_method, _sequential_base
 from .state import _Ctx, _Cursor, _Partial
 from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, fallback_condition
 from .unchain import _Unchainer
@@ -53,15 +53,36 @@ class _ClassWalker(_Unchainer):
         base = _sequential_base(self.info, self.table) if init is not None else None
         reader = InitReader(self.table, functions, base, sequential_calls, factories)
         if init is not None:
+            # `super().__init__(...)` first in an __init__ of its own: the local base's __init__ binds layers too, as
+            # where the class inherits it (ParlAI's decoder layer binds a norm, its base the Dropout it uses)
+            for inherited in self._super_inits(init):
+                reader.read_init(inherited)
+            reader.containers.clear()  # an inherited __init__'s containers are the base class's findings
             reader.read_init(init)
             if init is not self.info.methods.get("__init__"):
-                reader.containers.clear()  # an inherited __init__'s containers are the base class's findings
+                reader.containers.clear()
         if sequential_calls:
             for name, method in self.info.methods.items():
                 if name != "__init__":
                     reader.read_other(method, self.qualify(name), method=True)
         self.bindings = reader.bindings
         self.containers = reader.containers
+
+    def _super_inits(self, init: cst.FunctionDef) -> list[cst.FunctionDef]:
+        """The ``__init__``s of local bases that `init` runs first, through ``super().__init__(...)`` as its first
+        statement (docstring aside) and so on up the chain, outermost first; [] where a base is not of this file
+        or where the bases are several (which one ``super()`` reaches depends on the MRO)."""
+        chain: list[cst.FunctionDef] = []
+        info, current = self.info, init
+        while _calls_super_init_first(current) and len(info.bases) == 1 and info.bases[0] in self.classes:
+            info = self.classes[info.bases[0]]
+            found = _find_method(info, self.classes, "__init__", set())
+            if found is None or found in chain or found is init:
+                break
+            chain.insert(0, found)
+            current = found
+            info = next((c for c in self.classes.values() if c.methods.get("__init__") is found), info)
+        return chain
 
     def container_graphs(self) -> list[FlowGraph]:
         """One straight-line graph per ``nn.Sequential`` built: its elements called in order, each on the previous
@@ -489,4 +510,16 @@ def _has_dsl_call(walker: _ClassWalker, root: cst.CSTNode) -> bool:
                 return True
         elif walker.table.resolve(func) is not None or _tensor_method(node) == "softmax":  # type: ignore[arg-type]
             return True  # `attn = sim.softmax(dim=-1)` in one arm: a whole pattern (ADP004), as `torch.softmax` is
+    return False
+
+
+def _calls_super_init_first(fn: cst.FunctionDef) -> bool:
+    """Whether `fn`'s first statement (after a docstring) is ``super().__init__(...)``."""
+    for statement in _suite_body(fn.body):
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        small = statement.body[0]
+        if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+            continue  # the docstring
+        return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and _is_super_init(small.value)
     return False
