@@ -35,7 +35,8 @@ from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
 from .provider.discovery import function_scope
 from .provider.syntax import (
-    _call_receivers, _is_self_attr, _object_name, _read_names, computing_call, fallback_condition, softmax_module_dim,
+    _call_receivers, _is_self_attr, _object_name, _read_names, computes_only, computing_call, fallback_condition,
+    softmax_module_dim,
 )
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
@@ -2231,11 +2232,13 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
             # Anything else, a name the kept lines bind included, is passed only where the `if` ran: on the other
             # paths such a name is unbound or holds an older value.
             uses = {name for name, _ in bound.uses} if isinstance(bound, Value) else set()
-            if not (isinstance(bound, Value) and bound.pure and bound.kind in ("expr", "var") and (
+            # tensor methods that only compute (`~mask.unsqueeze(1)`, joeynmt's) give the same at the fused call
+            computes = isinstance(bound, Value) and (bound.pure or computes_only(bound.expr))
+            if not (isinstance(bound, Value) and computes and bound.kind in ("expr", "var") and (
                 (uses and uses <= allowed) or (flag and not uses & fed_names)
             )):
                 text = _code(bound.expr) if isinstance(bound, Value) else f"${a.name}"
-                why = ("makes a call" if isinstance(bound, Value) and not bound.pure
+                why = ("makes a call" if isinstance(bound, Value) and not computes
                        else "reads a name the step's own statements bind" if flag else f"reads more than `{tested}`")
                 return Reason(
                     RefusalCategory.NOT_PLACEABLE,

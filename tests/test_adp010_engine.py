@@ -144,7 +144,7 @@ REFUSALS = {
     # (the other class stays refused: its flag flips in place)
     "neg_fallback_test_changed_in_place_before_its_if.py": ("        g.add_(1)\n", ""),
     "neg_branch_scores_read_after.py": ("        print(dots.shape)\n", ""),
-    "neg_absorbed_mask_makes_a_call.py": ("~attn_mask.bool(),", "~attn_mask,"),
+    "neg_absorbed_mask_calls_a_helper.py": ("~self.expand(attn_mask),", "~attn_mask.bool(),"),
     "neg_absorbed_mask_reads_another_name.py": ("~(attn_mask & keep),", "~attn_mask,"),
     "neg_fill_min_of_other_tensor.py": ("ref.dtype", "scores.dtype"),
     "neg_fill_unknown_value.py": ("-10000.0", "float('-inf')"),
@@ -226,7 +226,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "function_probs_returned_on_request.py": 1,  # the call asking for the probabilities runs the original
     "output_changed_in_place.py": 1,
     "mask_under_flag_test.py": 2,
-    "later_mask_with_method_call.py": 1,  # the prompt under the causal mask, the cached step without one
+    "later_mask_with_method_call.py": 1,
+    "absorbed_mask_with_tensor_methods.py": 2,  # the call with the mask and the one without  # the prompt under the causal mask, the cached step without one
     "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
     "inplace_fill_under_if.py": 2,  # with and without the mask
     "mask_named_under_test.py": 4,  # causal and not; padded and not

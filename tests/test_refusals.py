@@ -213,8 +213,8 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         "139: guard: guard qkv_views_keep_last_dim: `t.view(x.size(0), -1)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM's column slices (CUDA), where `.reshape` would work (line 140)",
         '151: guard: guard qkv_views_keep_last_dim: `outs["q"].view(x.size(0), -1)` is not proven to keep the last dim of a packed output: a view merging it with an earlier dim raises on the packed GEMM\'s column slices (CUDA), where `.reshape` would work (line 155)',
     ],
-    'ADP010_fuse_attention_core/neg_absorbed_mask_makes_a_call.py': [
-        '25: not-placeable: `~attn_mask.bool()`, computed under `if exists(attn_mask):`, makes a call: the fused call could not pass it as `~attn_mask.bool() if exists(attn_mask) else None` (line 28)',
+    'ADP010_fuse_attention_core/neg_absorbed_mask_calls_a_helper.py': [
+        '30: not-placeable: `~self.expand(attn_mask)`, computed under `if exists(attn_mask):`, reads more than `attn_mask`: the fused call could not pass it as `~self.expand(attn_mask) if exists(attn_mask) else None` (line 33)',
     ],
     'ADP010_fuse_attention_core/neg_absorbed_mask_reads_another_name.py': [
         '25: not-placeable: `~(attn_mask & keep)`, computed under `if exists(attn_mask):`, reads more than `attn_mask`: the fused call could not pass it as `~(attn_mask & keep) if exists(attn_mask) else None` (line 28)',

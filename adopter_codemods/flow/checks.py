@@ -426,7 +426,7 @@ def _check_complete(
     todo: list[tuple[str, int]] = []
     inputs = _input_nodes(graph, instance)  # what the fused call re-renders: both effect-order checks read it
     for value in m._target_inputs(match):
-        if value.kind == "expr" and not value.pure:
+        if value.kind == "expr" and not value.pure and not syntax.computes_only(value.expr):
             moved_from = m._value_site_moves(match, value, anchor_stmt)
             if moved_from is not None and not _moves_only_past_the_match(match, instance, moved_from, anchor, deleted):
                 return m.Reason(

@@ -76,7 +76,7 @@ def is_metadata_call(call: cst.Call) -> bool:
 COMPUTING_METHODS = frozenset({
     "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze", "expand", "expand_as",
     "flatten", "to", "type_as", "float", "half", "bfloat16", "double", "chunk", "split", "unbind", "masked_fill",
-    "softmax", "sum", "mean", "clone", "detach",
+    "softmax", "sum", "mean", "clone", "detach", "bool", "long", "int", "logical_not",
 })
 
 
@@ -84,6 +84,12 @@ def computing_call(call: cst.Call) -> bool:
     """A tensor metadata read, a number builtin or a `COMPUTING_METHODS` method call (``view``, ``to``, ...)."""
     func = call.func
     return is_metadata_call(call) or (type(func) is cst.Attribute and func.attr.value in COMPUTING_METHODS)
+
+
+def computes_only(expr: cst.BaseExpression) -> bool:
+    """Whether every call in `expr` only computes (`computing_call`): evaluated later, with the names it reads
+    holding the same, it gives the same (`~mask.unsqueeze(1)`)."""
+    return all(computing_call(n) for n in cstwalk.walk(expr) if type(n) is cst.Call)  # type: ignore[arg-type]
 
 
 def _read_names(node: cst.CSTNode) -> tuple[list[str], bool]:
