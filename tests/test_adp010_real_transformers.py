@@ -1,6 +1,6 @@
-"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of twelve families (ViT, BLIP, SegFormer,
-LeViT, RemBERT, ViLT, Perceiver, MobileViT; ALBERT, ESM, BEiT and BLIP-2's Q-Former, whose relative-position switches
-become fallback tests): rewrite the file through the API, load it as a module of the transformers package, and compare a
+"""ADP010 FuseAttentionCore on real transformers 4.34.1 modeling files of fourteen families (ViT, BLIP, SegFormer,
+LeViT, RemBERT, ViLT, Perceiver, MobileViT, Swin, SAM; ALBERT, ESM, BEiT and BLIP-2's Q-Former, whose
+relative-position switches become fallback tests): rewrite the file through the API, load it as a module of the transformers package, and compare a
 tiny float64 model built from it with the original (strict checkpoint load, outputs and gradients, eval and
 training with dropout 0); the fused cores must really run SDPA (forced: on CPU ``auto`` keeps the hand-written
 core), and the fallback arm must still serve
@@ -213,6 +213,25 @@ CASES = [
             "encoder_attention_mask": torch.tensor([[1] * 5, [1, 1, 1, 0, 0]]),
         },
         4,  # the Q-Former's self- and cross-attention in both layers
+    ),
+    Case(
+        "swin",
+        ("SwinSelfAttention",),  # its bias is added as `relative_position_bias.unsqueeze(0)`, a call that only computes
+        lambda m: m.SwinModel(
+            m.SwinConfig(
+                image_size=16, patch_size=2, embed_dim=8, depths=[2, 1], num_heads=[2, 2], window_size=4,
+                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+            )
+        ),
+        _image(16),
+        2,  # the shifted block's masked windows run as written (the mask is added through a view of the scores)
+    ),
+    Case(
+        "sam",
+        ("SamAttention",),
+        lambda m: m.SamAttention(m.SamMaskDecoderConfig(hidden_size=16, num_attention_heads=2), downsample_rate=2),
+        lambda: {"query": torch.randn(2, 1, 5, 16), "key": torch.randn(2, 1, 7, 16), "value": torch.randn(2, 1, 7, 16)},
+        1,
     ),
 ]
 
