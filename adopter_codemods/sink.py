@@ -74,6 +74,10 @@ from .structure import ClassStructure, DLNode
 
 # Statements a copied prefix may not hold: each leaves the block or changes what names mean for the rest of it.
 _NOT_COPIED = (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Del, cst.Global, cst.Nonlocal)
+_NOT_COPYABLE = (
+    "this statement would have to move with them, and cannot be copied (a compound statement, or one that leaves the "
+    "block or changes what names mean: `return`, `del`, `global`, ...)"
+)
 # Statements that move only because they must run after the matched ones (Gemma 3n's norm, rotation and transpose of the
 # query): more would copy a stretch of the function into every arm, not a change to hand a reviewer.
 MAX_DEPENDENT_LINES = 3
@@ -125,11 +129,7 @@ def _plan_prefix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
         if i not in prefix_at and _commutes(line, bound, read) and not effects.observed_by(line):
             continue
         if not _copyable(line):
-            return _refused(
-                "this statement would have to move with them, and cannot be copied (a compound statement, or one that "
-                "leaves the block or changes what names mean: `return`, `del`, `global`, ...)",
-                line,
-            )
+            return _refused(_NOT_COPYABLE, line)
         moved.append(line)
         bound |= _written_names(line)
         read |= _names_in_node(line)
@@ -153,16 +153,7 @@ def _plan_prefix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
                 "handed as it is), which it would now read before them",
                 test,
             )
-    return Placement(
-        "sink",
-        anchor=anchor,
-        deleted=tuple(s for line in moved for s in line.body),  # type: ignore[attr-defined]
-        names=_names_at_anchor(match, anchor, ()),
-        branch_if=top,
-        branch_owner=arm,
-        prefix_lines=tuple(moved),
-        unsunk=reason,
-    )
+    return _placement(match, anchor, top, arm, moved, reason, suffix=False)
 
 
 def _plan_suffix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Placement, Reason, None]:
@@ -188,11 +179,7 @@ def _plan_suffix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
     moved = block[if_at + 1 : suffix_at[-1] + 1]
     for line in moved:
         if not _copyable(line):
-            return _refused(
-                "this statement would have to move with them, and cannot be copied (a compound statement, or one that "
-                "leaves the block or changes what names mean: `return`, `del`, `global`, ...)",
-                line, after=True,
-            )
+            return _refused(_NOT_COPYABLE, line, after=True)
     if len(moved) - len(suffix_at) > MAX_DEPENDENT_LINES:
         return _refused(
             f"{len(moved) - len(suffix_at)} statements between the `if` and them would have to move with them (at "
@@ -201,7 +188,14 @@ def _plan_suffix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
         )
     if _arms(top) is None:
         return _refused("an arm of this `if` is written on its header's line, so no copy can go at its end", top, after=True)
-    anchor = nodes[-1]
+    return _placement(match, nodes[-1], top, arm, moved, reason, suffix=True)
+
+
+def _placement(
+    match: Match, anchor: DLNode, top: cst.If, arm: cst.CSTNode, moved: list[cst.BaseStatement], reason: Reason,
+    suffix: bool,
+) -> Placement:
+    """Plan "sink": the `moved` lines deleted where they stand and copied into every arm of `top`."""
     return Placement(
         "sink",
         anchor=anchor,
@@ -211,7 +205,7 @@ def _plan_suffix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
         branch_owner=arm,
         prefix_lines=tuple(moved),
         unsunk=reason,
-        suffix=True,
+        suffix=suffix,
     )
 
 
