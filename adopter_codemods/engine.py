@@ -281,9 +281,16 @@ def findings_for(
         message, fixable = describe(m), True
         enclosing = outer.get(id(found))
         if enclosing is not None:
-            # `rewrite` applies the larger fusion and this match is gone with it (select_compatible)
+            # `rewrite` applies the larger fusion and this match is gone with it (select_compatible), except from the
+            # region a fallback keeps as written, where a later round rewrites it
             code, at = enclosing.match.rule.code, lines.get(id(enclosing), line)
-            message, fixable = f"{message}; inside the {code} match at line {at}, whose rewrite replaces it", False
+            if enclosing.placement.plan == "fallback":
+                message = (
+                    f"{message}; inside the {code} match at line {at}, whose rewrite fuses it and rewrites it in the "
+                    "copy kept as written for the conditions the fused call cannot serve"
+                )
+            else:
+                message, fixable = f"{message}; inside the {code} match at line {at}, whose rewrite replaces it", False
         finding = Finding(
             m.rule.code, m.rule.name, path, m.cls.name, function, line, end, message, fixable=fixable,
             certainty=m.certainty, col=first.start.column + 1, end_col=last.end.column + 1,

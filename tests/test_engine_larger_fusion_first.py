@@ -64,3 +64,22 @@ def test_scan_reports_the_smaller_match_as_part_of_the_larger() -> None:
         assert by_code[inner].message.endswith(named)
         alone = scan_source(source, [inner])  # the rule alone: its rewrite is the one that runs
         assert [(f.code, f.fixable) for f in alone] == [(inner, True)]
+
+
+ATTENTION_WITH_FALLBACK = ATTENTION.replace(
+    "    def forward(self, q, k, v):\n        attn = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)\n"
+    "        attn = self.drop(attn)\n        return attn @ v\n",
+    "    def forward(self, q, k, v, output_attentions=False):\n"
+    "        attn = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)\n        attn = self.drop(attn)\n"
+    "        out = attn @ v\n        return (out, attn) if output_attentions else (out,)\n",
+)
+
+
+def test_softmax_in_the_region_a_fallback_keeps_stays_fixable() -> None:
+    """ADP010 keeps the region as written for `output_attentions`: the softmax there is rewritten too, in a later
+    round, so `scan` reports it fixable and says where it goes."""
+    by_code = {f.code: f for f in scan_source(ATTENTION_WITH_FALLBACK, ["all"])}
+    assert by_code["ADP010"].fixable and by_code["ADP004"].fixable
+    assert "copy kept as written" in by_code["ADP004"].message
+    code = rewrite_source(ATTENTION_WITH_FALLBACK, ["all"]).code
+    assert "adopter_kernels.attention_core(" in code and "adopter_kernels.torch_softmax(" in code
