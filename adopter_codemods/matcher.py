@@ -1712,11 +1712,12 @@ def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refus
     Judged over all matches together (one Dropout shared by the two arms of an ``if`` is fine when both arms are
     rewritten); dropping a match can invalidate another, so iterate to a fixpoint. Dropped matches go to `refused`.
     """
+    edits = {id(f): _init_edits(f.match) for f in matches}  # once: the loop only drops matches
     while True:
         covered = _covered_calls(matches)
         kept = []
         for f in matches:
-            reason = _layer_uses_covered(f, covered) or _init_edit_conflict(f, matches)
+            reason = _layer_uses_covered(f, covered) or _init_edit_conflict(f, matches, edits)
             if reason is None:
                 kept.append(f)
             elif refused is not None:
@@ -1753,15 +1754,19 @@ def _init_edits(match: Match) -> dict[int, tuple[str, str]]:
     return edits
 
 
-def _init_edit_conflict(found: PlacedMatch, matches: list[PlacedMatch]) -> Optional[Reason]:
+def _init_edit_conflict(
+    found: PlacedMatch, matches: list[PlacedMatch], edits: dict[int, dict[int, tuple[str, str]]]
+) -> Optional[Reason]:
     """Why `found` cannot rebuild a layer in ``__init__``: another match rebuilds the same statement from other
     arguments (one LayerNorm closing two residual blocks whose Dropouts differ: it cannot hold both), None if none
-    does. Both are then left to a variant that keeps the layers."""
-    mine = _init_edits(found.match)
+    does. Both are then left to a variant that keeps the layers. `edits`: `_init_edits` of each match, by id."""
+    mine = edits[id(found)]
+    if not mine:
+        return None
     for other in matches:
         if other is found:
             continue
-        for key, (attr, made) in _init_edits(other.match).items():
+        for key, (attr, made) in edits[id(other)].items():
             if key in mine and mine[key][1] != made:
                 return Reason(
                     RefusalCategory.LAYER_USED_ELSEWHERE,
