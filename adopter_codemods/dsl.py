@@ -26,7 +26,9 @@ subscript such as ``ACT2FN[config.hidden_act]``), binary and unary tensor ops (`
 the wildcard ``*``, and ``?node``, a forward step the code may leave out (see ``Node``). A type may be a choice
 ``(torch.nn.GELU | torch.nn.ReLU)``; ``*.Name`` is a class called ``Name`` from any module, ``*.*`` any resolved name
 (for rules whose guard judges the callee itself). Arguments are ``$var``, constants, ``name=...`` and ``**$rest`` (all arguments the
-pattern does not name). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
+pattern does not name); a forward target's keyword argument may also be ``in_place($s)``, ``True`` where the operator
+step producing ``$s`` matched code written in place (``s += mask``: the kernel then keeps that step's dtype), left
+out otherwise (an operator step without it never matches in-place code). An ``init:`` section without ``=>`` only constrains the layers and leaves ``__init__``
 unchanged. A ``forward:`` target is one node whose output is a variable or a tuple ``($q, $k, $v)``. The header
 ``fallback original`` lets a match whose intermediates are read under simple conditions keep the code as written
 there (matcher's plan "fallback", docs/ENGINE.md). The header ``uncertain guarded`` lets layers whose type is only
@@ -52,7 +54,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 
 class RuleSyntaxError(ValueError):
@@ -82,7 +84,16 @@ class Const:
         return repr(self.value)
 
 
-Atom = Union[Var, Const]
+@dataclass(frozen=True)
+class InPlace:
+    """``in_place($s)`` as a target's keyword argument: ``True`` where the operator step whose output is ``$s``
+    matched code written in place (``s += mask``, which keeps the dtype of ``s``); the keyword is left out
+    otherwise. A step without it never matches in-place code."""
+
+    var: Var
+
+
+Atom = Union[Var, Const, InPlace]
 
 
 @dataclass(frozen=True)
@@ -218,6 +229,7 @@ CODE_PATTERN = re.compile(r"[A-Z]+[0-9]+")  # ADP005; user rules may use a prefi
 _HEADER_KEYS = ("rule", "code", "summary", "guard", "sequential", "container", "fallback", "uncertain", "fast")
 _CONTAINER_VAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _VARIANT = "variant"
+_IN_PLACE = "in_place"
 _SECTIONS = ("init", "forward")
 _BINARY_OPS = ("+", "-", "*", "/", "@")
 
@@ -513,6 +525,14 @@ class _Parser:
             return Const(tok.text[1:-1])
         if tok.kind == "name" and tok.text in ("True", "False", "None"):
             return Const({"True": True, "False": False, "None": None}[tok.text])
+        if tok.kind == "name" and tok.text == _IN_PLACE and self.tok.text == "(":
+            self.i += 1
+            var = self.tok
+            if var.kind != "var":
+                raise self.error(f"expected a $variable in '{_IN_PLACE}(...)'")
+            self.i += 1
+            self.expect(")", f"')' closing '{_IN_PLACE}('")
+            return InPlace(_var(var))
         self.i -= 1
         raise self.error("expected a $variable or a constant")
 
@@ -597,7 +617,33 @@ def _check_rule(rule: Rule) -> None:
     for atom in target.args.positional:
         if isinstance(atom, Var) and atom.name not in always:
             raise fail(forward, f"target variable ${atom.name} may be unbound (optional node): pass it by keyword", atom)
+    _check_in_place(rule, forward, target, fail)
     _check_container(rule, init_outputs, target)
+
+
+def _check_in_place(
+    rule: Rule, forward: RuleItem, target: CallNode, fail: Callable[[RuleItem, str, Optional[Var]], RuleSyntaxError]
+) -> None:
+    """``in_place($s)`` only as a forward target's keyword argument, ``$s`` the output of an operator step."""
+    item_nodes = [(item, n) for item in (rule.init, forward) if item is not None for n in (*item.source, *(item.target or ()))]
+    for item, node in item_nodes:
+        if node is target:
+            args = node.args
+            misplaced = [a for a in args.positional if isinstance(a, InPlace)]
+            if node.callee_args is not None:
+                misplaced += [a for a in node.callee_args.positional if isinstance(a, InPlace)]
+        elif isinstance(node, CallNode):
+            misplaced = [a for a in (*node.args.positional, *(a for _, a in node.args.keywords)) if isinstance(a, InPlace)]
+        elif isinstance(node, OpNode):
+            misplaced = [a for a in node.operands if isinstance(a, InPlace)]
+        else:
+            misplaced = []
+        if misplaced:
+            raise fail(item, f"'{_IN_PLACE}(...)' is a forward target's keyword argument only", misplaced[0].var)
+    operator_outputs = {v.name for n in forward.source if isinstance(n, OpNode) for v in n.outputs}
+    for _, atom in target.args.keywords:
+        if isinstance(atom, InPlace) and atom.var.name not in operator_outputs:
+            raise fail(forward, f"'{_IN_PLACE}(${atom.var.name})': ${atom.var.name} is no operator step's output", atom.var)
 
 
 def _check_container(rule: Rule, init_outputs: set[str], target: CallNode) -> None:

@@ -28,15 +28,16 @@ import libcst as cst
 from . import cstwalk
 from . import guards as guard_registry
 from . import suppression
-from .dsl import Atom, CallNode, Const, Node, OpNode, Rule, Var, Wildcard
+from .dsl import Atom, CallNode, Const, InPlace, Node, OpNode, Rule, Var, Wildcard
 from . import feeders as _feeders  # the module, not its names: it may be importing this one
+from .flow import aliasing
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph
 from .provider import _const_text, _written_names
 from .provider.discovery import function_scope
 from .provider.syntax import (
     _call_receivers, _is_self_attr, _object_name, _read_names, computes_only, computing_call, fallback_condition,
-    softmax_module_dim,
+    in_place_masked_fill, softmax_module_dim,
 )
 from .qualnames import qualname_matches
 from .signatures import SIGNATURES, default_source
@@ -320,6 +321,7 @@ def _bind(env: dict[str, Binding], atom: Atom, value: Value) -> Optional[dict[st
         if value.kind == "const" and _literal(value.text) == atom.value:
             return env
         return None
+    assert isinstance(atom, Var)  # `in_place(...)` is a target's only (dsl._check_in_place)
     bound = env.get(atom.name)
     if bound is None:
         new = dict(env)
@@ -633,6 +635,7 @@ def _match_init_node(
                     why.append(f"{name}={text}, where the rule needs {name}={atom.value!r}")
                 return None
             continue
+        assert isinstance(atom, Var)
         previous = env.get(atom.name)
         if previous is not None:
             if not isinstance(previous, InitArg) or _init_text(previous) != text:
@@ -1191,7 +1194,7 @@ def _names_at_anchor(match: Match, anchor: DLNode, removed: Sequence[cst.CSTNode
 def _deletable(small: cst.CSTNode) -> bool:
     if isinstance(small, cst.Assign):
         return len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
-    if isinstance(small, cst.AnnAssign):
+    if isinstance(small, (cst.AnnAssign, cst.AugAssign)):  # `s += mask`: syntax.in_place_operator
         return isinstance(small.target, cst.Name)
     return isinstance(small, cst.Expr)
 
@@ -1329,6 +1332,75 @@ def _rest_args_fit(match: Match) -> Optional[Reason]:
     return None
 
 
+def _matched_steps(match: Match) -> list[tuple[Node, DLNode]]:
+    """Each forward source step present in the match with the node it matched, in pattern order."""
+    assert match.rule.forward is not None
+    nodes = iter(match.nodes)
+    return [
+        (pattern, next(nodes)) for i, pattern in enumerate(match.rule.forward.source)
+        if not isinstance(pattern, Wildcard) and i not in match.skipped
+    ]  # fmt: skip
+
+
+def written_in_place(node: DLNode) -> bool:
+    """An operator node the code wrote in place, ``s += mask`` (the statement stands for it: syntax.in_place_operator)."""
+    return node.kind == "op" and node.whole_statement and isinstance(node.site.small, cst.AugAssign)
+
+
+def _fills_in_place(node: DLNode) -> bool:
+    """``s.masked_fill_(m, v)``, walked as ``s = s.masked_fill(m, v)`` (syntax.in_place_masked_fill)."""
+    small = node.site.small
+    return node.whole_statement and isinstance(small, cst.Expr) and small.value is node.expr and (
+        in_place_masked_fill(small.value) is not None
+    )
+
+
+def in_place_step(match: Match, var: str) -> bool:
+    """Whether the operator step whose output is `$var` is in the match and matched code written in place (the
+    rewriter's ``in_place($var)``)."""
+    return any(
+        isinstance(pattern, OpNode) and any(v.name == var for v in pattern.outputs) and written_in_place(node)
+        for pattern, node in _matched_steps(match)
+    )
+
+
+def _in_place_steps_fit(match: Match) -> Optional[Reason]:
+    """A step written in place (``s += mask``, ``s.masked_fill_(m, v)``) changes the object ``s`` holds, where the
+    fused call makes a new one: taken only where that object is one the match made (a new tensor from an earlier
+    step, then steps on it), which no other name can hold since the match's intermediates are read nowhere else. An
+    operator written in place also keeps the dtype of ``s`` (``+`` promotes a bfloat16 ``s`` and a float32 mask to
+    float32): taken only where the target keeps it too (``in_place($s)``)."""
+    rule = match.rule
+    if rule.forward is None or rule.forward.target is None:
+        return None
+    target = rule.forward.target[0]
+    kept = {a.var.name for _, a in target.args.keywords if isinstance(a, InPlace)} if isinstance(target, CallNode) else set()
+    steps = _matched_steps(match)
+    made: set[int] = set()  # the objects the match made: results of new-tensor steps, and of steps on them
+    for i, (pattern, node) in enumerate(steps):
+        operator = written_in_place(node)
+        if operator or _fills_in_place(node):
+            code = _code(node.site.small)
+            if i == len(steps) - 1 or node.args[0].vid not in made:
+                return Reason(
+                    RefusalCategory.INPUT_MAY_BE_MUTATED,
+                    f"`{code}` changes in place a tensor the matched steps did not make, which other code may hold: "
+                    "the fused call would leave it unchanged",
+                    node.site.small,
+                )
+            if operator and not (isinstance(pattern, OpNode) and any(v.name in kept for v in pattern.outputs)):
+                return Reason(
+                    RefusalCategory.INPUT_MAY_BE_MUTATED,
+                    f"`{code}` is written in place, which keeps the dtype of its tensor, and the rule's kernel takes "
+                    "this step only as written out of place",
+                    node.site.small,
+                )
+            made.add(node.out)
+        elif aliasing.fresh(node) or (node.kind == "op" and bool(node.args) and node.args[0].vid in made):
+            made.add(node.out)
+    return None
+
+
 # Why the next rewrite round would not place a match that plan "sink" copies into an `if`'s arms (sink.py), None
 # when it would: the engine analyses the copied code (engine.SinkCheck). Without one, no match is placed that way.
 ConfirmSink = Callable[["PlacedMatch"], Optional["Reason"]]
@@ -1432,7 +1504,7 @@ def _variant_matches(
                 reason: Optional[Reason] = initialised
             else:
                 match = initialised
-                reason = _rest_args_fit(match)
+                reason = _rest_args_fit(match) or _in_place_steps_fit(match)
             if reason is None and match.container is not None:
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
                 placement = Placement("container", anchor=match.nodes[-1])

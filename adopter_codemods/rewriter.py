@@ -15,9 +15,9 @@ from typing import Optional, Sequence, Union
 import libcst as cst
 
 from . import cstwalk
-from .dsl import Atom, CallNode, Const, Var
+from .dsl import Atom, CallNode, Const, InPlace, Var
 from .init_bindings import converted_construction
-from .matcher import InitArg, LayerRef, PlacedMatch, Placement, RestArgs, layers_to_delete
+from .matcher import InitArg, LayerRef, Match, PlacedMatch, Placement, RestArgs, in_place_step, layers_to_delete
 from .provider import syntax
 from .qualnames import ImportTable, dotted_name
 from .structure import Value
@@ -37,6 +37,8 @@ def _expr(text: str) -> cst.BaseExpression:
 def _atom_expr(atom: Atom, found: PlacedMatch) -> cst.BaseExpression:
     if isinstance(atom, Const):
         return _expr(repr(atom.value))
+    if isinstance(atom, InPlace):  # only kept where true (`_passed`)
+        return cst.Name("True")
     match = found.match
     bound = match.env.get(atom.name)
     if isinstance(bound, Value):
@@ -98,11 +100,21 @@ def build_call(
     args.extend(
         cst.Arg(_atom_expr(a, found), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         for k, a in target.args.keywords
-        if not (isinstance(a, Var) and a.name not in match.env)  # bound only by an absent optional node
+        if _passed(a, match)
     )
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return cst.Call(func=func, args=args)
+
+
+def _passed(atom: Atom, match: Match) -> bool:
+    """Whether a target keyword argument is given: not one bound only by an absent optional node, nor an
+    ``in_place($s)`` whose step was not written in place."""
+    if isinstance(atom, Var):
+        return atom.name in match.env
+    if isinstance(atom, InPlace):
+        return in_place_step(match, atom.var.name)
+    return True
 
 
 # ------------------------------------------------------------------------------------------ edit plan

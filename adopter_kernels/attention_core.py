@@ -13,6 +13,12 @@ What: ``attention_core(query, key_t, value, ...)`` computes, in this order, exac
     probs = F.dropout(probs, dropout_p, training)                     # if given (the functional form)
     return probs @ value            # torch.bmm if batched
 
+Where the code wrote the scale, divisor or mask step in place (``scores *= scale``, ``scores += mask``), the call
+passes ``scale_in_place=True`` (``divisor_in_place``, ``mask_in_place``) and that step runs in place here too
+(``scores.mul_(scale)``...): the scores keep their dtype, as the code's did (bfloat16 scores plus a float32 mask stay
+bfloat16 in place, become float32 out of place). The fast path below takes only a Python-number scale and a mask of
+the scores' dtype, where both forms agree.
+
 The key is passed as the code transposed it, so any transpose the original wrote (``k.transpose(-1, -2)``,
 ``k.transpose(1, 2)`` of a 3-D tensor, ...) is reproduced as written; the fast path transposes it back.
 
@@ -198,12 +204,16 @@ def attention_core(
     batched: bool = False,
     score_equation: Optional[str] = None,
     output_equation: Optional[str] = None,
+    scale_in_place: bool = False,
+    divisor_in_place: bool = False,
+    mask_in_place: bool = False,
 ) -> Tensor:
     """``softmax(query @ key_t [* scale] [/ divisor] [+ mask] [masked_fill], dim=-1) [dropout] @ value``; with
     ``softmax`` given (the code's ``nn.Softmax(dim=-1)`` module, or its ``nn.Sequential`` of that softmax and a
     dropout layer), the probabilities are ``softmax(scores)``; with
     the equations given, the two products are ``torch.einsum(score_equation, query, key_t)`` and
-    ``torch.einsum(output_equation, probs, value)`` (``key_t`` is then the key as the code passed it)."""
+    ``torch.einsum(output_equation, probs, value)`` (``key_t`` is then the key as the code passed it). The
+    ``*_in_place`` flags: the code wrote that step in place (``scores += mask``), which keeps the scores' dtype."""
     if scale is None or divisor is None:
         operator = "*" if scale is None else "/"
         raise TypeError(f"unsupported operand type(s) for {operator}: 'Tensor' and 'NoneType'")
@@ -228,7 +238,8 @@ def attention_core(
             if fast is not None:
                 return fast
     return _reference(query, key_t, value, given_scale, given_divisor, mask, masked_inf, masked_min, softmax, dropout,
-                      dropout_p, training, batched, score_equation, output_equation)
+                      dropout_p, training, batched, score_equation, output_equation,
+                      (scale_in_place, divisor_in_place, mask_in_place))
 
 
 def _einsum_fits(score_equation: Optional[str], output_equation: Optional[str], query: Tensor) -> bool:
@@ -314,15 +325,19 @@ def _reference(
     batched: bool,
     score_equation: Optional[str] = None,
     output_equation: Optional[str] = None,
+    in_place: tuple[bool, bool, bool] = (False, False, False),
 ) -> Tensor:
     matmul = torch.bmm if batched else torch.matmul
     scores = torch.einsum(score_equation, query, key_t) if score_equation is not None else matmul(query, key_t)
+    # In place where the code was (`scores += mask`): the result keeps the scores' dtype (an out-of-place sum of
+    # bfloat16 scores and a float32 mask is float32), and the scores are this call's own new tensor.
+    scale_in_place, divisor_in_place, mask_in_place = in_place
     if scale is not None:
-        scores = scores * scale
+        scores = scores.mul_(scale) if scale_in_place else scores * scale
     if divisor is not None:
-        scores = scores / divisor
+        scores = scores.div_(divisor) if divisor_in_place else scores / divisor
     if mask is not None:
-        scores = scores + mask
+        scores = scores.add_(mask) if mask_in_place else scores + mask
     if masked_inf is not None:
         scores = scores.masked_fill(masked_inf, float("-inf"))
     if masked_min is not None:

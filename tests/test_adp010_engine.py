@@ -231,6 +231,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
     "inplace_fill_under_if.py": 2,  # with and without the mask
     "mask_named_under_test.py": 4,  # causal and not; padded and not
+    "mask_added_in_place.py": 1,  # without the mask: open_clip's causal mask of -inf runs the reference path
+    "scale_and_mask_in_place.py": 1,  # without padding: the bias and the padding fill together run the reference
 }
 
 

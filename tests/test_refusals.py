@@ -86,6 +86,10 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '13: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 15)',
     ],
     'ADP005_fuse_dropout_ln/neg_layernorm_without_dropout.py': [],
+    'ADP005_fuse_dropout_ln/neg_residual_added_in_place.py': [
+        "17: input-may-be-mutated: `hidden += residual` changes in place a tensor the matched steps did not make, which "
+        "other code may hold: the fused call would leave it unchanged (line 18)",
+    ],
     'ADP005_fuse_dropout_ln/neg_prenorm_call_before_if.py': [
         "20: not-placeable: even with the statements before the `if` copied into its arms: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 22)",
     ],

@@ -160,7 +160,7 @@ def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[i
         for event in events:
             if isinstance(event, DLNode):
                 node_outs[id(event.expr)] = event.out
-                if not _fresh(event):
+                if not fresh(event):
                     for value in _returnable(event):
                         if value.kind == "var":
                             link(event.out, value.vid)
@@ -216,7 +216,8 @@ def _link_changed(graph: FlowGraph, event: Def, link: Callable[[int, int], None]
             link(event.vid, before)
 
 
-def _fresh(node: DLNode) -> bool:
+def fresh(node: DLNode) -> bool:
+    """Whether the node's result is always a new object (`_FRESH_OPERATORS`, `FRESH_RESULTS`)."""
     if node.kind == "op":
         return node.qualname in _FRESH_OPERATORS
     return node.qualname in FRESH_RESULTS

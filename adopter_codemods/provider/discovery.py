@@ -12,7 +12,7 @@ from .. import cstwalk
 from ..class_bases import BaseResolver, ClassRef
 from ..qualnames import ImportTable, canonical_torch_name, dotted_name, qualname_matches
 from ..structure import LayerBinding
-from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, built_softmax_dim
+from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, built_softmax_dim, in_place_operator
 
 
 @dataclass
@@ -119,6 +119,10 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 kind is cst.WithItem and node.asname is not None  # type: ignore[attr-defined]
             ):
                 target = node.asname.name if kind is cst.WithItem else node.target  # type: ignore[attr-defined]
+                if kind is cst.AugAssign:  # `s += mask`: the walk's `s + mask` node (syntax.in_place_operator)
+                    op = in_place_operator(node)  # type: ignore[arg-type]
+                    if op is not None:
+                        scan.operators.add(op)
                 for attr, sub in _attribute_targets(target):
                     if _is_self_attr(sub) is not None:
                         scan.stores.setdefault(attr, []).append(sub)

@@ -17,6 +17,13 @@ _BINARY_OPS: dict[type, str] = {
     cst.Divide: "/",
     cst.MatrixMultiply: "@",
 }
+# ``x += y`` and its kind: walked as the operator node ``x + y`` assigned to ``x`` (`in_place_operator`).
+_AUGMENTED_OPS: dict[type, str] = {
+    cst.AddAssign: "+",
+    cst.SubtractAssign: "-",
+    cst.MultiplyAssign: "*",
+    cst.DivideAssign: "/",
+}
 # Tensor methods the walk turns into DSL nodes ``torch.Tensor.<name>(receiver, *args)`` (receiver first), so rules can
 # follow data through ``att.masked_fill(m, v)``, ``k.transpose(-2, -1)``, ``att.softmax(dim=-1)`` (ADP010). Only
 # these: every other method call stays an opaque expression. A compound statement holding only method calls is still
@@ -288,6 +295,18 @@ def _tensor_method(call: cst.Call, in_place: bool = False) -> Optional[str]:
     if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
         return None
     return func.attr.value  # type: ignore[attr-defined]
+
+
+def in_place_operator(small: cst.BaseSmallStatement) -> Optional[str]:
+    """``+`` for a statement ``x += y`` (``-``, ``*``, ``/`` for ``-=``, ``*=``, ``/=``), ``x`` a plain name other than
+    ``self`` (open_clip's and fairseq's ``attn_weights += attn_mask``): the walk reads it as ``x = x + y``, one node
+    standing for the whole statement, which the matcher takes only where a rule's target keeps the step in place
+    (dsl.InPlace) and the object it changes is one the match made. None for any other statement."""
+    if type(small) is not cst.AugAssign or type(small.target) is not cst.Name:  # type: ignore[attr-defined]
+        return None
+    if small.target.value == "self":  # type: ignore[attr-defined]
+        return None
+    return _AUGMENTED_OPS.get(type(small.operator))  # type: ignore[attr-defined]
 
 
 def in_place_masked_fill(expr: cst.BaseExpression) -> Optional[cst.Name]:

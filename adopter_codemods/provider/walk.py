@@ -334,6 +334,12 @@ class _ClassWalker(_Unchainer):
             assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
             walked = self.walk_call(small.value, at, p, None, whole=True, in_place=True)
             return self.assign_each([receiver], walked, at)
+        op = syntax.in_place_operator(small)
+        if op is not None:
+            assert isinstance(small, cst.AugAssign)
+            # The statement stands for the node (its `expr`): no expression of the code computes `x + y` alone.
+            walked = self.walk_op(op, [small.target, small.value], small, at, p, None, whole=True)  # type: ignore[arg-type]
+            return self.assign_each([small.target], walked, at)
         if isinstance(small, cst.Return):
             if small.value is None:
                 p.status = "return"
@@ -470,6 +476,8 @@ def _guards_ops(node: cst.CSTNode) -> bool:
                 if _masks_itself(value, name):
                     return True
             elif type(small) is cst.Expr and syntax.in_place_masked_fill(small.value) is not None:  # type: ignore[attr-defined]
+                return True
+            elif syntax.in_place_operator(small) is not None:  # `attn += attn_mask`
                 return True
     return False
 
