@@ -2279,6 +2279,15 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
         others = [a for a in unbound if a.name in passed]
         if not others:
             return None
+        if isinstance(pattern, OpNode) and pattern.op in ("*", "/"):
+            # The kernel multiplies by what it is given, None included (`scores * None` raises, as the code's
+            # would), so None cannot stand for "the `if` did not run" there.
+            return Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                f"this `{pattern.op}` step runs only under `if {test}:`, and the fused call applies the operand it is "
+                f"passed, None included, so the step cannot become `... if {test} else None`",
+                node.site.line,
+            )
         feeders = _feeders.feeder_statements(match, anchor, prefix, {id(node.site.small)})
         kept = [line for line in prefix if not any(f in line.body for f in feeders)]
         if tested is not None:

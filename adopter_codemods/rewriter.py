@@ -289,13 +289,31 @@ def _leading_lines(stmt: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
 
 def _fallback_if(test: cst.BaseExpression, region: list[cst.BaseStatement], fused_lines: list[cst.BaseStatement]) -> cst.If:
     head = region[0]
+    kept: list[cst.BaseStatement] = []
+    for line in region:
+        kept.extend(_same_test_body(line, test) or [line])
     return cst.If(
         test=test.deep_clone(),
-        body=cst.IndentedBlock(body=[head.with_changes(leading_lines=[]), *region[1:]]),  # type: ignore[attr-defined]
+        body=cst.IndentedBlock(body=[kept[0].with_changes(leading_lines=[]), *kept[1:]]),  # type: ignore[attr-defined]
         # The comments stay with the code as written, in the first arm.
         orelse=cst.Else(cst.IndentedBlock(body=[line.with_changes(leading_lines=[]) for line in fused_lines])),  # type: ignore[attr-defined]
         leading_lines=head.leading_lines,  # type: ignore[attr-defined]
     )
+
+
+def _same_test_body(line: cst.BaseStatement, test: cst.BaseExpression) -> Optional[list[cst.BaseStatement]]:
+    """The body of ``if <test>:`` (no ``else``, no comment of its own) in a region the fallback keeps under that
+    very test, where it is true (the matcher made sure the test answers there as at the head): its lines, the
+    first with the ``if``'s leading lines; None for any other line."""
+    if not isinstance(line, cst.If) or line.orelse is not None or not isinstance(line.body, cst.IndentedBlock):
+        return None
+    code = cst.Module([]).code_for_node
+    if code(line.test) != code(test) or line.body.header.comment is not None or line.body.footer:
+        return None
+    body = list(line.body.body)
+    first = body[0]
+    assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    return [first.with_changes(leading_lines=[*line.leading_lines, *first.leading_lines]), *body[1:]]
 
 
 def _statements_in(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -700,13 +700,18 @@ def attention_class_fits_drop_in(match: Match, placement: Placement) -> Union[bo
             misfit: Optional[str] = f"`{name}` is bound more than once in this file: which class runs is not known"
         else:
             chain = _class_chain(parsed, match.cls.resolver, name, local)
-            misfit = _drop_in_misfit(chain, parameters, attributes) if chain is not None else (
+            reads = FORWARD_READS.get(match.rule.code)
+            misfit = _drop_in_misfit(chain, parameters, attributes, reads) if chain is not None else (
                 f"`{name}` or one of its bases has several bases or class keywords: the drop-in subclass cannot "
                 "take its place"
             )
         parsed.drop_in_misfits[key] = misfit
     misfit = parsed.drop_in_misfits[key]
-    return True if misfit is None else Refused(f"{misfit}; it would run the original forward", bindings[0].value)
+    if misfit is None:
+        return True
+    # A forward that computes more would be replaced; any other misfit makes the subclass run the original one.
+    computes_more = misfit.endswith(_COMPUTES_MORE)
+    return Refused(misfit if computes_more else f"{misfit}; it would run the original forward", bindings[0].value)
 
 
 # A class of the chain and the file it is defined in (None: the analysed file).
@@ -764,10 +769,12 @@ def _foreign_chain(
 
 
 def _drop_in_misfit(
-    found: tuple[list[_ChainClass], bool], parameters: tuple[str, ...], attributes: tuple[str, ...]
+    found: tuple[list[_ChainClass], bool], parameters: tuple[str, ...], attributes: tuple[str, ...],
+    reads: Optional[tuple[frozenset[str], frozenset[str]]] = None,
 ) -> Optional[str]:
     """Why a class (with its bases: the chain) does not fit the drop-in, or None when it does. Of an incomplete
-    chain, what the missing bases define is taken on trust, as for a class found nowhere."""
+    chain, what the missing bases define is taken on trust, as for a class found nowhere. `reads`: what the forward
+    may read (`FORWARD_READS`), where the rule knows it."""
     chain, complete = found
     forward: Optional[tuple[_FunctionDef, ast.ClassDef, Optional[str]]] = None
     defined: set[str] = set()
@@ -794,7 +801,44 @@ def _drop_in_misfit(
     missing = sorted(set(attributes) - defined)
     if complete and missing:
         return f"`{chain[0][0].name}` never sets {', '.join(f'`{m}`' for m in missing)}, which the drop-in reads"
+    if reads is not None:
+        return _computes_more(function, where, reads)
     return None
+
+
+def _computes_more(function: _FunctionDef, where: str, reads: tuple[frozenset[str], frozenset[str]]) -> Optional[str]:
+    """Why a forward the drop-in replaces may compute something else than the one it was written for: it reads an
+    attribute of ``self`` or calls a ``torch``/``math`` function that one does not (mmdet's copy of BERT's attention
+    clamps the scores under ``self.clamp_min_for_underflow``: the drop-in's SDPA forward would not)."""
+    attributes, functions = reads
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            if node.attr not in attributes:
+                return f"{where} reads `self.{node.attr}`, which {_COMPUTES_MORE}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            root = node.func.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in _LIBRARY_ROOTS and node.func.attr not in functions:
+                return f"{where} calls `{ast.unparse(node.func)}`, which {_COMPUTES_MORE}"
+    return None
+
+
+# What a forward may read to be the one the drop-in replaces (Hugging Face's BertSelfAttention.forward, 4.x):
+# its attributes of `self` and the torch/math functions it calls (by their last name; the names below are how
+# code spells those modules).
+_LIBRARY_ROOTS = frozenset({"torch", "nn", "F", "functional", "math"})
+_COMPUTES_MORE = "the forward the drop-in was written for does not: it may compute something the drop-in would not"
+FORWARD_READS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "ADP001": (
+        frozenset({
+            "query", "key", "value", "dropout", "num_attention_heads", "attention_head_size", "all_head_size",
+            "position_embedding_type", "distance_embedding", "max_position_embeddings", "is_decoder", "layer_idx",
+            "transpose_for_scores", "training",
+        }),
+        frozenset({"matmul", "einsum", "arange", "cat", "tensor", "softmax", "sqrt", "long"}),
+    ),
+}  # fmt: skip
 
 
 def _self_attributes(init: _FunctionDef) -> set[str]:

@@ -130,6 +130,8 @@ ADP010 = FIXTURES / "ADP010_fuse_attention_core"
 
 # Each refusal, and the edit that turns it into code the rule accepts: the refusal is for that reason only.
 REFUSALS = {
+    "neg_cache_parameter_changed_in_place.py": ("        cache.zero_()\n", ""),
+    "neg_dropout_before_continue.py": ("            if warmup and i == 0:\n                continue\n", ""),
     "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),
     "neg_condition_with_call.py": ("self.use_head_mask()", "head_mask is not None"),
     "neg_condition_attribute_stored.py": ("        self.save_attention = not self.training\n", ""),
@@ -233,6 +235,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "mask_named_under_test.py": 4,  # causal and not; padded and not
     "mask_added_in_place.py": 1,  # without the mask: open_clip's causal mask of -inf runs the reference path
     "scale_and_mask_in_place.py": 1,  # without padding: the bias and the padding fill together run the reference
+    "scale_under_flag_test.py": 2,  # one fused call per arm of the flag
 }
 
 

@@ -51,8 +51,8 @@ def _dropout_norm(between: str, extra: str = "") -> str:
         ("flat = x.view(-1)\ny = self.dropout(x)\nfirst = flat[0]", " + first"),
         # the input stored into a fresh dict: the dict changes, the tensor does not
         ("seen = {}\ny = self.dropout(x)\nseen['x'] = x", " + seen['x'].mean()"),
-        # another tensor changed in place, and the residual it derives from: a sum holds neither with the input
-        ("other = r * 1\ny = self.dropout(x)\nother += 1\nr = r + other", ""),
+        # a new tensor changed in place, then added to the residual: a sum holds neither with the input
+        ("other = torch.zeros_like(r)\ny = self.dropout(x)\nother += 1\nr = r + other", ""),
     ],
     ids=["number-augmented", "view-read", "stored-into-dict", "other-tensor-augmented"],
 )
@@ -66,6 +66,15 @@ def test_change_through_an_alias_is_refused_with_its_line() -> None:
     assert site.category == "input-may-be-mutated"
     assert "may share memory with `x`" in site.reason
     assert site.cause_line == source.splitlines().index("        flat.mul_(3)") + 1
+
+
+def test_change_through_another_parameter_is_refused() -> None:
+    """The caller may pass the residual as a view of the input (or the same tensor): a change of one in place
+    may change the other, which the fused call would read after it."""
+    source = _dropout_norm("y = self.dropout(x)\nr.mul_(3)").replace("        x = x * 2\n", "")
+    [site] = refused_sites(source, ["ADP005"])
+    assert site.category == "input-may-be-mutated"
+    assert site.cause_line == source.splitlines().index("        r.mul_(3)") + 1
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,11 @@ from conftest import FIXTURES, fixture_cases, is_negative, rule_code
 # Every negative fixture: its refusals as `line: category: reason (line of the cause)`; [] where the rule does not
 # match structurally at all (another layer type, no such call...), so nothing was refused.
 NEGATIVE_REFUSALS: dict[str, list[str]] = {
+    'ADP001_fuse_bert_self_attention/neg_copy_that_clamps_the_scores.py': [
+        "51: guard: guard attention_class_fits_drop_in: `BertSelfAttention.forward` reads `self.clamp_min_for_underflow`, "
+        "which the forward the drop-in was written for does not: it may compute something the drop-in would not "
+        "(line 51)",
+    ],
     'ADP001_fuse_bert_self_attention/neg_local_class_does_not_fit.py': [
         "73: guard: guard attention_class_fits_drop_in: `BertSelfAttention.forward` is decorated (`@deprecate_kwarg("
         "'past_key_value', new_name='past_key_values', version='4.58')`), which the drop-in's forward is not; it would "
@@ -47,6 +52,10 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP004_fast_softmax/neg_import_shadowed_in_function.py': [],
     'ADP004_fast_softmax/neg_softmax_named_functions.py': [],
     'ADP005_fuse_dropout_ln/neg_broken_dataflow.py': [],
+    'ADP005_fuse_dropout_ln/neg_dropout_before_an_early_return.py': [
+        "15: partial-path: on a path that leaves before the last matched call (a `return`, a `continue`), this call "
+        "runs and may draw random numbers or change state (a dropout): the fused call would not do it there (line 15)",
+    ],
     'ADP005_fuse_dropout_ln/neg_file_local_classes_named_like_torch.py': [],
     'ADP005_fuse_dropout_ln/neg_call_between_dropout_and_norm.py': [
         "17: not-placeable: a call here may have effects (random numbers, state), and a matched call that has them (a dropout) would now run after it, at the fused call's place: the two would swap their draws (line 18)",
@@ -226,6 +235,11 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_branch_scores_read_after.py': [
         '28: intermediate-used-elsewhere: `dots`, an intermediate result the fused call hides, is used here (line 37)',
     ],
+    'ADP010_fuse_attention_core/neg_cache_parameter_changed_in_place.py': [
+        "10: input-may-be-mutated: this statement may change a value that may share memory with `q` (a view, an "
+        "alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
+        "(line 11)",
+    ],
     'ADP010_fuse_attention_core/neg_condition_reassigned.py': [
         '20: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 24)',
     ],
@@ -234,6 +248,10 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP010_fuse_attention_core/neg_condition_with_call.py': [
         '22: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 25)',
+    ],
+    'ADP010_fuse_attention_core/neg_dropout_before_continue.py': [
+        "15: partial-path: on a path that leaves before the last matched call (a `return`, a `continue`), this call "
+        "runs and may draw random numbers or change state (a dropout): the fused call would not do it there (line 16)",
     ],
     'ADP010_fuse_attention_core/neg_fill_value_read_again.py': [
         '19: intermediate-used-elsewhere: `dots`, an intermediate result the fused call hides, is used here (line 20)',

@@ -11,7 +11,8 @@ result its first argument (the receiver of a tensor method, the input of a layer
 new object; a value a statement computes outside DSL nodes the names its expression may return or hold
 (`_alias_roots`: a chain of methods, indexing and calls down to a name, the elements of a display, both sides of
 ``+``/``*``, both arms of a conditional; not metadata such as ``x.shape`` or ``x.size(0)``); a phi its operands; a
-name changed in place (``z += 1``) what it held. Two values may share memory when both derive from one value (a
+name changed in place (``z += 1``) what it held; the function's parameters one another (a caller may pass a tensor and
+a view of it). Two values may share memory when both derive from one value (a
 view of a view, a tensor and the list holding it), not when only something derived from both does (``x + r`` or
 ``[x, r]`` does not make ``r`` share memory with ``x``); a loop variable may be what the iterable holds. A compound
 statement the walk reads as one event (no layer call inside) changes what it reads wherever its body changes
@@ -197,7 +198,14 @@ def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[i
     for phi, operands in graph.phis.items():
         for vid in operands:
             link(phi, vid)
+    # The caller may pass a tensor and a view of it (`k` a view of a KV cache also passed, `cache.zero_()`): the
+    # parameters derive from one unknown object, so each may share memory with every other.
+    for vid in graph.parameters:
+        link(vid, _CALLER)
     return sources, results
+
+
+_CALLER = -1  # no value id: what the parameters may all be views of
 
 
 def _is_loop_target(small: cst.CSTNode, loop: cst.For) -> bool:

@@ -208,8 +208,23 @@ def check_paths(match: "m.Match", placement: "m.Placement", graph: FlowGraph) ->
     prefix = {id(n.site.small) for n in match.nodes if id(n.site.small) in deleted}
     # Paths running matched statements but not the anchor: what they compute must be unused.
     anchors = _positions(graph, {anchor_key})
-    partial = [n for k in keys - {anchor_key} for n in graph.by_key.get(k, ()) if graph.reach.avoiding(n.index, anchors)]
-    if partial and not (placement.plan == "branch" and all(id(n.site.small) in prefix for n in partial)):
+    others = [n for k in keys - {anchor_key} for n in graph.by_key.get(k, ())]
+    partial = [n for n in others if graph.reach.avoiding(n.index, anchors)]
+    copied = placement.plan == "branch" and all(id(n.site.small) in prefix for n in partial)
+    if not copied:
+        # The call goes with the match, into the fused call, which those paths (an early `return`, a `continue` to
+        # the next iteration) skip: a dropout's draw would be lost there, and every later draw take another sample.
+        lost = next((n for n in others if _draws_or_changes_state(n) and (
+            n in partial or _runs_again_first(graph, n, anchors) or _folded_exit_between(graph, n, anchors)
+        )), None)
+        if lost is not None:
+            return m.Reason(
+                m.RefusalCategory.PARTIAL_PATH,
+                "on a path that leaves before the last matched call (a `return`, a `continue`), this call runs and "
+                "may draw random numbers or change state (a dropout): the fused call would not do it there",
+                lost.site.line,
+            )
+    if partial and not copied:
         without_anchor = Reach(graph, anchors)
         for node in partial:
             use = _read_outside(graph, without_anchor, {node.out}, keys, [node.index], frozenset())
@@ -562,6 +577,61 @@ def _input_after_an_effect(instance: dict[Key, DLNode], inputs: dict[int, DLNode
         return None
     late = [n for index, n in inputs.items() if index > first and may_have_effects(n)]
     return min(late, key=lambda n: n.index) if late else None
+
+
+def _folded_exit_between(graph: FlowGraph, node: DLNode, anchors: frozenset[int]) -> bool:
+    """Whether a compound statement the walk read as one event (an ``if`` without DSL calls: ``if skip: return x``,
+    ``if i == 0: continue``), between `node` and an anchor, may leave the path there: its exits are not edges of
+    the graph."""
+    reach = graph.reach
+    for pos in range(node.index + 1, max(anchors, default=node.index)):
+        event = graph.events[pos]
+        small = event.site.small if event is not None else None
+        if small is None or id(small) not in graph.folded or not reach.before(node.index, pos):
+            continue
+        if any(reach.before(pos, a) for a in anchors) and _leaves(small):
+            return True
+    return False
+
+
+def _leaves(statement: cst.CSTNode) -> bool:
+    """Whether a compound statement holds a ``return``, or a ``continue``/``break`` of a loop around it (not of a
+    loop it is or holds), outside nested functions and classes. A ``raise`` ends the call: what it drew is moot."""
+    todo: list[tuple[cst.CSTNode, bool]] = [(statement, False)]
+    while todo:
+        node, in_loop = todo.pop()
+        kind = type(node)
+        if kind is cst.Return or (not in_loop and kind in (cst.Continue, cst.Break)):
+            return True
+        if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        inner = in_loop or kind in (cst.For, cst.While)  # a loop's own `continue`/`break` stay inside it
+        todo.extend((child, inner) for child in node.children)
+    return False
+
+
+def _runs_again_first(graph: FlowGraph, node: DLNode, anchors: frozenset[int]) -> bool:
+    """Whether a path from `node` reaches another copy of it (the next iteration of a loop) before an anchor."""
+    again = {c.index for c in graph.by_key.get(key(node), ()) if c.index != node.index}
+    if not again:
+        return False
+    seen = {node.index}
+    todo = [node.index]
+    while todo:
+        for nxt in graph.succs[todo.pop()]:
+            if nxt in again:
+                return True
+            if nxt not in seen and nxt not in anchors and graph.reach.live[nxt]:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+def _draws_or_changes_state(node: DLNode) -> bool:
+    """`may_have_effects`, but not a layer of a type known to only compute (`_COMPUTING_LAYERS`, not in place)."""
+    if node.kind == "layer" and node.qualname in _COMPUTING_LAYERS and not aliasing._layer_in_place(node):
+        return False
+    return may_have_effects(node)
 
 
 def may_change_arguments(node: DLNode) -> bool:

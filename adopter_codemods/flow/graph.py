@@ -48,6 +48,9 @@ class FlowGraph:
         # ids of the compound statements walked as one event (no layer call inside): their body has no events
         self.folded: set[int] = set()
         self.by_call: dict[int, DLNode] = {}  # id(call) -> a DSL node it makes (copies of it alike)
+        # the value ids of the function's parameters (``self`` aside) on entry: the caller may pass one object
+        # twice, or a tensor and a view of it (`flow.aliasing`)
+        self.parameters: frozenset[int] = frozenset()
         self.exit = -1
 
     def add(self, event: Event, preds: tuple[int, ...]) -> int:

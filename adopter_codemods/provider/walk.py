@@ -4,6 +4,7 @@ return/raise, loops unrolled to two body copies, try/with, match), recording its
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional, Sequence
 
 import libcst as cst
@@ -162,6 +163,7 @@ class _ClassWalker(_Unchainer):
         finally:
             self.graph = None
         graph.finish(p.events for p in partials)  # type: ignore[misc]
+        graph.parameters = frozenset(self.entry_vids[n] for n in _parameter_names(fn) if n in self.entry_vids)
         return graph
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
@@ -452,11 +454,30 @@ class _ClassWalker(_Unchainer):
                 p.events.append(Def(scoped, vid, site))
 
 
+def _parameter_names(fn: cst.FunctionDef) -> list[str]:
+    """The names of a function's parameters that may hold a tensor: not a method's ``self``, nor one annotated
+    without ``Tensor`` (``past_key_values: Cache | None``, ``use_cache: bool``) or defaulting to a number, string or
+    bool (``output_attentions=False``): such flags are no views of a tensor."""
+    params = fn.params
+    star = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    every = [*params.posonly_params, *params.params, *params.kwonly_params, *star]
+    code = cst.Module([]).code_for_node
+    return [
+        p.name.value for p in every
+        if p.name.value != "self"
+        and (p.annotation is None or _MAY_HOLD_TENSORS.search(code(p.annotation.annotation)))
+        and (p.default is None or syntax._const_text(p.default) in (None, "None"))
+    ]  # fmt: skip
+
+
+_MAY_HOLD_TENSORS = re.compile(r"Tensor|Any|object")
+
+
 def _guards_ops(node: cst.CSTNode) -> bool:
     """An ``if`` with a test without calls (`fallback_condition`: names, ``self.<attr>`` flags, comparisons; or a
     helper's ``exists(x)``, which ADP010's absorbing reads as ``x is not None`` when the helper is exactly that), no
     else, that updates a name by a tensor op on it, such as ``if head_mask is not None: probs = probs * head_mask``
-    (or masks it, also in place: `_masks_itself`, ``scores.masked_fill_(m, float("-inf"))``): walked as separate
+    (or masks it, also in place: `_masks_itself`, ``scores.masked_fill_(m, float("-inf"))``, ``scores += mask``): walked as separate
     paths, so a rule can tell the paths that run it from the others (ADP010's fallback plan); other ``if``s without
     calls are still folded."""
     if type(node) is not cst.If or node.orelse is not None:
