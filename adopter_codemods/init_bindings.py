@@ -302,6 +302,15 @@ class InitReader:
             args = tuple(cst.Arg(value=el.slice.value) for el in value.slice if isinstance(el.slice, cst.Index))
             layer_type = certain(qualname) if qualname is not None else UNKNOWN_TYPE
             return LayerBinding(attr, qualname, args, True, value, line, conditional, layer_type=layer_type)
+        if isinstance(value, cst.IfExp):
+            # `nn.Dropout(p) if p > 0 else nn.Identity()` (DETR-style code): either arm's layer, so each is possible
+            # (one type where both are; the arguments are the arm's that runs: not known here).
+            arms = [self.layer(attr, arm, line, conditional, env) for arm in (value.body, value.orelse)]
+            layer_type = arms[0].layer_type.join(arms[1].layer_type)
+            return LayerBinding(
+                attr, layer_type.certain, (), False, value, line, conditional, layer_type=layer_type, direct=False,
+                args_known=False,
+            )
         if not isinstance(value, cst.Call):
             return LayerBinding(attr, None, (), False, value, line, conditional, layer_type=UNKNOWN_TYPE, args_known=False)
         construction = converted_construction(value)

@@ -269,7 +269,7 @@ def test_findings_point_at_the_matched_statements() -> None:
         ("self.drop = nn.Dropout(p=0.0)", 1),
         ("self.drop = nn.Dropout()", 1),  # default p=0.5
         ("self.drop = nn.Identity()", 0),
-        ("self.drop = nn.Dropout(0.0) if x else nn.Dropout(0.1)", 0),
+        ("self.drop = nn.Dropout(0.0) if x else nn.Dropout(0.1)", 1),  # a Dropout either way: the guarded form
     ],
 )
 def test_init_arguments_are_normalised(init: str, expected: int) -> None:

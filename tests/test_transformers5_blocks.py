@@ -32,6 +32,9 @@ EXPECTED: dict[str, dict[str, object]] = {
         "findings": {
             "ADP004:.eager_attention_forward": 1,
             "ADP004:GPT2Attention._upcast_and_reordered_attn": 1,  # float32-only path: not executed here
+            # its activation `get_activation(...) if activation_string else nn.Identity()`: guarded; the double-heads
+            # model holding it is not built here
+            "ADP006:GPT2SequenceSummary.forward": 1,
         },
         "layers": ["GPT2Block"],
         "kernel_modules": [],

@@ -4,7 +4,7 @@ rebind their own attributes (one scan per class body)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
@@ -98,8 +98,12 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     stored: list[tuple[str, cst.BaseExpression, cst.CSTNode, cst.CSTNode]] = []
     builds: set[int] = set()  # ids of the units calling a container constructor (`nn.Sequential()`)
     in_class = isinstance(root, cst.BaseSuite)
-    for unit in _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,):
-        in_init = type(unit) is cst.FunctionDef and unit.name.value == "__init__"  # type: ignore[attr-defined]
+    units = _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,)
+    init_helpers = _init_helpers(units) if in_class else frozenset()
+    for unit in units:
+        in_init = type(unit) is cst.FunctionDef and (
+            unit.name.value == "__init__" or unit.name.value in init_helpers  # type: ignore[attr-defined]
+        )
         if in_class:
             scan.methods.update(_code_running_names(unit))
         # `__init__`'s stores, and whether it defines a function (a hook may run one during forward)
@@ -392,6 +396,27 @@ def _code_running_names(unit: cst.CSTNode) -> set[str]:
             if isinstance(target.target, cst.Name)
         }
     return set()
+
+
+def _init_helpers(units: Sequence[cst.CSTNode]) -> frozenset[str]:
+    """The methods of a class body that only its ``__init__`` calls (BEiT's ``self._init_rel_pos_embedding()``): what
+    they store on ``self`` is stored while ``__init__`` runs. Each must be referenced as ``self.<name>`` in the
+    class body, and only by calls in ``__init__``."""
+    methods = {u.name.value: u for u in units if type(u) is cst.FunctionDef}  # type: ignore[attr-defined]
+    init = methods.get("__init__")
+    if init is None:
+        return frozenset()
+    called: set[str] = set()
+    # Not in a function `__init__` defines (a hook may run it later, during forward).
+    for node in cstwalk.walk(init, descend=lambda n: n is init or type(n) not in (cst.FunctionDef, cst.Lambda)):
+        if type(node) is cst.Call and (name := _is_self_attr(node.func)) in methods:  # type: ignore[attr-defined]
+            called.add(name)  # type: ignore[arg-type]
+    elsewhere = {
+        _is_self_attr(node)  # type: ignore[arg-type]
+        for unit in units if unit is not init
+        for node in cstwalk.walk(unit) if type(node) is cst.Attribute
+    }
+    return frozenset(called - elsewhere - {"__init__"})
 
 
 def _stored_outside_init(scans: list[_Scan]) -> frozenset[str]:
