@@ -141,6 +141,9 @@ class EditPlan:
     moved_lines: set[int] = field(default_factory=set)  # id(line) deleted, its comments gone with its copies (sink)
     region: set[int] = field(default_factory=set)  # every statement inside a fallback region: no other edit there
     insert_before: dict[int, cst.SimpleStatementLine] = field(default_factory=dict)  # id(line) -> new line (hoist)
+    # id(line) -> comment lines added above it: the comments inside a replaced expression (`# the residual` within
+    # a multi-line call the fused call takes the place of)
+    comments_above: dict[int, list[cst.EmptyLine]] = field(default_factory=dict)
     # ids of the functions where this plan binds fresh names: one such plan per function and round, so two of them
     # never pick the same name
     scopes: set[int] = field(default_factory=set)
@@ -192,8 +195,10 @@ def plan_match(found: PlacedMatch) -> EditPlan:
         return plan
     if len(target.outputs) == 1:
         _put(plan, anchor.expr, call)
+        _keep_comments(plan, anchor.site.line, anchor.expr, call)
     else:
         _put(plan, anchor.site.small, _tuple_assignment(found, target, call))
+        _keep_comments(plan, anchor.site.line, anchor.site.small, call)
     for small in placement.deleted:
         plan.delete.add(id(small))
         plan.originals[id(small)] = small
@@ -362,6 +367,30 @@ def _put(
     plan.originals[id(original)] = original
 
 
+class _Comments(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found: list[cst.Comment] = []
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        self.found.append(node)
+
+
+def _comments(node: cst.CSTNode) -> list[cst.Comment]:
+    collector = _Comments()
+    node.visit(collector)
+    return collector.found
+
+
+def _keep_comments(plan: EditPlan, line: cst.CSTNode, replaced: cst.CSTNode, call: cst.Call) -> None:
+    """The comments inside `replaced` that the fused call does not keep (it keeps those of arguments it passes on
+    as written) go above `line`, in their order."""
+    kept = {id(c) for c in _comments(call)}
+    lost = [c for c in _comments(replaced) if id(c) not in kept]
+    if lost:
+        plan.comments_above.setdefault(id(line), []).extend(cst.EmptyLine(comment=c) for c in lost)
+        plan.originals[id(line)] = line
+
+
 def _tuple_assignment(found: PlacedMatch, target: CallNode, call: cst.Call) -> cst.Assign:
     match = found.match
     names: list[str] = []
@@ -392,6 +421,8 @@ def merge_plans(plans: Sequence[EditPlan]) -> EditPlan:
         merged.remove_lines |= plan.remove_lines
         merged.moved_lines |= plan.moved_lines
         merged.insert_before.update(plan.insert_before)
+        for line, comments in plan.comments_above.items():
+            merged.comments_above.setdefault(line, []).extend(comments)
         merged.imports |= plan.imports
     return merged
 
@@ -440,6 +471,9 @@ class _Apply(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine:
+        above = self.plan.comments_above.get(id(original_node))
+        if above is not None and self.plan.originals.get(id(original_node)) is original_node:
+            updated_node = updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *above])
         if not any(id(s) in self.plan.delete for s in original_node.body):
             return updated_node
         kept = [u for o, u in zip(original_node.body, updated_node.body) if id(o) not in self.plan.delete]

@@ -47,3 +47,17 @@ def test_comment_of_deleted_line_moves_to_next_statement() -> None:
     assert outcome.applied
     assert "        # expand phase\n        z = kernels.conv_bn(x, self.conv, self.bn)\n" in outcome.module.code
     assert "trailing comment" not in outcome.module.code
+
+
+def test_comments_inside_the_replaced_call_move_above_its_line() -> None:
+    """The fused call takes the place of `self.bn(...)`: comments written inside that call stay, above its line."""
+    source = SOURCE.replace(
+        "        z = self.bn(y)\n",
+        "        z = self.bn(  # normalise\n            y  # the conv's output\n        )  # the line's own comment\n",
+    )
+    outcome = rewrite_module(cst.parse_module(source), [parse_rule(RULE)])
+    assert outcome.applied
+    assert (
+        "        # expand phase\n        # normalise\n        # the conv's output\n"
+        "        z = kernels.conv_bn(x, self.conv, self.bn)  # the line's own comment\n"
+    ) in outcome.module.code
