@@ -73,6 +73,9 @@ _FUNCTIONS: Dict[Callable[..., torch.Tensor], Tuple[str, Tuple[str, ...]]] = {
     F.gelu: ("gelu", ("approximate",)),
     F.relu: ("relu", ("inplace",)),
     torch.relu: ("relu", ()),
+    # in place on the linear's new output, which nothing else holds: the same tensor values as out of place
+    F.relu_: ("relu", ()),
+    torch.relu_: ("relu", ()),
     F.silu: ("silu", ("inplace",)),
 }
 
