@@ -13,6 +13,7 @@ from .flow.graph import FlowGraph
 from .flow.slice_views import first_unproven_view
 from .guards import Refused, guard
 from .matcher import LayerRef, Match, Placement
+from .qualnames import ImportTable
 from .signatures import SIGNATURES
 from .structure import DLNode, Value
 
@@ -216,6 +217,30 @@ def _normalised(expr: cst.BaseExpression) -> str:
     return cst.Module([]).code_for_node(expr).replace('"', "'").replace(" ", "")
 
 
+class _ModuleNames(cst.CSTTransformer):
+    """Dotted names of torch, math and numpy as those modules' own (`T.finfo` -> `torch.finfo`)."""
+
+    def __init__(self, table: ImportTable) -> None:
+        super().__init__()
+        self.table = table
+
+    def _canonical(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        qualname = self.table.resolve(original)
+        if qualname is not None and qualname.split(".")[0] in ("torch", "math", "numpy"):
+            return cst.parse_expression(qualname)
+        return updated
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self._canonical(original_node, updated_node)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self._canonical(original_node, updated_node)
+
+
+def _canonical_modules(expr: cst.BaseExpression, module: cst.Module) -> cst.BaseExpression:
+    return cast(cst.BaseExpression, expr.visit(_ModuleNames(ImportTable.from_module(module))))
+
+
 @guard
 def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Refused]:
     """ADP010: a matched ``scores.masked_fill(m, value)`` fills with exactly what the target's keyword says:
@@ -233,6 +258,9 @@ def attention_fill_values(match: Match, placement: Placement) -> Union[bool, Ref
         text = _normalised(expr if expr is not None else value.expr)
         minimum = f"torch.finfo({receiver.text}.dtype).min" if receiver is not None and named else None
         minima = (minimum, f"-torch.finfo({receiver.text}.dtype).max") if receiver is not None and named else ()
+        if (text not in _MINUS_INF if kind == "inf" else text not in minima) and match.cls.module is not None:
+            # as the file's imports spell them (`import torch as T`: `-T.finfo(dots.dtype).max`)
+            text = _normalised(_canonical_modules(expr if expr is not None else value.expr, match.cls.module))
         if text not in _MINUS_INF if kind == "inf" else text not in minima:
             # Each variant refuses what the other takes: say what both would take.
             kernel = minimum or "torch.finfo(<filled tensor>.dtype).min"
