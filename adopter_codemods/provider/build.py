@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Iterable, Optional
 
@@ -12,8 +13,10 @@ from ..factory_types import FactoryTypes
 from ..gc_pause import collector_paused
 from ..init_bindings import InitReader
 from ..qualnames import ImportTable, dotted_name
-from ..structure import ClassStructure, ModuleStructure
-from .discovery import _ClassInfo, _family, _is_module_class, _rebound, _Scan, _scan, _stored_outside_init
+from ..structure import POSSIBLE, UNKNOWN_TYPE, ClassStructure, LayerType, ModuleStructure
+from .discovery import (
+    _ClassInfo, _descendants, _family, _find_method, _is_module_class, _rebound, _Scan, _scan, _stored_outside_init,
+)
 from .syntax import _suite_body
 from .walk import _ClassWalker
 
@@ -75,12 +78,22 @@ def build_module_structure(
                 subclasses[base].add(name)
     result: list[ClassStructure] = []
     walrus = any(hit[1].walrus for hit in scanned.done.values())
+    walkers: dict[str, _ClassWalker] = {}
+
+    def walker_of(name: str) -> _ClassWalker:
+        if name not in walkers:
+            walker = walkers[name] = _ClassWalker(classes[name], classes, table)
+            walker.walrus_possible = walrus
+            walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
+        return walkers[name]
+
     for name, info in classes.items():
         if (only is not None and name != only) or not _is_module_class(info, classes, table, memo, resolver):
             continue
-        walker = _ClassWalker(info, classes, table)
-        walker.walrus_possible = walrus
-        walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
+        walker = walker_of(name)
+        heirs = _heirs_of_forward(name, classes, subclasses)
+        if heirs:
+            _bind_heirs_layers(walker, [walker_of(h) for h in heirs])
         # An __init__ edit reaches every class sharing the edited statement: the family of local bases and their
         # subclasses sees the layers (and may rebind them, or call the removed ones).
         family = _family(name, classes, subclasses)
@@ -130,6 +143,28 @@ def build_module_structure(
         structure.module = module
         structure.resolver = resolver
     return ModuleStructure(result, module, resolver, scanned.done)
+
+
+def _heirs_of_forward(name: str, classes: dict[str, _ClassInfo], subclasses: dict[str, set[str]]) -> list[str]:
+    """The classes of the file that run `name`'s own ``forward`` (subclasses that do not define another)."""
+    forward = classes[name].methods.get("forward")
+    if forward is None:
+        return []
+    return [c for c in _descendants(name, subclasses) if c != name and _find_method(classes[c], classes, "forward", set()) is forward]
+
+
+def _bind_heirs_layers(walker: _ClassWalker, heirs: list[_ClassWalker]) -> None:
+    """A forward that calls layers only its subclasses bind (pretrainedmodels' and timm's SENet ``Bottleneck``, whose
+    ``SEBottleneck``/``SEResNetBottleneck`` build ``conv1``/``bn1``): each attribute every heir binds and the class
+    does not is bound to what the heirs bind, its type only possible (a subclass elsewhere may bind another layer),
+    so that only rules whose kernels check their modules at run time rewrite that forward."""
+    for attr in set.intersection(*(set(h.bindings) for h in heirs)) - set(walker.bindings):
+        bound = [b for h in heirs for b in h.bindings[attr]]
+        joined = functools.reduce(lambda a, b: a.join(b), (b.layer_type for b in bound))
+        possible = LayerType(POSSIBLE, joined.candidates) if joined.candidates else UNKNOWN_TYPE
+        walker.bindings[attr] = [
+            dataclasses.replace(b, qualname=None, layer_type=possible, direct=False, args_known=False) for b in bound
+        ]
 
 
 class _Scans:
