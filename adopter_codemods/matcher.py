@@ -1401,6 +1401,28 @@ def _in_place_steps_fit(match: Match) -> Optional[Reason]:
     return None
 
 
+def _inputs_read_hidden(match: Match) -> Optional[Reason]:
+    """An argument of the fused call computed from a value the call hides (``s + mask.to(s.dtype)``, ``bias[...,
+    :s.size(-1)]``: the scores): where the call goes, nothing holds that value any more."""
+    if match.rule.forward is None or match.rule.forward.target is None or not isinstance(match.rule.forward.target[0], CallNode):
+        return None
+    hidden, _ = _output_vids(match)
+    for value in _target_inputs(match):
+        if value.kind == "expr" and any(vid in hidden for _, vid in value.uses):
+            name = next(n for n, vid in value.uses if vid in hidden)
+            return Reason(
+                RefusalCategory.INTERMEDIATE_USED_ELSEWHERE,
+                f"`{_code(value.expr)}` reads `{name}`, an intermediate result the fused call hides, so the call "
+                "could not compute that argument",
+                next((n.site.line for n in match.nodes if _contains(n.site.small, value.expr)), None),
+            )
+    return None
+
+
+def _contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in cstwalk.walk(root))
+
+
 # Why the next rewrite round would not place a match that plan "sink" copies into an `if`'s arms (sink.py), None
 # when it would: the engine analyses the copied code (engine.SinkCheck). Without one, no match is placed that way.
 ConfirmSink = Callable[["PlacedMatch"], Optional["Reason"]]
@@ -1504,7 +1526,7 @@ def _variant_matches(
                 reason: Optional[Reason] = initialised
             else:
                 match = initialised
-                reason = _rest_args_fit(match) or _in_place_steps_fit(match)
+                reason = _rest_args_fit(match) or _in_place_steps_fit(match) or _inputs_read_hidden(match)
             if reason is None and match.container is not None:
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
                 placement = Placement("container", anchor=match.nodes[-1])

@@ -130,6 +130,10 @@ ADP010 = FIXTURES / "ADP010_fuse_attention_core"
 
 # Each refusal, and the edit that turns it into code the rule accepts: the refusal is for that reason only.
 REFUSALS = {
+    "neg_property_scale_changed_between.py": ("        self.tick()\n", ""),
+    "neg_key_changed_by_a_closure.py": ("        reset()\n", ""),
+    "neg_cache_object_reset_between.py": ("            past.reset()\n", "            pass\n"),
+    "neg_mask_reads_the_scores.py": ("mask.to(s.dtype)", "mask"),
     "neg_cache_parameter_changed_in_place.py": ("        cache.zero_()\n", ""),
     "neg_dropout_before_continue.py": ("            if warmup and i == 0:\n                continue\n", ""),
     "neg_condition_reassigned.py": ("        output_attentions = output_attentions or not self.training\n", ""),

@@ -235,6 +235,10 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_branch_scores_read_after.py': [
         '28: intermediate-used-elsewhere: `dots`, an intermediate result the fused call hides, is used here (line 37)',
     ],
+    'ADP010_fuse_attention_core/neg_cache_object_reset_between.py': [
+        "26: input-may-be-mutated: a call here may modify a value in place, which a matched statement moved to the "
+        "fused call's place reads (line 28)",
+    ],
     'ADP010_fuse_attention_core/neg_cache_parameter_changed_in_place.py': [
         "10: input-may-be-mutated: this statement may change a value that may share memory with `q` (a view, an "
         "alias, a container holding it) in place, which a matched statement moved to the fused call's place reads "
@@ -281,6 +285,15 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '25: not-placeable: this statement runs between `if CAUSAL:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 28)',
         '46: not-placeable: this statement runs between `if causal:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 49)',
     ],
+    'ADP010_fuse_attention_core/neg_key_changed_by_a_closure.py': [
+        "20: input-may-be-mutated: this function changes objects in place through a nested function or a global, and "
+        "a call here may run that code: it could change what a matched statement moved to the fused call's place "
+        "reads (line 22)",
+    ],
+    'ADP010_fuse_attention_core/neg_mask_reads_the_scores.py': [
+        "13: intermediate-used-elsewhere: `mask.to(s.dtype)` reads `s`, an intermediate result the fused call hides, "
+        "so the call could not compute that argument (line 14)",
+    ],
     'ADP010_fuse_attention_core/neg_mask_rebound_in_between.py': [
         "14: input-redefined: `m` is assigned again here, so at the fused call's place it would hold another value (line 16)",
         "27: input-redefined: `self.mask` is assigned again here, so at the fused call's place it would hold another value (line 29)",
@@ -310,6 +323,10 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_output_view_merges_dims.py': [
         '16: guard: guard attention_output_views: `out.view(b, h * n, d)` may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a [batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work) (line 18)',
         '27: guard: guard attention_output_views: `(self.drop(p) @ v).view(q.size(0), -1)` may merge dims of the attention output, which SDPA returns on CUDA as a transposed view of a [batch, seq, heads, dim] buffer, where such a view raises (`.reshape` would work) (line 28)',
+    ],
+    'ADP010_fuse_attention_core/neg_property_scale_changed_between.py': [
+        "22: not-placeable: an argument here reads a property, which runs code, and the fused call would evaluate it "
+        "at another statement (line 23)",
     ],
     'ADP010_fuse_attention_core/neg_probs_returned.py': [
         '18: intermediate-used-elsewhere: `probs`, an intermediate result the fused call hides, is used here (line 22)',

@@ -99,7 +99,9 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
     if id(small) in graph.folded:
         # One event for a whole compound statement: what its body changes is not tied to the values it reads (a
         # loop variable takes elements of a container), so any change in place there counts.
-        return (bool(in_place_targets(small)) or _calls_in_place(small)) and any(
+        # A store rebinding an attribute of the module (`self.attention_map = probs`) changes no tensor.
+        changed = in_place_targets(small) - _module_attributes_rebound(small)
+        return (bool(changed) or _calls_in_place(small)) and any(
             read_vids(graph.events[pos]) & vids for pos in positions
         )
     # Another compound statement's own event is its header (an `if` test, a loop's iterable): its body has events.
@@ -116,6 +118,22 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
     if not _calls_in_place(scanned):
         return False
     return any(read_vids(graph.events[pos]) & vids for pos in positions)
+
+
+def _module_attributes_rebound(small: cst.CSTNode) -> set[str]:
+    """``self.<attr>`` for each plain ``self.<attr> = ...`` store in `small` (not ``.data``/``.grad``, which change a
+    tensor), unless the statement also changes that attribute's object otherwise (``self.x += 1``, ``self.x[0] = 1``)."""
+    plain: set[str] = set()
+    other: set[str] = set()
+    for node in cstwalk.walk(small):
+        if type(node) is cst.AssignTarget or type(node) is cst.AnnAssign:
+            target = node.target  # type: ignore[attr-defined]
+            attr = _is_self_attr(target) if type(target) is cst.Attribute else None
+            if attr is not None and "." not in attr and attr not in ("data", "grad"):
+                plain.add("self." + attr)
+        elif type(node) is cst.AugAssign or type(node) is cst.Del:
+            other |= in_place_targets(node)
+    return plain - other
 
 
 def _layer_in_place(node: DLNode) -> bool:

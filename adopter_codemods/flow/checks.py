@@ -441,12 +441,17 @@ def _check_complete(
     todo: list[tuple[str, int]] = []
     inputs = _input_nodes(graph, instance)  # what the fused call re-renders: both effect-order checks read it
     for value in m._target_inputs(match):
-        if value.kind == "expr" and not value.pure and not syntax.computes_only(value.expr):
+        # impure without a call: a property read (`self.temperature`), which runs code as a call does
+        if value.kind == "expr" and not value.pure and (
+            not syntax.computes_only(value.expr) or not any(type(n) is cst.Call for n in cstwalk.walk(value.expr))
+        ):
             moved_from = m._value_site_moves(match, value, anchor_stmt)
             if moved_from is not None and not _moves_only_past_the_match(match, instance, moved_from, anchor, deleted):
+                calls = any(type(n) is cst.Call for n in cstwalk.walk(value.expr))
                 return m.Reason(
                     m.RefusalCategory.NOT_PLACEABLE,
-                    "an argument here makes a call, and the fused call would evaluate it at another statement",
+                    f"an argument here {'makes a call' if calls else 'reads a property, which runs code'}, and the "
+                    "fused call would evaluate it at another statement",
                     moved_from,
                 )
         copy_value = twins.get(id(value))
@@ -957,15 +962,37 @@ def _moved_reads_touched(
     for pos in sorted(suspects):  # in graph order: the reason names the first statement that may mutate
         event = graph.events[pos]
         assert event is not None
-        if not suspects[pos]:
-            calls = False  # only a value sharing memory with a moved one: judged by what changes in place below
-        elif isinstance(event, DLNode):
-            calls = may_change_arguments(event)
+        if suspects[pos]:
+            if isinstance(event, DLNode):
+                calls = may_change_arguments(event)
+            else:
+                calls = statement_may_change_arguments(event.site.small, skip, graph)
         else:
-            calls = statement_may_change_arguments(event.site.small, skip, graph)
+            # Only a value sharing memory with a moved one: a method of its own may change what it holds
+            # (`past.reset()` zeroing the key a caller passed with its cache); other changes are judged below.
+            calls = isinstance(event, Use) and _calls_a_method_of(event, sharing, skip)
         if calls or (pos not in inlined and aliasing.changes_in_place(graph, event, sharing)):
             sentence = _mutated_sentence(graph, match, moved, event, calls)
             return m.Reason(m.RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
+    if graph.reached_elsewhere:
+        # A closure or a global may hold what the moved statements read: any call in between may change it.
+        for pos in range(min(moved_at) + 1, anchor.index):
+            event = graph.events[pos]
+            if event is None or id(event.site.small) in skip or (isinstance(event, DLNode) and key(event) in keys):
+                continue
+            if not (reach.before(pos, anchor.index) and reach.on_chain(pos, chain)):
+                continue
+            if not any(reach.before(p, pos) for p in moved_at):
+                continue
+            if may_have_effects(event) if isinstance(event, DLNode) else any(
+                id(call) not in graph.by_call for call in other_calls(event.site.small, skip)
+            ):
+                return m.Reason(
+                    m.RefusalCategory.INPUT_MAY_BE_MUTATED,
+                    "this function changes objects in place through a nested function or a global, and a call here "
+                    "may run that code: it could change what a matched statement moved to the fused call's place reads",
+                    event.site.line,
+                )
     before = m._CallBefore(anchor.expr)
     anchor.site.small.visit(before)
     if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge
@@ -976,6 +1003,22 @@ def _moved_reads_touched(
             anchor.site.line,
         )
     return None
+
+
+def _calls_a_method_of(event: Use, vids: set[int], skip: set[int]) -> bool:
+    """Whether the statement calls a method (not a computing one or a metadata read) of a name the event reads
+    holding one of `vids`."""
+    # scoped names: an inlined helper's are `<helper>@<n>::<name>`
+    held = {name.rsplit("::", 1)[-1] for name, vid in zip(event.names, event.vids) if vid in vids}
+    for call in other_calls(event.site.small, skip):
+        func = call.func
+        if type(func) is not cst.Attribute:
+            continue
+        receiver = func.value  # type: ignore[attr-defined]
+        name = receiver.value if type(receiver) is cst.Name else ("self." + attr if (attr := syntax._is_self_attr(receiver)) else None)  # type: ignore[attr-defined]
+        if name in held:
+            return True
+    return False
 
 
 def _mutated_sentence(

@@ -51,6 +51,10 @@ class FlowGraph:
         # the value ids of the function's parameters (``self`` aside) on entry: the caller may pass one object
         # twice, or a tensor and a view of it (`flow.aliasing`)
         self.parameters: frozenset[int] = frozenset()
+        # whether code of the function may change an object in place without being handed it: a nested function or
+        # lambda changing something in place (a closure over a local), or a store into a global's object
+        # (`_CACHE["k"] = k`, which a call of anything may then change): `flow.checks._moved_reads_touched`
+        self.reached_elsewhere: bool = False
         self.exit = -1
 
     def add(self, event: Event, preds: tuple[int, ...]) -> int:

@@ -48,6 +48,11 @@ class _Unchainer(_WalkState, ABC):
             vid = self.lookup(p.state, name)
             return [(p, Value("var", expr.value, vid, expr, ((name, vid),)))]
         attr = _is_self_attr(expr)
+        if attr is not None and attr not in self.bindings and "." not in attr and self.find_method(attr) is not None:
+            # a property (or a bound method) of the class: reading it runs code, as a call does
+            name = "self." + attr
+            vid = self.lookup(p.state, name)
+            return [(p, Value("expr", "", self.new_vid(), expr, ((name, vid),), pure=False))]
         if attr is not None:
             name = "self." + attr
             vid = self.lookup(p.state, name)

@@ -4,7 +4,6 @@ return/raise, loops unrolled to two body copies, try/with, match), recording its
 
 from __future__ import annotations
 
-import re
 from typing import Iterable, Optional, Sequence
 
 import libcst as cst
@@ -164,6 +163,7 @@ class _ClassWalker(_Unchainer):
             self.graph = None
         graph.finish(p.events for p in partials)  # type: ignore[misc]
         graph.parameters = frozenset(self.entry_vids[n] for n in _parameter_names(fn) if n in self.entry_vids)
+        graph.reached_elsewhere = _reached_elsewhere(fn)
         return graph
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
@@ -454,23 +454,60 @@ class _ClassWalker(_Unchainer):
                 p.events.append(Def(scoped, vid, site))
 
 
+def _reached_elsewhere(fn: cst.FunctionDef) -> bool:
+    """`FlowGraph.reached_elsewhere` for `fn`: a `global` declaration, a nested function or lambda changing something
+    in place, or a store into (or an in-place call on) the object of a name the function neither binds nor takes
+    (a global's: `_CACHE["k"] = k`)."""
+    # names the function binds (a store into a subscript or attribute binds none: `SHARED["k"] = k`)
+    local = set(_parameter_names(fn)) | {"self"} | {
+        name for s in cstwalk.walk(fn.body) if type(s) in (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.With)
+        for name in syntax._written_names(s) if not _only_stored_into(s, name)
+    }
+    for node in cstwalk.walk(fn.body):
+        kind = type(node)
+        if kind is cst.Global or kind is cst.Nonlocal:
+            return True
+        if (kind is cst.FunctionDef or kind is cst.Lambda) and any(
+            syntax.in_place_targets(s) or (type(s) is cst.Call and _calls_in_place(s)) for s in cstwalk.walk(node)
+        ):
+            return True
+        if isinstance(node, cst.BaseSmallStatement):
+            changed = {name.split(".")[0] for name in syntax.in_place_targets(node)}
+            if changed - local:
+                return True
+    return False
+
+
+def _only_stored_into(statement: cst.CSTNode, name: str) -> bool:
+    """Whether `statement` writes `name` only by storing into its object (``name[i] = v``, ``name.a = v``)."""
+    targets = [t.target for t in statement.targets] if type(statement) is cst.Assign else [getattr(statement, "target", None)]  # type: ignore[attr-defined]
+    bound = [t for t in targets if type(t) is cst.Name and t.value == name]  # type: ignore[attr-defined]
+    stored = [
+        t for t in targets if type(t) in (cst.Subscript, cst.Attribute)
+        and type(root := _root_name(t)) is cst.Name and root.value == name  # type: ignore[arg-type,attr-defined]
+    ]  # fmt: skip
+    return bool(stored) and not bound
+
+
+def _root_name(node: Optional[cst.CSTNode]) -> Optional[cst.CSTNode]:
+    while type(node) in (cst.Subscript, cst.Attribute):
+        node = node.value  # type: ignore[union-attr]
+    return node
+
+
+def _calls_in_place(call: cst.Call) -> bool:
+    func = call.func
+    name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""  # type: ignore[attr-defined]
+    return syntax.is_in_place_name(name) or syntax.passes_inplace(call.args)
+
+
 def _parameter_names(fn: cst.FunctionDef) -> list[str]:
-    """The names of a function's parameters that may hold a tensor: not a method's ``self``, nor one annotated
-    without ``Tensor`` (``past_key_values: Cache | None``, ``use_cache: bool``) or defaulting to a number, string or
-    bool (``output_attentions=False``): such flags are no views of a tensor."""
+    """The names of a function's parameters, but a method's ``self``. Whatever their annotation or default, a
+    caller may pass a tensor or an object holding one (a cache holding the key it also passes)."""
     params = fn.params
     star = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
     every = [*params.posonly_params, *params.params, *params.kwonly_params, *star]
-    code = cst.Module([]).code_for_node
-    return [
-        p.name.value for p in every
-        if p.name.value != "self"
-        and (p.annotation is None or _MAY_HOLD_TENSORS.search(code(p.annotation.annotation)))
-        and (p.default is None or syntax._const_text(p.default) in (None, "None"))
-    ]  # fmt: skip
-
-
-_MAY_HOLD_TENSORS = re.compile(r"Tensor|Any|object")
+    return [p.name.value for p in every if p.name.value != "self"]
 
 
 def _guards_ops(node: cst.CSTNode) -> bool:
