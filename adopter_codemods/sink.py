@@ -342,7 +342,7 @@ class _Effects:
         return objects, attributes
 
     def _effect(self, call: cst.Call, depth: int) -> Union[bool, set[str], None]:
-        """None: the call changes none of its arguments (a DSL node `checks.may_change_arguments` clears); True: it
+        """None: the call changes none of its arguments (a DSL node `checks.may_change_state` clears); True: it
         may change what it is handed (``self`` too, where handed it); a set: a helper method of the class that
         changes no object but these attributes of ``self`` (judged from its body: one changing any object in place,
         or calling what may change ``self``, is True)."""
@@ -350,7 +350,7 @@ class _Effects:
             return True
         node = self.graph.by_call.get(id(call))
         if node is not None:
-            return True if flow_checks.may_change_arguments(node) else None
+            return True if flow_checks.may_change_state(node) else None  # a dropout draws, changes nothing
         attr = _is_self_attr(call.func) if isinstance(call.func, cst.Attribute) else None
         helper = self._method(attr) if attr is not None and depth < 2 else None
         if helper is None:
