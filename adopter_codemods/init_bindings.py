@@ -182,6 +182,9 @@ class InitReader:
         self._attr_constructors: dict[str, Optional[Constructor]] = {}
         self._line: Optional[cst.SimpleStatementLine] = None  # the statement being read: where containers report
         self._bind_self = True
+        # methods only `__init__` calls (`self._init_layers()`, mmdet's heads): read where it calls them, as part of it
+        self.init_helpers: dict[str, cst.FunctionDef] = {}
+        self._reading: set[str] = set()  # the helpers being read (one calling itself is not read again)
 
     # ------------------------------------------------------------------ entry points
     def read_init(self, fn: cst.FunctionDef) -> None:
@@ -569,6 +572,15 @@ class InitReader:
                     else:
                         self._extend(held, call.args[0].value, env)
                     return
+            helper = self.init_helpers.get(_self_attr(func) or "") if self._bind_self else None
+            if helper is not None and helper.name.value not in self._reading:
+                self._reading.add(helper.name.value)
+                for arg in call.args:
+                    self._expr(arg.value, env)
+                # its parameters hold whatever the call passes: unknown, as a caller's arguments are
+                self._block(helper.body, self._params(helper, method=True), conditional)
+                self._reading.discard(helper.name.value)
+                return
             if self.sequential_base is not None and _is_super_init(call) and line is not None:
                 container = LayerBinding(
                     "", "torch.nn.Sequential", tuple(call.args), False, self.sequential_base, line, conditional,

@@ -15,7 +15,7 @@ from ..init_bindings import InitReader, _is_super_init
 from ..qualnames import dotted_name
 from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
 from . import syntax
-from .discovery import _find_method, _sequential_base
+from .discovery import _find_method, _init_helpers, _sequential_base
 from .state import _Ctx, _Cursor, _Partial
 from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, fallback_condition
 from .unchain import _Unchainer
@@ -52,6 +52,9 @@ class _ClassWalker(_Unchainer):
         init = self.find_method("__init__")
         base = _sequential_base(self.info, self.table) if init is not None else None
         reader = InitReader(self.table, functions, base, sequential_calls, factories)
+        if self.info.node is not None:
+            helpers = _init_helpers(_suite_body(self.info.node.body))
+            reader.init_helpers = {name: self.info.methods[name] for name in helpers if name in self.info.methods}
         if init is not None:
             # `super().__init__(...)` first in an __init__ of its own: the local base's __init__ binds layers too, as
             # where the class inherits it (ParlAI's decoder layer binds a norm, its base the Dropout it uses)
