@@ -242,6 +242,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "scale_under_flag_test.py": 2,  # one fused call per arm of the flag
     "flag_set_by_an_init_helper.py": 2,  # with the bias table and without
     "fill_value_under_import_alias.py": 2,  # with the mask and without
+    "scale_from_math_in_a_function.py": 2,  # with the bias and without
 }
 
 

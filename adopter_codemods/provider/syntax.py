@@ -88,9 +88,15 @@ COMPUTING_METHODS = frozenset({
 
 
 def computing_call(call: cst.Call) -> bool:
-    """A tensor metadata read, a number builtin or a `COMPUTING_METHODS` method call (``view``, ``to``, ...)."""
+    """A tensor metadata read, a number builtin, a `COMPUTING_METHODS` method call (``view``, ``to``, ...) or a
+    function of ``math`` (``math.sqrt(q.shape[-1])``: numbers in, a number out)."""
     func = call.func
-    return is_metadata_call(call) or (type(func) is cst.Attribute and func.attr.value in COMPUTING_METHODS)
+    if type(func) is not cst.Attribute:
+        return is_metadata_call(call)
+    if func.attr.value in COMPUTING_METHODS:  # type: ignore[attr-defined]
+        return True
+    receiver = func.value  # type: ignore[attr-defined]
+    return (type(receiver) is cst.Name and receiver.value == "math") or is_metadata_call(call)  # type: ignore[attr-defined]
 
 
 def computes_only(expr: cst.BaseExpression) -> bool:
