@@ -912,10 +912,8 @@ def _output_vids(match: Match) -> tuple[set[int], set[int]]:
     target_outs = {v.name for v in match.rule.forward.target[0].outputs}  # type: ignore[union-attr]
     inter: set[int] = set()
     outs: set[int] = set()
-    for i, pattern in enumerate(match.rule.forward.source):
-        if isinstance(pattern, Wildcard) or i in match.skipped:
-            continue
-        for var in pattern.outputs:
+    for pattern, _ in _matched_steps(match):
+        for var in pattern.outputs:  # type: ignore[union-attr]
             bound = match.env.get(var.name)
             if isinstance(bound, Value):
                 (outs if var.name in target_outs else inter).add(bound.vid)
@@ -1414,13 +1412,9 @@ def _inputs_read_hidden(match: Match) -> Optional[Reason]:
                 RefusalCategory.INTERMEDIATE_USED_ELSEWHERE,
                 f"`{_code(value.expr)}` reads `{name}`, an intermediate result the fused call hides, so the call "
                 "could not compute that argument",
-                next((n.site.line for n in match.nodes if _contains(n.site.small, value.expr)), None),
+                next((n.site.line for n in match.nodes if any(a is value for a in (*n.args, *(v for _, v in n.kwargs)))), None),
             )
     return None
-
-
-def _contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(n is node for n in cstwalk.walk(root))
 
 
 # Why the next rewrite round would not place a match that plan "sink" copies into an `if`'s arms (sink.py), None

@@ -376,6 +376,7 @@ class _Comments(cst.CSTVisitor):
 
 
 def _comments(node: cst.CSTNode) -> list[cst.Comment]:
+    """In source order, which the moved comment lines keep (suppression's field walk does not need it)."""
     collector = _Comments()
     node.visit(collector)
     return collector.found

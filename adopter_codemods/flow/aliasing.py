@@ -30,9 +30,9 @@ from .. import cstwalk
 from ..provider.syntax import (
     METADATA_ATTRIBUTES,
     _is_self_attr,
+    calls_in_place,
     compound_header,
     in_place_targets,
-    is_in_place_name,
     is_metadata_call,
     passes_inplace,
 )
@@ -101,7 +101,7 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
         # loop variable takes elements of a container), so any change in place there counts.
         # A store rebinding an attribute of the module (`self.attention_map = probs`) changes no tensor.
         changed = in_place_targets(small) - _module_attributes_rebound(small)
-        return (bool(changed) or _calls_in_place(small)) and any(
+        return (bool(changed) or calls_in_place(small)) and any(
             read_vids(graph.events[pos]) & vids for pos in positions
         )
     # Another compound statement's own event is its header (an `if` test, a loop's iterable): its body has events.
@@ -115,7 +115,7 @@ def changes_in_place(graph: FlowGraph, event: Event, vids: set[int]) -> bool:
         other = graph.events[pos]
         if isinstance(other, Def) and other.name in scoped and graph.previous.get((other.name, other.vid)) in vids:
             return True
-    if not _calls_in_place(scanned):
+    if not calls_in_place(scanned):
         return False
     return any(read_vids(graph.events[pos]) & vids for pos in positions)
 
@@ -145,19 +145,6 @@ def built_in_place(binding: LayerBinding) -> bool:
     return passes_inplace(binding.args) or any(
         a.keyword is None and type(a.value) is cst.Name and a.value.value == "True" for a in binding.args
     )
-
-
-def _calls_in_place(small: cst.CSTNode) -> bool:
-    """A call of a function or method whose name ends in ``_`` (not a dunder), or one passing ``inplace=`` other
-    than False."""
-    for node in cstwalk.walk(small):
-        if type(node) is not cst.Call:
-            continue
-        func = node.func  # type: ignore[attr-defined]
-        name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""  # type: ignore[attr-defined]
-        if is_in_place_name(name) or passes_inplace(node.args):  # type: ignore[attr-defined]
-            return True
-    return False
 
 
 def _derivations(graph: FlowGraph) -> tuple[dict[int, set[int]], dict[int, set[int]]]:

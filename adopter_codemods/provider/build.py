@@ -84,7 +84,7 @@ def build_module_structure(
         if name not in walkers:
             walker = walkers[name] = _ClassWalker(classes[name], classes, table)
             walker.walrus_possible = walrus
-            walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories)
+            walker.collect_bindings(functions, _SEQUENTIAL in scans[name].callees, factories, scans[name].init_helpers)
         return walkers[name]
 
     for name, info in classes.items():

@@ -63,6 +63,7 @@ class _Scan:
     # attrs of `stores` stored by a unit other than `__init__`, or by an `__init__` that defines a function (a hook
     # it registers may store them while forward runs)
     stored_outside_init: set[str] = field(default_factory=set)
+    init_helpers: frozenset[str] = frozenset()  # methods of a class body only its `__init__` calls (`_init_helpers`)
     # `setattr(self, name, ...)` with a computed name (the first): any attribute may be rebound
     dynamic: Optional[cst.CSTNode] = None
     callees: set[str] = field(default_factory=set)  # qualified names of the imported functions it calls
@@ -99,7 +100,7 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
     builds: set[int] = set()  # ids of the units calling a container constructor (`nn.Sequential()`)
     in_class = isinstance(root, cst.BaseSuite)
     units = _suite_body(root) if isinstance(root, cst.BaseSuite) else (root,)
-    init_helpers = _init_helpers(units) if in_class else frozenset()
+    init_helpers = scan.init_helpers = _init_helpers(units) if in_class else frozenset()
     for unit in units:
         in_init = type(unit) is cst.FunctionDef and (
             unit.name.value == "__init__" or unit.name.value in init_helpers  # type: ignore[attr-defined]

@@ -262,6 +262,19 @@ def is_in_place_name(name: str) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
+def calls_in_place(node: cst.CSTNode) -> bool:
+    """Whether `node` holds a call of a function or method whose name ends in ``_`` (not a dunder), or one passing
+    ``inplace=`` other than False."""
+    for sub in cstwalk.walk(node):
+        if type(sub) is not cst.Call:
+            continue
+        func = sub.func  # type: ignore[attr-defined]
+        name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""  # type: ignore[attr-defined]
+        if is_in_place_name(name) or passes_inplace(sub.args):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
 def passes_inplace(args: Sequence[cst.Arg]) -> bool:
     """An ``inplace=`` argument other than the constant False."""
     return any(a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value) for a in args)

@@ -15,7 +15,7 @@ from ..init_bindings import InitReader, _is_super_init
 from ..qualnames import dotted_name
 from ..structure import OPAQUE, Def, DLNode, Site, Use, Value
 from . import syntax
-from .discovery import _find_method, _init_helpers, _sequential_base
+from .discovery import _find_method, _sequential_base, function_scope
 from .state import _Ctx, _Cursor, _Partial
 from .syntax import _BINARY_OPS, _is_self_attr, _suite_body, _tensor_method, fallback_condition
 from .unchain import _Unchainer
@@ -46,15 +46,14 @@ class _ClassWalker(_Unchainer):
 
     # ------------------------------------------------------------------ __init__
     def collect_bindings(self, functions: dict[str, cst.FunctionDef], sequential_calls: bool,
-                         factories: Optional[FactoryTypes] = None) -> None:
+                         factories: Optional[FactoryTypes] = None, init_helpers: frozenset[str] = frozenset()) -> None:
         """The ``__init__`` bindings and, with `sequential_calls`, every ``nn.Sequential`` the class's own methods
-        build (adopter_codemods/init_bindings.py)."""
+        build (adopter_codemods/init_bindings.py); `init_helpers`: the methods only ``__init__`` calls
+        (`discovery._init_helpers`), read as part of it."""
         init = self.find_method("__init__")
         base = _sequential_base(self.info, self.table) if init is not None else None
         reader = InitReader(self.table, functions, base, sequential_calls, factories)
-        if self.info.node is not None:
-            helpers = _init_helpers(_suite_body(self.info.node.body))
-            reader.init_helpers = {name: self.info.methods[name] for name in helpers if name in self.info.methods}
+        reader.init_helpers = {name: self.info.methods[name] for name in init_helpers if name in self.info.methods}
         if init is not None:
             # `super().__init__(...)` first in an __init__ of its own: the local base's __init__ binds layers too, as
             # where the class inherits it (ParlAI's decoder layer binds a norm, its base the Dropout it uses)
@@ -459,49 +458,21 @@ class _ClassWalker(_Unchainer):
 
 def _reached_elsewhere(fn: cst.FunctionDef) -> bool:
     """`FlowGraph.reached_elsewhere` for `fn`: a `global` declaration, a nested function or lambda changing something
-    in place, or a store into (or an in-place call on) the object of a name the function neither binds nor takes
-    (a global's: `_CACHE["k"] = k`)."""
-    # names the function binds (a store into a subscript or attribute binds none: `SHARED["k"] = k`)
-    local = set(_parameter_names(fn)) | {"self"} | {
-        name for s in cstwalk.walk(fn.body) if type(s) in (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.With)
-        for name in syntax._written_names(s) if not _only_stored_into(s, name)
-    }
+    in place, or a store into (or an in-place call on) the object of a name the function does not bind (a global's:
+    `_CACHE["k"] = k`)."""
+    local, _ = function_scope(fn)
     for node in cstwalk.walk(fn.body):
         kind = type(node)
         if kind is cst.Global or kind is cst.Nonlocal:
             return True
-        if (kind is cst.FunctionDef or kind is cst.Lambda) and any(
-            syntax.in_place_targets(s) or (type(s) is cst.Call and _calls_in_place(s)) for s in cstwalk.walk(node)
+        if (kind is cst.FunctionDef or kind is cst.Lambda) and (
+            syntax.in_place_targets(node) or syntax.calls_in_place(node)
         ):
             return True
         if isinstance(node, cst.BaseSmallStatement):
-            changed = {name.split(".")[0] for name in syntax.in_place_targets(node)}
-            if changed - local:
+            if {name.split(".")[0] for name in syntax.in_place_targets(node)} - local:
                 return True
     return False
-
-
-def _only_stored_into(statement: cst.CSTNode, name: str) -> bool:
-    """Whether `statement` writes `name` only by storing into its object (``name[i] = v``, ``name.a = v``)."""
-    targets = [t.target for t in statement.targets] if type(statement) is cst.Assign else [getattr(statement, "target", None)]  # type: ignore[attr-defined]
-    bound = [t for t in targets if type(t) is cst.Name and t.value == name]  # type: ignore[attr-defined]
-    stored = [
-        t for t in targets if type(t) in (cst.Subscript, cst.Attribute)
-        and type(root := _root_name(t)) is cst.Name and root.value == name  # type: ignore[arg-type,attr-defined]
-    ]  # fmt: skip
-    return bool(stored) and not bound
-
-
-def _root_name(node: Optional[cst.CSTNode]) -> Optional[cst.CSTNode]:
-    while type(node) in (cst.Subscript, cst.Attribute):
-        node = node.value  # type: ignore[union-attr]
-    return node
-
-
-def _calls_in_place(call: cst.Call) -> bool:
-    func = call.func
-    name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""  # type: ignore[attr-defined]
-    return syntax.is_in_place_name(name) or syntax.passes_inplace(call.args)
 
 
 def _parameter_names(fn: cst.FunctionDef) -> list[str]:
