@@ -164,9 +164,10 @@ class SinkCheck:
     once per ``if``. The reason given is the one the copied code's match is refused for, else why the match could
     not be placed where it stands."""
 
-    def __init__(self, structure: ModuleStructure, rules: Sequence[Rule]) -> None:
+    def __init__(self, structure: ModuleStructure, rules: Sequence[Rule], depth: int = 0) -> None:
         self.structure = structure
         self.rules = rules
+        self.depth = depth  # 1: checking the copies of a sink, whose next round may sink once more
         self.sunk: dict[tuple[int, ...], ModuleStructure] = {}
         # (if, rule, class) -> the class in the copied module, its placed matches and refusals there
         self.found: dict[
@@ -192,7 +193,9 @@ class SinkCheck:
         if done is None:
             cls = next((c for c in sunk.classes if c.name == name), None)
             refused: list[Refusal] = []
-            placed = find_matches(rule, cls, refused) if cls is not None else []
+            # A suffix copied first leaves a prefix to copy (sink.py): one more sink is confirmed in its turn.
+            deeper = SinkCheck(sunk, self.rules, self.depth + 1) if self.depth == 0 else None
+            placed = find_matches(rule, cls, refused, deeper) if cls is not None else []
             done = self.found[(key, rule.code, name)] = (cls.node if cls is not None else None, placed, refused)
         sunk_class, placed, refusals = done
         layers = {n.layer for n in found.match.nodes}

@@ -1576,18 +1576,17 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
     if isinstance(planned, Reason):
         # Where the fused call cannot go matters less than a hidden result read later, which every plan refuses.
         planned = flow_checks.intermediate_read_later(match) or planned
-    placement: Optional[Placement]
-    if isinstance(planned, Reason) and rule.fallback:
-        absorbing = _plan_absorbing(match, aligned)
-        if not isinstance(absorbing, Placement):
-            # Why an `if` holding a step could not be absorbed, unless a hidden result is read later (as above).
-            if absorbing is None or planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE:
-                return planned
-            return absorbing
+    placement: Optional[Placement] = None
+    absorbing = _plan_absorbing(match, aligned) if isinstance(planned, Reason) and rule.fallback else None
+    if isinstance(absorbing, Placement):
         placement = absorbing
+    elif rule.fallback and isinstance(planned, Reason) and (
+        absorbing is not None or planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE
+    ):
+        # why an `if` holding a step could not be absorbed, unless a hidden result is read later (as above)
+        return planned if planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE else absorbing  # type: ignore[return-value]
     else:
         reason = planned if isinstance(planned, Reason) else _outputs_assigned(match, planned)
-        placement = None
         if reason is None:
             assert isinstance(planned, Placement)
             placement = planned

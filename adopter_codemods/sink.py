@@ -161,18 +161,25 @@ def _plan_suffix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
     after the chain projecting the keys and values): the lines from the ``if`` to the last matched one are copied
     to the end of every arm, an ``else:`` added where the chain has none (not to an arm ending with ``return``,
     ``raise``, ``break`` or ``continue``: its paths never ran them). Each path runs them right where it ran them,
-    after the arm it took: nothing to check but that they can be copied."""
-    arm = nodes[0].site.owner
-    inside = [n for n in nodes if n.site.owner is arm]
-    outside = [n for n in nodes if n.site.owner is not arm]
-    if not outside or any(n.site.block is not nodes[0].site.block for n in inside):
+    after the arm it took: nothing to check but that they can be copied.
+
+    Matched nodes before the ``if`` as well (Swin's window attention: the scores before ``if mask is not None:``,
+    the softmax in both arms, the dropout and the product after) stay where they are: with the lines after the
+    ``if`` copied, the next round copies them as a prefix (`_plan_prefix`), and the one after fuses the arm."""
+    block_of = nodes[-1].site.block
+    inside = [n for n in nodes if n.site.block is not block_of]
+    outside = [n for n in nodes if n.site.block is block_of]
+    if not inside or any(n.site.block is not inside[0].site.block for n in inside):
         return None
-    block = list(outside[0].site.block)
-    if any(n.site.block is not outside[0].site.block or not any(n.site.line is s for s in block) for n in outside):
+    arm = inside[0].site.owner
+    block = list(block_of)
+    if not all(any(n.site.line is s for s in block) for n in outside):
         return None
-    suffix_at = sorted({next(i for i, s in enumerate(block) if s is n.site.line) for n in outside})
-    if_at = next((i for i in range(suffix_at[0] - 1, -1, -1) if _is_arm_of_chain(block[i], arm)), None)
+    if_at = next((i for i, s in enumerate(block) if _is_arm_of_chain(s, arm)), None)
     if if_at is None:
+        return None
+    suffix_at = sorted(i for i in {next(i for i, s in enumerate(block) if s is n.site.line) for n in outside} if i > if_at)
+    if not suffix_at:
         return None
     top = block[if_at]
     assert isinstance(top, cst.If)

@@ -243,6 +243,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "flag_set_by_an_init_helper.py": 2,  # with the bias table and without
     "fill_value_under_import_alias.py": 2,  # with the mask and without
     "scale_from_math_in_a_function.py": 2,  # with the bias and without
+    "windowed_mask_under_if.py": 1,  # the unshifted call; the shifted one runs as written
+    "window_attention_softmax_in_both_arms.py": 1,  # likewise
 }
 
 

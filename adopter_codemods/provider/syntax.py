@@ -83,7 +83,8 @@ def is_metadata_call(call: cst.Call) -> bool:
 COMPUTING_METHODS = frozenset({
     "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze", "expand", "expand_as",
     "flatten", "to", "type_as", "float", "half", "bfloat16", "double", "chunk", "split", "unbind", "masked_fill",
-    "softmax", "sum", "mean", "clone", "detach", "bool", "long", "int", "logical_not",
+    "softmax", "sum", "mean", "clone", "detach", "bool", "long", "int", "logical_not", "t", "unflatten", "movedim",
+    "narrow", "flip", "repeat", "repeat_interleave",
 })
 
 

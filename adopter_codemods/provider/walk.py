@@ -502,8 +502,10 @@ def _guards_ops(node: cst.CSTNode) -> bool:
             if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name:
                 name, value = small.targets[0].target.value, small.value
                 if type(value) is cst.BinaryOperation and type(value.operator) in _BINARY_OPS and any(
-                    type(side) is cst.Name and side.value == name for side in (value.left, value.right)
+                    _reshaped_name(side) == name for side in (value.left, value.right)
                 ):
+                    return True
+                if _reshaped_name(value) == name and type(value) is not cst.Name:  # `attn = attn.view(-1, h, n, n)`
                     return True
                 if _masks_itself(value, name):
                     return True
@@ -512,6 +514,17 @@ def _guards_ops(node: cst.CSTNode) -> bool:
             elif syntax.in_place_operator(small) is not None:  # `attn += attn_mask`
                 return True
     return False
+
+
+_RESHAPES = frozenset(("view", "reshape", "unflatten", "flatten"))
+
+
+def _reshaped_name(node: cst.BaseExpression) -> Optional[str]:
+    """The name `node` reads, through ``.view``/``.reshape`` calls on it (Swin's windowed mask,
+    ``attn.view(-1, nw, h, n, n) + mask``): the value it updates."""
+    while type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value in _RESHAPES:  # type: ignore[attr-defined]
+        node = node.func.value  # type: ignore[attr-defined]
+    return node.value if type(node) is cst.Name else None  # type: ignore[attr-defined]
 
 
 def _masks_itself(value: cst.BaseExpression, name: str) -> bool:
