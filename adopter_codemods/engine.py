@@ -209,10 +209,14 @@ class SinkCheck:
         refusal = next((r for r in refusals if any(s is line for s in r.statements)), None)
         if refusal is None:
             return placement.unsunk
+        where = "after" if placement.suffix else "before"
+        reason = refusal.reason
+        inner = "even with the statements before the `if` copied into its arms: "
+        if reason.startswith(inner):  # the copies' own sink refused: both copies named once
+            where, reason = f"{where} and before", reason[len(inner):]
         return Reason(
             refusal.category,
-            f"even with the statements {'after' if placement.suffix else 'before'} the `if` copied into its arms: "
-            f"{refusal.reason}",
+            f"even with the statements {where} the `if` copied into its arms: {reason}",
             _original_node(refusal.cause, found, sunk_class),
         )
 

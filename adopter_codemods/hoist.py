@@ -42,6 +42,7 @@ from .flow import aliasing
 from .flow import checks as flow_checks
 from .flow.graph import FlowGraph, read_vids
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _target_inputs
+from .provider import syntax
 from .provider.syntax import element_wise, is_metadata_call
 from .structure import DLNode, Value
 
@@ -270,7 +271,7 @@ def _instance_refusal(
                 )
         if id(event.site.small) not in scanned:
             scanned.add(id(event.site.small))
-            if _references_layers(event.site.small, layers, matched):
+            if syntax.references_layers(event.site.small, layers, matched):
                 return Reason(
                     RefusalCategory.NOT_PLACEABLE,
                     "this statement reaches a projected layer other than by calling it; the packed call, before the "
@@ -303,23 +304,6 @@ def _leaves_early(node: cst.CSTNode, in_loop: bool) -> bool:
         return True
     inner = in_loop or isinstance(node, (cst.For, cst.While))
     return any(_leaves_early(child, inner) for child in cstwalk.children(node))
-
-
-def _references_layers(small: cst.CSTNode, layers: set[str], matched: set[int]) -> bool:
-    """Whether `small` reaches ``self.<layer>`` other than by calling it (``self.k.weight.mul_(2)``, passing the
-    layer on): that might change the layer in between. Calls are fine: calling a layer changes nothing."""
-    callees = {id(n.func) for n in cstwalk.walk(small) if isinstance(n, cst.Call)}
-    for node in cstwalk.walk(small, lambda n: id(n) not in matched):
-        if (
-            id(node) not in matched
-            and id(node) not in callees
-            and isinstance(node, cst.Attribute)
-            and isinstance(node.value, cst.Name)
-            and node.value.value == "self"
-            and node.attr.value in layers
-        ):
-            return True
-    return False
 
 
 def _enclosing_function(match: Match, line: cst.CSTNode) -> Optional[cst.FunctionDef]:

@@ -1417,6 +1417,35 @@ def _inputs_read_hidden(match: Match) -> Optional[Reason]:
     return None
 
 
+# torch functions that set a mode every later call runs under (gradient recording, default dtype or device,
+# autocast, determinism) or the random generator's state
+_MODE_SETTERS = frozenset({
+    "torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled",
+    "torch.set_default_dtype", "torch.set_default_device", "torch.set_default_tensor_type",
+    "torch.set_autocast_enabled", "torch.use_deterministic_algorithms", "torch.manual_seed", "torch.seed",
+    "torch.set_rng_state", "torch.random.manual_seed", "torch.random.seed", "torch.random.set_rng_state",
+    "torch.set_float32_matmul_precision", "torch.autograd.set_detect_anomaly",
+})
+
+
+def _mode_set_between(match: Match) -> Optional[Reason]:
+    """A call setting a mode (`_MODE_SETTERS`: ``torch.set_grad_enabled(False)``) between the first and the last
+    matched node: the fused call runs every matched computation under the mode of one place."""
+    if match.graph is None or len(match.nodes) < 2:
+        return None
+    first, last = min(n.index for n in match.nodes), max(n.index for n in match.nodes)
+    setter = next((
+        n for n in match.graph.nodes if first < n.index < last and n.kind == "func" and n.qualname in _MODE_SETTERS
+    ), None)
+    if setter is None:
+        return None
+    return Reason(
+        RefusalCategory.NOT_PLACEABLE,
+        f"`{setter.qualname}` runs between the matched calls: the fused call would run them all under one mode",
+        setter.site.line,
+    )
+
+
 # Why the next rewrite round would not place a match that plan "sink" copies into an `if`'s arms (sink.py), None
 # when it would: the engine analyses the copied code (engine.SinkCheck). Without one, no match is placed that way.
 ConfirmSink = Callable[["PlacedMatch"], Optional["Reason"]]
@@ -1520,7 +1549,10 @@ def _variant_matches(
                 reason: Optional[Reason] = initialised
             else:
                 match = initialised
-                reason = _rest_args_fit(match) or _in_place_steps_fit(match) or _inputs_read_hidden(match)
+                reason = (
+                    _rest_args_fit(match) or _in_place_steps_fit(match) or _inputs_read_hidden(match)
+                    or _mode_set_between(match)
+                )
             if reason is None and match.container is not None:
                 # Inside nn.Sequential the data flow is fixed (element i feeds element i+1 only): nothing to check.
                 placement = Placement("container", anchor=match.nodes[-1])
@@ -1611,7 +1643,34 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
     assert placement is not None
     if placement.plan == "sink":
         return placement  # only copies statements: the helpers and guards judge the match the next round places
-    return flow_checks.helper_refusal(match, placement) or _guards_refusal(match, placement) or placement
+    return (
+        flow_checks.helper_refusal(match, placement) or _guards_refusal(match, placement)
+        or _read_by_name_later(match, placement) or placement
+    )
+
+
+def _read_by_name_later(match: Match, placement: Placement) -> Optional[Reason]:
+    """A name a deleted statement binds that a nested function, lambda or generator of the function reads (when it
+    runs, the rewrite no longer binds it, or binds it to another value), or a call reading every local
+    (``locals()``, ``eval(...)``) in a function losing statements."""
+    graph = match.graph
+    if graph is None or not placement.deleted:
+        return None
+    if graph.reads_every_local is not None:
+        return Reason(
+            RefusalCategory.INTERMEDIATE_USED_ELSEWHERE,
+            "this call reads the function's local names, which the rewrite would change",
+            graph.reads_every_local,
+        )
+    names = set().union(*(_written(small) for small in placement.deleted))
+    read = next((name for name in sorted(names) if name in graph.closure_reads), None)
+    if read is None:
+        return None
+    return Reason(
+        RefusalCategory.INTERMEDIATE_USED_ELSEWHERE,
+        f"`{read}`, which a replaced statement binds, is read by this nested function when it runs",
+        graph.closure_reads[read],
+    )
 
 
 def may_match(rule: Rule, cls: ClassStructure) -> bool:
@@ -1909,6 +1968,14 @@ def _covered_calls(matches: list[PlacedMatch]) -> dict[Optional[str], set[int]]:
 
 def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int]]) -> Optional[Reason]:
     match = found.match
+    for attr, _ in _init_edits(match).values():
+        hook = match.cls.hooked.get(attr)
+        if hook is not None:
+            return Reason(
+                RefusalCategory.LAYER_USED_ELSEWHERE,
+                f"a hook is registered on self.{attr} here, and the rewrite changes what that layer is called with",
+                hook,
+            )
     for attr, binding in layers_to_delete(match, found.placement):
         allowed = set(covered.get("self." + attr, ()))
         assert binding.statement is not None
@@ -1923,6 +1990,13 @@ def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int
                 RefusalCategory.LAYER_USED_ELSEWHERE,
                 f"self.{attr}, which the rewrite removes from __init__, is also used here",
                 other,
+            )
+        by_name = match.cls.reached_by_name.get(attr) or match.cls.reached_by_name.get("*")
+        if by_name is not None:
+            return Reason(
+                RefusalCategory.LAYER_USED_ELSEWHERE,
+                f"self.{attr}, which the rewrite removes from __init__, may be reached by name here",
+                by_name,
             )
         if attr in match.cls.foreign_attributes:
             # maybe reached from outside the class (`self.embeddings.dropout(x)`)

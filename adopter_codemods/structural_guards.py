@@ -710,7 +710,7 @@ def attention_class_fits_drop_in(match: Match, placement: Placement) -> Union[bo
     if misfit is None:
         return True
     # A forward that computes more would be replaced; any other misfit makes the subclass run the original one.
-    computes_more = misfit.endswith(_COMPUTES_MORE)
+    computes_more = misfit.endswith((_COMPUTES_MORE, _OVERRIDE_IGNORED))
     return Refused(misfit if computes_more else f"{misfit}; it would run the original forward", bindings[0].value)
 
 
@@ -778,7 +778,10 @@ def _drop_in_misfit(
     chain, complete = found
     forward: Optional[tuple[_FunctionDef, ast.ClassDef, Optional[str]]] = None
     defined: set[str] = set()
+    # methods a class overrides below the one defining forward: the forward it inherits calls them, the drop-in's not
+    overrides: list[tuple[str, str]] = []
     for cls, path in chain:
+        methods: list[tuple[str, str]] = []
         for stmt in cls.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 defined.add(stmt.name)
@@ -786,6 +789,13 @@ def _drop_in_misfit(
                     forward = (stmt, cls, path)
                 if stmt.name == "__init__":
                     defined |= _self_attributes(stmt)
+                elif not (stmt.name.startswith("__") and stmt.name.endswith("__")):
+                    methods.append((cls.name, stmt.name))
+        if forward is None:
+            overrides += methods
+    if overrides:  # (a forward in a base not read is inherited as well)
+        sub, method = overrides[0]
+        return f"`{sub}` overrides `{method}`, which the forward it inherits may call: {_OVERRIDE_IGNORED}"
     if forward is None:
         return None if not complete else f"`{chain[0][0].name}` defines no forward"
     function, cls, path = forward
@@ -829,6 +839,7 @@ def _computes_more(function: _FunctionDef, where: str, reads: tuple[frozenset[st
 # code spells those modules).
 _LIBRARY_ROOTS = frozenset({"torch", "nn", "F", "functional", "math"})
 _COMPUTES_MORE = "the forward the drop-in was written for does not: it may compute something the drop-in would not"
+_OVERRIDE_IGNORED = "the drop-in's forward would not call it"
 FORWARD_READS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ADP001": (
         frozenset({

@@ -197,6 +197,12 @@ class ClassStructure:
     # Attribute names the module reads on objects other than `self` (`self.embeddings.dropout`): such a layer may
     # be used from outside the class, so it is not removed.
     foreign_attributes: frozenset[str] = frozenset()
+    # Attributes the class family reaches by their name as a string (`getattr(self, "drop")`), "*": any
+    # (`self.children()`), each with the first node reaching it: such a layer is not removed.
+    reached_by_name: Mapping[str, cst.CSTNode] = field(default_factory=dict)
+    # Attributes whose module the class family registers a hook on (`self.ln.register_forward_pre_hook(f)`), each
+    # with the first registration: a rewrite must not change what such a layer is called with.
+    hooked: Mapping[str, cst.CSTNode] = field(default_factory=dict)
     # Attribute names the module binds on objects other than `self` (`m.ln = nn.LayerNorm(8)`, "*": a computed
     # setattr), each with the first store binding it: a layer whose class an __init__ edit changes must not be
     # replaced from outside. Not counted: stores on a local holding a container its function builds.

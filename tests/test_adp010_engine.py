@@ -167,6 +167,7 @@ REFUSALS = {
     "neg_scale_call_with_optional_mask.py": ("self.scale.exp()", "self.scale"),
     "neg_scale_local_of_helper.py": ("        d = self.head_dim\n        return d ** -0.5", "        return self.head_dim ** -0.5"),
     "neg_scores_reused.py": (", scores\n", "\n"),
+    "neg_scores_read_by_a_closure.py": ("peek = lambda: s.amax()", "peek = lambda: q.amax()"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
     "neg_softmax_module_without_dim.py": ("nn.Softmax()", "nn.Softmax(dim=-1)"),

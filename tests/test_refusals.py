@@ -203,6 +203,13 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         "(line 66)",
     ],
     'ADP009_fuse_qkv/neg_inputs_from_two_helpers.py': [],
+    'ADP010_fuse_attention_core/neg_scores_read_by_a_closure.py': [
+        '14: intermediate-used-elsewhere: `s`, which a replaced statement binds, is read by this nested function when it runs (line 13)',
+        "25: intermediate-used-elsewhere: this call reads the function's local names, which the rewrite would change (line 27)",
+    ],
+    'ADP001_fuse_bert_self_attention/neg_subclass_overrides_a_helper.py': [
+        "16: guard: guard attention_class_fits_drop_in: `BertSelfAttention` overrides `transpose_for_scores`, which the forward it inherits may call: the drop-in's forward would not call it (line 16)",
+    ],
     'ADP009_fuse_qkv/neg_moved_projections_unsafe.py': [
         '70: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 71)',
         '78: not-placeable: this statement may leave the block (a return, break or continue) between the projections, which the packed call before the first one would all compute (line 79)',
@@ -212,6 +219,13 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '118: not-placeable: this statement reaches a projected layer other than by calling it; the packed call, before the first projection, would use the layer as it was (line 119)',
         '127: guard: guard qkv_distinct_layers: one layer stands for two of the projections: packing it would compute its GEMM twice',
         '138: output-read-early: `q` is read here, before the place where the fused call would produce it (line 139)',
+    ],
+    'ADP009_fuse_qkv/neg_grad_mode_set_between.py': [
+        '16: not-placeable: `torch.set_grad_enabled` runs between the matched calls: the fused call would run them all under one mode (line 18)',
+    ],
+    'ADP009_fuse_qkv/neg_layer_changed_after_its_projection.py': [
+        "19: input-may-be-mutated: this statement reaches a matched layer other than by calling it, after the layer's call and before the fused call's place, where the layer would be used as it is then (line 16)",
+        "34: input-may-be-mutated: this statement reaches a matched layer other than by calling it, after the layer's call and before the fused call's place, where the layer would be used as it is then (line 35)",
     ],
     'ADP009_fuse_qkv/neg_packed_conv1d.py': [],
     'ADP009_fuse_qkv/neg_view_merges_last_dim.py': [

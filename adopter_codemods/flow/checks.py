@@ -993,6 +993,27 @@ def _moved_reads_touched(
                     "may run that code: it could change what a matched statement moved to the fused call's place reads",
                     event.site.line,
                 )
+    # A moved layer call runs at the fused call's place with the layer as it is there: nothing in between may reach
+    # the layer other than by calling it (`self.q.bias.add_(1)`, also in a helper method called in between).
+    moved_layers = {
+        n.layer[len("self."):] for p in moved_at if isinstance(n := graph.events[p], DLNode)
+        and n.kind == "layer" and n.layer is not None and n.layer.startswith("self.")
+    }
+    if moved_layers:
+        matched_calls = {id(n.call) for n in match.nodes if n.call is not None}
+        for pos in range(min(moved_at) + 1, anchor.index):
+            event = graph.events[pos]
+            if event is None or id(event.site.small) in skip or not reach.on_chain(pos, chain):
+                continue
+            if any(reach.before(p, pos) for p in moved_at) and syntax.references_layers(
+                event.site.small, moved_layers, matched_calls
+            ):
+                return m.Reason(
+                    m.RefusalCategory.INPUT_MAY_BE_MUTATED,
+                    "this statement reaches a matched layer other than by calling it, after the layer's call and "
+                    "before the fused call's place, where the layer would be used as it is then",
+                    event.site.line,
+                )
     before = m._CallBefore(anchor.expr)
     anchor.site.small.visit(before)
     if before.found:  # opaque calls of the anchor's statement that run before it leave no event to judge

@@ -17,6 +17,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
+import libcst as cst
+
 from ..structure import Def, DLNode, Event, NodeSummary, Use, summarise
 
 ENTRY = 0
@@ -55,6 +57,10 @@ class FlowGraph:
         # lambda changing something in place (a closure over a local), or a store into a global's object
         # (`_CACHE["k"] = k`, which a call of anything may then change): `flow.checks._moved_reads_touched`
         self.reached_elsewhere: bool = False
+        # names a nested function, lambda, class or generator reads (when it runs, maybe after a rewrite stopped
+        # binding them), each with the first such scope; and a call reading every local (`locals()`, `eval(...)`)
+        self.closure_reads: dict[str, cst.CSTNode] = {}
+        self.reads_every_local: Optional[cst.CSTNode] = None
         self.exit = -1
 
     def add(self, event: Event, preds: tuple[int, ...]) -> int:

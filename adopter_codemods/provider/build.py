@@ -107,6 +107,8 @@ def build_module_structure(
         structure.methods = frozenset().union(*(scans[c].methods for c in family))
         structure.foreign_stores = foreign_stores
         structure.foreign_attributes = frozenset(foreign)
+        structure.reached_by_name = {k: v for c in reversed(family) for k, v in scans[c].by_name.items()}
+        structure.hooked = {k: v for c in reversed(family) for k, v in scans[c].hooked.items()}
         # Forward and helpers may come from local bases.
         bases = _family(name, classes, {})
         external = [ref for c in bases for ref in classes[c].external_bases]

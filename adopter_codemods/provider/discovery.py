@@ -74,6 +74,10 @@ class _Scan:
     # maybe a descriptor): reading such an attribute may run code
     methods: set[str] = field(default_factory=set)
     walrus: bool = False  # it holds a `:=` (the walk then looks for the names they bind)
+    # attrs reached by their name as a string (`getattr(self, "drop")`, `self.get_submodule("drop")`), "*": any
+    # (`self.children()`, `self._modules`, `vars(self)`), with the first node reaching each
+    by_name: dict[str, cst.CSTNode] = field(default_factory=dict)
+    hooked: dict[str, cst.CSTNode] = field(default_factory=dict)  # attr -> a hook registration on `self.<attr>`
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -118,6 +122,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 attr = _is_self_attr(node)  # type: ignore[arg-type]
                 if attr is not None:
                     scan.refs.setdefault(attr, []).append(node)  # type: ignore[arg-type]
+                    if attr in _EVERY_CHILD:
+                        scan.by_name.setdefault("*", node)
                 elif table.resolve(node) is None:  # type: ignore[arg-type]
                     foreign.add(node.attr.value)  # type: ignore[attr-defined]
             elif kind in _STORE_KINDS or (
@@ -138,6 +144,12 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                     else:
                         stored.append((attr, sub.value, sub, unit))
             elif kind is cst.Call:
+                named = _reached_by_name(node)  # type: ignore[arg-type]
+                if named is not None:
+                    scan.by_name.setdefault(named, node)
+                hooked = _hooked_layer(node)  # type: ignore[arg-type]
+                if hooked is not None:
+                    scan.hooked.setdefault(hooked, node)
                 callee = table.resolve(node.func)  # type: ignore[attr-defined]
                 if callee is not None:
                     callee = canonical_torch_name(callee)
@@ -185,6 +197,39 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 continue  # a container the function builds (`seq.add_module(f"conv_{i}", ...)`): no class's instance
         scan.foreign_stores.setdefault(attr, node)
     return scan
+
+
+# `self.<attr>` reaching every child module by name (a removed layer among them)
+_EVERY_CHILD = frozenset({"children", "named_children", "_modules", "__dict__", "get_submodule"})
+_BY_NAME_BUILTINS = frozenset({"getattr", "hasattr"})
+
+
+def _reached_by_name(call: cst.Call) -> Optional[str]:
+    """The attribute of ``self`` a call reaches by a string: ``getattr(self, "drop")``, ``hasattr(self, "drop")``,
+    ``self.get_submodule("drop.p")`` (its first part); "*" for a computed name or ``vars(self)``."""
+    func, args = call.func, call.args
+    if type(func) is cst.Name and (func.value in _BY_NAME_BUILTINS or func.value == "vars") and args:  # type: ignore[attr-defined]
+        if not (type(args[0].value) is cst.Name and args[0].value.value == "self"):  # type: ignore[attr-defined]
+            return None
+        if func.value == "vars":  # type: ignore[attr-defined]
+            return "*"
+        name = args[1].value if len(args) > 1 else None
+    elif type(func) is cst.Attribute and _is_self_attr(func) == "get_submodule" and args:
+        name = args[0].value
+    else:
+        return None
+    if type(name) is cst.SimpleString:
+        text = name.evaluated_value  # type: ignore[attr-defined]
+        return text.split(".")[0] if isinstance(text, str) else "*"
+    return "*"
+
+
+def _hooked_layer(call: cst.Call) -> Optional[str]:
+    """The attribute of ``self`` whose module a call registers a hook on: ``self.ln.register_forward_pre_hook(f)``."""
+    func = call.func
+    if type(func) is not cst.Attribute or not func.attr.value.startswith("register_") or not func.attr.value.endswith("hook"):  # type: ignore[attr-defined]
+        return None
+    return _is_self_attr(func.value)  # type: ignore[attr-defined]
 
 
 def _attribute_targets(target: cst.BaseExpression) -> Iterator[tuple[str, cst.Attribute]]:

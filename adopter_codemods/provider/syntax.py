@@ -476,3 +476,21 @@ def element_wise(
     if any(type(e) is not cst.Element for e in elements):
         return None
     return [(n.value, e.value) for n, e in zip(names, elements)]
+
+
+def references_layers(small: cst.CSTNode, layers: set[str], matched: set[int]) -> bool:
+    """Whether `small` reaches ``self.<layer>`` for one of `layers` other than by calling it (``self.k.weight.mul_(2)``,
+    passing the layer on): that might change the layer. Calls are fine: calling a layer changes nothing. `matched`:
+    ids of expressions not looked into."""
+    callees = {id(n.func) for n in cstwalk.walk(small) if isinstance(n, cst.Call)}
+    for node in cstwalk.walk(small, lambda n: id(n) not in matched):
+        if (
+            id(node) not in matched
+            and id(node) not in callees
+            and isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "self"
+            and node.attr.value in layers
+        ):
+            return True
+    return False

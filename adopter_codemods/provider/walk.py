@@ -166,6 +166,7 @@ class _ClassWalker(_Unchainer):
         graph.finish(p.events for p in partials)  # type: ignore[misc]
         graph.parameters = frozenset(self.entry_vids[n] for n in _parameter_names(fn) if n in self.entry_vids)
         graph.reached_elsewhere = _reached_elsewhere(fn)
+        graph.closure_reads, graph.reads_every_local = _deferred_reads(fn)
         return graph
 
     def walk_block(self, suite: cst.BaseSuite, ctx: _Ctx, partials: list[_Partial]) -> list[_Partial]:
@@ -473,6 +474,30 @@ def _reached_elsewhere(fn: cst.FunctionDef) -> bool:
             if {name.split(".")[0] for name in syntax.in_place_targets(node)} - local:
                 return True
     return False
+
+
+_NESTED_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.GeneratorExp)
+# builtins reading the calling function's locals by name; `vars()` and `dir()` only without an argument
+_READ_EVERY_LOCAL = frozenset({"locals", "eval", "exec", "vars", "dir"})
+
+
+def _deferred_reads(fn: cst.FunctionDef) -> tuple[dict[str, cst.CSTNode], Optional[cst.CSTNode]]:
+    """`FlowGraph.closure_reads` and `FlowGraph.reads_every_local` for `fn`."""
+    reads: dict[str, cst.CSTNode] = {}
+    every: Optional[cst.CSTNode] = None
+    for node in cstwalk.walk(fn.body):
+        if isinstance(node, _NESTED_SCOPES):
+            attributes = {id(sub.attr) for sub in cstwalk.walk(node) if type(sub) is cst.Attribute}  # type: ignore[attr-defined]
+            for sub in cstwalk.walk(node):
+                if type(sub) is cst.Name and id(sub) not in attributes:
+                    reads.setdefault(sub.value, node)  # type: ignore[attr-defined]
+        elif (
+            every is None and type(node) is cst.Call and type(node.func) is cst.Name  # type: ignore[attr-defined]
+            and node.func.value in _READ_EVERY_LOCAL  # type: ignore[attr-defined]
+            and not (node.func.value in ("vars", "dir") and node.args)  # type: ignore[attr-defined]
+        ):
+            every = node
+    return reads, every
 
 
 def _parameter_names(fn: cst.FunctionDef) -> list[str]:
