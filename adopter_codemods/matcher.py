@@ -1609,15 +1609,16 @@ def _place_forward(match: Match, aligned: list[Optional[DLNode]]) -> Union[Place
         # Where the fused call cannot go matters less than a hidden result read later, which every plan refuses.
         planned = flow_checks.intermediate_read_later(match) or planned
     placement: Optional[Placement] = None
-    absorbing = _plan_absorbing(match, aligned) if isinstance(planned, Reason) and rule.fallback else None
-    if isinstance(absorbing, Placement):
-        placement = absorbing
-    elif rule.fallback and isinstance(planned, Reason) and (
-        absorbing is not None or planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE
-    ):
-        # why an `if` holding a step could not be absorbed, unless a hidden result is read later (as above)
-        return planned if planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE else absorbing  # type: ignore[return-value]
-    else:
+    if isinstance(planned, Reason) and rule.fallback:
+        absorbing = _plan_absorbing(match, aligned)
+        if isinstance(absorbing, Placement):
+            placement = absorbing
+        elif planned.category is RefusalCategory.INTERMEDIATE_USED_ELSEWHERE:
+            return planned  # a hidden result read later, which every plan refuses
+        elif absorbing is not None:
+            return absorbing  # why an `if` holding a step could not be absorbed
+        # else: the hoist and the sink below, as for any rule
+    if placement is None:
         reason = planned if isinstance(planned, Reason) else _outputs_assigned(match, planned)
         if reason is None:
             assert isinstance(planned, Placement)
@@ -1863,7 +1864,7 @@ def _drop_unremovable_layers(matches: list[PlacedMatch], refused: Optional[Refus
         covered = _covered_calls(matches)
         kept = []
         for f in matches:
-            reason = _layer_uses_covered(f, covered) or _init_edit_conflict(f, matches, edits)
+            reason = _layer_uses_covered(f, covered, edits[id(f)]) or _init_edit_conflict(f, matches, edits)
             if reason is None:
                 kept.append(f)
             elif refused is not None:
@@ -1966,9 +1967,13 @@ def _covered_calls(matches: list[PlacedMatch]) -> dict[Optional[str], set[int]]:
     return out
 
 
-def _layer_uses_covered(found: PlacedMatch, covered: dict[Optional[str], set[int]]) -> Optional[Reason]:
+def _layer_uses_covered(
+    found: PlacedMatch, covered: dict[Optional[str], set[int]], edits: dict[int, tuple[str, str]]
+) -> Optional[Reason]:
+    """Why a match's `__init__` edits cannot stand (`edits`: its `_init_edits`): a layer it rebuilds carries a hook, or
+    one it removes is used elsewhere."""
     match = found.match
-    for attr, _ in _init_edits(match).values():
+    for attr, _ in edits.values():
         hook = match.cls.hooked.get(attr)
         if hook is not None:
             return Reason(

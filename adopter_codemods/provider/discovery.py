@@ -200,7 +200,7 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
 
 
 # `self.<attr>` reaching every child module by name (a removed layer among them)
-_EVERY_CHILD = frozenset({"children", "named_children", "_modules", "__dict__", "get_submodule"})
+_EVERY_CHILD = frozenset({"children", "named_children", "_modules", "__dict__"})
 _BY_NAME_BUILTINS = frozenset({"getattr", "hasattr"})
 
 

@@ -485,13 +485,12 @@ def _deferred_reads(fn: cst.FunctionDef) -> tuple[dict[str, cst.CSTNode], Option
     """`FlowGraph.closure_reads` and `FlowGraph.reads_every_local` for `fn`."""
     reads: dict[str, cst.CSTNode] = {}
     every: Optional[cst.CSTNode] = None
-    # a generator handed straight to a call (`tuple(v for v in [h, a])`) is consumed there, as a comprehension is
-    consumed = {
-        id(arg.value) for node in cstwalk.walk(fn.body) if type(node) is cst.Call
-        for arg in node.args  # type: ignore[attr-defined]
-        if type(arg.value) is cst.GeneratorExp
-    }
+    # a generator handed straight to a call (`tuple(v for v in [h, a])`) is consumed there, as a comprehension is;
+    # the walk is pre-order, so the call comes before it
+    consumed: set[int] = set()
     for node in cstwalk.walk(fn.body):
+        if type(node) is cst.Call:
+            consumed.update(id(arg.value) for arg in node.args if type(arg.value) is cst.GeneratorExp)  # type: ignore[attr-defined]
         if isinstance(node, _NESTED_SCOPES) and id(node) not in consumed:
             attributes = {id(sub.attr) for sub in cstwalk.walk(node) if type(sub) is cst.Attribute}  # type: ignore[attr-defined]
             for sub in cstwalk.walk(node):
