@@ -111,6 +111,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_prenorm_copy_rebound_between.py': [
         '15: output-read-early: `hidden_states` is read here, before the place where the fused call would produce it (line 17)',
     ],
+    'ADP005_fuse_dropout_ln/neg_residual_call_after_the_dropout.py': [
+        '18: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 18)',
+    ],
     'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
         '17: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state) after a matched call that has them; the fused call would run it first (line 17)',
     ],

@@ -446,7 +446,9 @@ def _check_complete(
             not syntax.computes_only(value.expr) or not any(type(n) is cst.Call for n in cstwalk.walk(value.expr))
         ):
             moved_from = m._value_site_moves(match, value, anchor_stmt)
-            if moved_from is not None and not _moves_only_past_the_match(match, instance, moved_from, anchor, deleted):
+            if moved_from is not None and not _moves_only_past_the_match(
+                match, instance, value, moved_from, anchor, deleted
+            ):
                 calls = any(type(n) is cst.Call for n in cstwalk.walk(value.expr))
                 return m.Reason(
                     m.RefusalCategory.NOT_PLACEABLE,
@@ -790,23 +792,30 @@ def _only_deleted_up_to_the_anchor(line: cst.CSTNode, anchor: DLNode, deleted: s
 
 
 def _moves_only_past_the_match(
-    match: "m.Match", instance: dict[Key, DLNode], line: cst.CSTNode, anchor: DLNode, deleted: set[int]
+    match: "m.Match", instance: dict[Key, DLNode], value: "m.Value", line: cst.CSTNode, anchor: DLNode,
+    deleted: set[int],
 ) -> bool:
-    """Whether an argument with calls, written in the deleted statement `line`, may be evaluated at the fused call
-    instead: `line` and every statement from it to the anchor's are deleted statements of the anchor's block, and
-    the matched nodes the argument now runs before (those of `line` and of the matched statements before it) call no
-    layer and no dropout. Then only the match's own side-effect-free computation changes places with the call
-    (LeViT's `q @ k * scale + self.get_attention_biases()`, a later `s.masked_fill(~mask.unsqueeze(1), -inf)`).
+    """Whether `value`, an argument with calls written in the deleted statement `line`, may be evaluated at the fused
+    call instead: `line` and every statement from it to the anchor's are deleted statements of the anchor's block,
+    and the matched nodes the argument now runs before, those that ran before the first matched node taking it
+    (of `line` and of the matched statements before it), call no layer and no dropout. Then only the match's own
+    side-effect-free computation changes places with the call (LeViT's `q @ k * scale + self.get_attention_biases()`,
+    a later `s.masked_fill(~mask.unsqueeze(1), -inf)`); a dropout's own input may make calls (rfdetr's
+    `self.drop(self.attn(q).reshape(shape))`), as it ran before the dropout anyway.
     """
     if not _only_deleted_up_to_the_anchor(line, anchor, deleted):
         return False
-    nodes = [instance[key(r)] for r in match.nodes]
-    here = [n.index for n in nodes if n.site.line is line]
-    if not here:
+    if not any(instance[key(r)].site.line is line for r in match.nodes):
+        return False
+    consumers = [
+        instance[key(r)].index for r in match.nodes
+        if any(a is value for a in r.args) or any(v is value for _, v in r.kwargs)
+    ]
+    if not consumers:
         return False
     return all(
         n.kind == "op" or (n.kind == "func" and "dropout" not in (n.qualname or ""))
-        for n in nodes if n.index <= max(here)
+        for n in (instance[key(r)] for r in match.nodes) if n.index < min(consumers)
     )
 
 

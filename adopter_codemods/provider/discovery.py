@@ -126,9 +126,9 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                         scan.by_name.setdefault("*", node)
                 elif table.resolve(node) is None:  # type: ignore[arg-type]
                     foreign.add(node.attr.value)  # type: ignore[attr-defined]
-            elif kind in _STORE_KINDS or (
+            elif (kind in _STORE_KINDS and not (kind is cst.AnnAssign and node.value is None)) or (  # type: ignore[attr-defined]
                 kind is cst.WithItem and node.asname is not None  # type: ignore[attr-defined]
-            ):
+            ):  # (a bare annotation, `self.bn: nn.Module`, binds nothing)
                 target = node.asname.name if kind is cst.WithItem else node.target  # type: ignore[attr-defined]
                 if kind is cst.AugAssign:  # `s += mask`: the walk's `s + mask` node (syntax.in_place_operator)
                     op = in_place_operator(node)  # type: ignore[arg-type]
