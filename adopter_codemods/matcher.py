@@ -171,6 +171,8 @@ class PlacedMatch:
 
     match: Match
     placement: Placement
+    # the copies of a helper's match checked where another call inlines the helper, each placed the same way
+    twins: tuple[Match, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------ refusals
@@ -1542,6 +1544,9 @@ def _variant_matches(
             match = Match(rule, cls, graph, real, env, skipped=frozenset(i for i, n in enumerate(nodes) if n is None))
             key = match.key()
             if key & taken or (id(rule), key) in dropped:
+                twin_of = next((i for i, f in enumerate(found) if f.match.key() == key), None)
+                if twin_of is not None and _another_call_of_the_helper(found[twin_of].match, match):
+                    _check_twin(found, twin_of, match, nodes, refused)
                 continue
             placement: Optional[Placement] = None
             initialised = _match_init(match)
@@ -1578,6 +1583,95 @@ def _variant_matches(
             if reason is not None and refused is not None:
                 refused.append((match, placement, reason))
     return found
+
+
+def _another_call_of_the_helper(placed: Match, match: Match) -> bool:
+    """Whether `match` holds the nodes of `placed`, aligned with the same pattern nodes, as walked where another call
+    inlines their helper method."""
+    return (
+        any(n.site.inline_stack for n in placed.nodes)
+        and [n.site.inline_stack for n in placed.nodes] != [n.site.inline_stack for n in match.nodes]
+        and placed.skipped == match.skipped and placed.env.keys() == match.env.keys()
+    )
+
+
+def _check_twin(
+    found: list[PlacedMatch], index: int, twin: Match, aligned: list[Optional[DLNode]], refused: Optional[Refused]
+) -> None:
+    """Check `twin`, the copy of ``found[index]``'s match where another call inlines the helper holding it. The
+    helper's code is rewritten once for every caller: where the copy is placed the same way, it joins the placed
+    match's twins (`helper_callers_checked` counts its call checked); else the placed match is dropped and the
+    copy's reason listed."""
+    placed = found[index]
+    initialised = _match_init(twin)
+    if isinstance(initialised, Reason):
+        outcome: Union[Placement, Reason] = initialised
+    else:
+        twin = initialised
+        outcome = (
+            _rest_args_fit(twin) or _in_place_steps_fit(twin) or _inputs_read_hidden(twin) or _mode_set_between(twin)
+            or _place_forward(twin, aligned)
+        )
+    if isinstance(outcome, Placement) and _same_rewrite(placed, PlacedMatch(twin, outcome)):
+        found[index] = dataclasses.replace(placed, twins=(*placed.twins, twin))
+        return
+    del found[index]
+    if refused is not None:
+        reason = outcome if isinstance(outcome, Reason) else Reason(
+            RefusalCategory.NOT_PLACEABLE,
+            "the helper method holding it is called twice, and its rewrite would differ between the calls",
+        )
+        refused.append((twin, None, reason))
+
+
+def _same_rewrite(a: PlacedMatch, b: PlacedMatch) -> bool:
+    """Whether two copies of one match, walked through different calls of their helper, rewrite its code the same
+    way: the same plan over the same statements, passing the same names and expressions. A plan that copies or
+    moves statements ("hoist", "sink") is never taken as the same."""
+    if a.placement.plan != b.placement.plan or a.placement.plan in ("hoist", "sink"):
+        return False
+    return _rewrite_signature(a) == _rewrite_signature(b)
+
+
+def _rewrite_signature(placed: PlacedMatch) -> tuple[object, ...]:
+    """What a placed match's rewrite depends on, with the ids of its walk's values replaced by the pattern variables
+    and node positions holding them (the same in every copy) and CST nodes by their ids."""
+    match, placement = placed.match, placed.placement
+    label: dict[int, str] = {}
+    for name, bound in match.env.items():
+        if isinstance(bound, Value):
+            label.setdefault(bound.vid, "$" + name)
+    for i, node in enumerate(match.nodes):
+        label.setdefault(node.out, f"#{i}")
+
+    def ids(nodes: Sequence[Optional[cst.CSTNode]]) -> tuple[int, ...]:
+        return tuple(id(n) for n in nodes)
+
+    def by_label(mapping: Mapping[int, object]) -> frozenset[tuple[str, object]]:
+        return frozenset((label.get(vid, "?"), value) for vid, value in mapping.items())
+
+    anchor = placement.anchor
+    return (
+        None if anchor is None else (id(anchor.site.small), id(anchor.expr)),
+        ids(placement.deleted), ids(placement.region), ids(placement.region_ifs), ids(placement.fallback_tests),
+        ids(placement.feeders), ids(placement.prefix_lines), ids((placement.branch_if, placement.branch_owner)),
+        placement.suffix,
+        by_label(placement.names),
+        by_label({vid: id(copy) for vid, copy in placement.output_copies.items()}),
+        by_label({vid: ids(pair) for vid, pair in placement.conditional.items()}),
+        frozenset((name, _binding_text(bound)) for name, bound in match.env.items()),
+    )
+
+
+def _binding_text(bound: Binding) -> object:
+    """What a binding renders as in a rewrite: a value's expression or variable, a layer's attribute."""
+    if isinstance(bound, Value):  # (a walk's temporary, `%3`, is named per copy: its expression is the same)
+        return bound.kind, None if bound.text.startswith("%") else bound.text, id(bound.expr)
+    if isinstance(bound, LayerRef):
+        return bound.attr
+    if isinstance(bound, InitArg):
+        return id(bound.expr), bound.default
+    return tuple(map(id, bound.args)), tuple(map(id, bound.call_args))
 
 
 _WALKERS: dict[int, tuple[Rule, Rule]] = {}  # by id, as `_NEEDS`
@@ -1770,8 +1864,9 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
     checked: dict[frozenset[tuple[int, Optional[str]]], set[int]] = {}
     for f in found:
         through = checked.setdefault(f.match.key(), set())
-        for node in f.match.nodes:
-            through.update(id(site.small) for site in node.site.inline_stack)
+        for copy in (f.match, *f.twins):
+            for node in copy.nodes:
+                through.update(id(site.small) for site in node.site.inline_stack)
     dropped: set[int] = set()
     for f in helper_matches:
         unchecked = _unchecked_helper_call(f.match, checked[f.match.key()])
@@ -2042,8 +2137,6 @@ def _plan_fallback(
     of the absorbed `if`s that keep statements): see `_plan_absorbing`."""
     anchor = block.anchor
     assert anchor is not None
-    if anchor.site.inline_stack:
-        return None
     # The class's methods; for the unit of the module's top-level functions, those functions.
     owner = match.cls.node if match.cls.node is not None else match.cls.module
     if owner is None:

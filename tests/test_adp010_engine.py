@@ -168,6 +168,7 @@ REFUSALS = {
     "neg_scale_local_of_helper.py": ("        d = self.head_dim\n        return d ** -0.5", "        return self.head_dim ** -0.5"),
     "neg_scores_reused.py": (", scores\n", "\n"),
     "neg_scores_read_by_a_closure.py": ("peek = lambda: s.amax()", "peek = lambda: q.amax()"),
+    "neg_helper_call_passes_one_tensor_twice.py": ("self.attend(self.q(x), m, m)", "self.attend(self.q(x), self.k(memory), m)"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
     "neg_softmax_module_without_dim.py": ("nn.Softmax()", "nn.Softmax(dim=-1)"),
@@ -234,7 +235,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "output_changed_in_place.py": 1,
     "mask_under_flag_test.py": 2,
     "later_mask_with_method_call.py": 1,
-    "absorbed_mask_with_tensor_methods.py": 2,  # the call with the mask and the one without  # the prompt under the causal mask, the cached step without one
+    "absorbed_mask_with_tensor_methods.py": 2,  # the call with the mask and the one without
     "mask_under_self_flag.py": 2,  # the causal layer and the bidirectional one
     "inplace_fill_under_if.py": 2,  # with and without the mask
     "mask_named_under_test.py": 4,  # causal and not; padded and not
@@ -246,6 +247,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "scale_from_math_in_a_function.py": 2,  # with the bias and without
     "windowed_mask_under_if.py": 1,  # the unshifted call; the shifted one runs as written
     "window_attention_softmax_in_both_arms.py": 1,  # likewise
+    "mask_under_if_in_a_helper.py": 2,  # the causal layer and the bidirectional one
+    "helper_called_with_either_flag.py": 2,  # the causal call and the one to the memory
 }
 
 

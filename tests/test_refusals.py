@@ -301,6 +301,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '25: not-placeable: this statement runs between `if CAUSAL:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 28)',
         '46: not-placeable: this statement runs between `if causal:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 49)',
     ],
+    'ADP010_fuse_attention_core/neg_helper_call_passes_one_tensor_twice.py': [
+        "23: input-may-be-mutated: a call here may modify `m` in place, which a matched statement moved to the fused call's place reads (line 24)",
+    ],
     'ADP010_fuse_attention_core/neg_key_changed_by_a_closure.py': [
         "20: input-may-be-mutated: this function changes objects in place through a nested function or a global, and "
         "a call here may run that code: it could change what a matched statement moved to the fused call's place "

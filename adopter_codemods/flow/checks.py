@@ -20,7 +20,7 @@ from .. import cstwalk
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
 from ..provider import syntax
-from ..structure import Def, DLNode, Event, Use, Value
+from ..structure import Def, DLNode, Event, Site, Use, Value
 from . import aliasing
 from .graph import FlowGraph, Reach, read_vids
 
@@ -926,6 +926,12 @@ def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key
     return out
 
 
+def _in_frames(stack: tuple[Site, ...], stacks: set[tuple[Site, ...]]) -> bool:
+    """Whether an event inlined through `stack` runs in one of the frames leading to `stacks`' events (the same
+    frames, or callers of theirs)."""
+    return any(other[: len(stack)] == stack for other in stacks)
+
+
 def _moved_reads_touched(
     match: "m.Match", graph: FlowGraph, reach: Reach, anchor: DLNode, keys: set[Key], deleted: set[int],
     chain: list[int],
@@ -934,11 +940,15 @@ def _moved_reads_touched(
     path through the copy: by code with calls reading it (``xs.clear()``, ``nn.ReLU(inplace=True)(x)``), or by a
     statement changing in place a value that may share its memory (`aliasing`: ``z += 1``, ``z[0] = 0``,
     ``z.add_(1)`` after ``z = x.view(-1)``). The reason naming the first such statement (in graph order), if any."""
+    # A helper's statements are walked once per call inlining it: only this copy's frames (those through which
+    # its nodes were inlined) move; another call's copy is another instance.
+    stacks = {graph.events[i].site.inline_stack for i in chain} | {anchor.site.inline_stack}  # type: ignore[union-attr]
     moved_at = [
         pos
         for statement in deleted
         for pos in graph.by_statement.get(statement, ())
         if pos != anchor.index and reach.before(pos, anchor.index) and reach.on_chain(pos, chain)
+        and _in_frames(graph.events[pos].site.inline_stack, stacks)  # type: ignore[union-attr]
     ]
     if not moved_at:
         return None
