@@ -60,13 +60,16 @@ _CONDITIONAL_PARTS = (
 
 class _CallsBefore(cst.CSTVisitor):
     """Whether a call of a statement that runs before `target` (textual order; enclosing calls run after it) may
-    reach an input: it reads one of the `roots` names. The statement's opaque part has a single event, after its
-    DSL nodes, so the path checks cannot place such a call before the node."""
+    reach an input: it reads one of the `roots` names, and is not a DSL node known to leave what it is handed as it
+    is (`flow_checks.may_change_arguments`: Boltz's `self.p_out(x) * self.g_out(x_in)`, an nn.Linear of the input's
+    alias before the projection). The statement's opaque part has a single event, after its DSL nodes, so the path
+    checks cannot place such a call before the node."""
 
-    def __init__(self, target: cst.CSTNode, matched: set[int], roots: set[str]) -> None:
+    def __init__(self, target: cst.CSTNode, matched: set[int], roots: set[str], graph: FlowGraph) -> None:
         self.target = target
         self.matched = matched
         self.roots = roots
+        self.graph = graph
         self.reached = False
         self.found = False
 
@@ -76,6 +79,9 @@ class _CallsBefore(cst.CSTVisitor):
 
     def leave_Call(self, original_node: cst.Call) -> None:
         if self.reached or id(original_node) in self.matched or is_metadata_call(original_node):
+            return
+        node = self.graph.by_call.get(id(original_node))
+        if node is not None and not flow_checks.may_change_arguments(node):
             return
         read = {n.value for n in cstwalk.walk(original_node, lambda n: id(n) not in self.matched) if isinstance(n, cst.Name)}
         self.found = self.found or bool(read & self.roots)
@@ -123,6 +129,8 @@ def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
     # Root names through which a call could reach an input (`self` for an input held in `self.<attr>`).
     roots = {name.split(".")[0] for v in inputs for name, _ in v.uses}
     matched = {id(n.expr) for n in nodes}
+    graph = match.graph
+    assert graph is not None
     for node in nodes:
         site = node.site
         if (
@@ -133,14 +141,17 @@ def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
             or not _runs_once(site.small, node.expr)
         ):
             return None
-        before = _CallsBefore(node.expr, matched, roots)
+        before = _CallsBefore(node.expr, matched, roots, graph)
         site.small.visit(before)
         if before.found:
-            return None
+            return Reason(
+                RefusalCategory.INPUT_MAY_BE_MUTATED,
+                "a call before this projection in its statement is handed its input or a name reaching it, and may "
+                f"change it in place: {_BEFORE_THE_FIRST}",
+                site.line,
+            )
     replaces = _whole_assignment(first, outputs)
     layers = {n.layer[len("self."):] for n in match.nodes if n.layer is not None}
-    graph = match.graph
-    assert graph is not None
     instances = flow_checks.hoist_instances(match, graph)
     if instances is None:
         return None  # some path runs only part of the nodes or one of them twice, or they read other values

@@ -1177,18 +1177,23 @@ def _names_at_anchor(match: Match, anchor: DLNode, removed: Sequence[cst.CSTNode
     holding = dict(pairs)
     names: dict[int, str] = {}
     # A value keeps the name it was matched under while that name still holds it (`identity = x` is an alias).
+    # Where several names it was matched under still hold it (a helper's `q` and `v`, handed one tensor by the call
+    # the walk inlined), each argument is written as matched: another caller may hand them different ones.
+    kept: dict[int, set[str]] = {}
     for bound in match.env.values():
         if isinstance(bound, Value) and bound.kind == "var" and not bound.text.startswith("%"):
             scoped, vid = bound.uses[0]
             visible = scoped.startswith("self.") or (scoped.startswith(scope) and "::" not in scoped[len(scope):])
             if visible and holding.get(scoped) == vid:
+                kept.setdefault(vid, set()).add(bound.text)
                 names.setdefault(vid, bound.text)
+    shared = {vid for vid, texts in kept.items() if len(texts) > 1}
     for name, vid in pairs:
         if name.startswith("self."):
             names.setdefault(vid, name)
         elif name.startswith(scope) and "::" not in name[len(scope):] and not name.startswith("%"):
             names.setdefault(vid, name[len(scope):])
-    return names
+    return {vid: name for vid, name in names.items() if vid not in shared}
 
 
 def _deletable(small: cst.CSTNode) -> bool:
@@ -1589,9 +1594,10 @@ def _another_call_of_the_helper(placed: Match, match: Match) -> bool:
     """Whether `match` holds the nodes of `placed`, aligned with the same pattern nodes, as walked where another call
     inlines their helper method."""
     return (
-        any(n.site.inline_stack for n in placed.nodes)
+        len(placed.nodes) > 1  # one call swapped for its drop-in (ADP004) computes the same for any caller
+        and any(n.site.inline_stack for n in placed.nodes)
         and [n.site.inline_stack for n in placed.nodes] != [n.site.inline_stack for n in match.nodes]
-        and placed.skipped == match.skipped and placed.env.keys() == match.env.keys()
+        and placed.skipped == match.skipped and match.env.keys() <= placed.env.keys()  # (`__init__`'s to come)
     )
 
 
@@ -1607,6 +1613,8 @@ def _check_twin(
     if isinstance(initialised, Reason):
         outcome: Union[Placement, Reason] = initialised
     else:
+        if initialised.env.keys() != placed.match.env.keys():
+            return  # another alignment of the pattern: not a copy of this match
         twin = initialised
         outcome = (
             _rest_args_fit(twin) or _in_place_steps_fit(twin) or _inputs_read_hidden(twin) or _mode_set_between(twin)
@@ -1619,7 +1627,9 @@ def _check_twin(
     if refused is not None:
         reason = outcome if isinstance(outcome, Reason) else Reason(
             RefusalCategory.NOT_PLACEABLE,
-            "the helper method holding it is called twice, and its rewrite would differ between the calls",
+            "the helper method holding it is called more than once, and its rewrite would not be the same for every "
+            "call" + (" (a plan moving or copying statements is checked for one call only)"
+                      if outcome.plan in ("hoist", "sink") else ""),
         )
         refused.append((twin, None, reason))
 
@@ -1656,17 +1666,18 @@ def _rewrite_signature(placed: PlacedMatch) -> tuple[object, ...]:
         ids(placement.deleted), ids(placement.region), ids(placement.region_ifs), ids(placement.fallback_tests),
         ids(placement.feeders), ids(placement.prefix_lines), ids((placement.branch_if, placement.branch_owner)),
         placement.suffix,
-        by_label(placement.names),
         by_label({vid: id(copy) for vid, copy in placement.output_copies.items()}),
         by_label({vid: ids(pair) for vid, pair in placement.conditional.items()}),
-        frozenset((name, _binding_text(bound)) for name, bound in match.env.items()),
+        frozenset((name, _binding_text(bound, placement)) for name, bound in match.env.items()),
     )
 
 
-def _binding_text(bound: Binding) -> object:
-    """What a binding renders as in a rewrite: a value's expression or variable, a layer's attribute."""
+def _binding_text(bound: Binding, placement: Placement) -> object:
+    """What a binding renders as in a rewrite (`rewriter._atom_expr`): a value's expression or the variable holding
+    it where the call goes, a layer's attribute."""
     if isinstance(bound, Value):  # (a walk's temporary, `%3`, is named per copy: its expression is the same)
-        return bound.kind, None if bound.text.startswith("%") else bound.text, id(bound.expr)
+        named = placement.names.get(bound.vid) if bound.kind == "var" and not bound.text.startswith("%") else None
+        return bound.kind, None if bound.text.startswith("%") else named or bound.text, id(bound.expr)
     if isinstance(bound, LayerRef):
         return bound.attr
     if isinstance(bound, InitArg):

@@ -36,7 +36,9 @@ the ``if`` and after the tests. That changes nothing the code computes when (che
   of its block, the others statements of one arm of its chain (an ``elif``'s too);
 * a line between the first of them and the ``if`` stays when it is a plain assignment of an expression without calls
   (tensor metadata aside: ``x.size(0)``) to names no moved line before it reads or binds, reading none they bind
-  (BERT's ``is_cross_attention = ...``); any other line moves with them (RoFormer's reshape of the query), at most
+  (BERT's ``is_cross_attention = ...``), or making calls where the moved lines before it only compute and read
+  nothing that may share memory with what it reads (timm's SwinV2 bias MLP, `_commutes_with_computation`); any other
+  line moves with them (RoFormer's reshape of the query), at most
   ``MAX_DEPENDENT_LINES`` of them, and every moved line is a simple statement without ``return``, ``raise``,
   ``break``, ``continue``, ``del``, ``global`` or ``nonlocal``;
 * no test of the chain makes a call or assigns, or reads a name a moved line binds;
@@ -64,11 +66,13 @@ import libcst as cst
 
 from . import cstwalk
 from .flow import checks as flow_checks  # the module, not its names: it may be importing this one
-from .flow.graph import FlowGraph
+from .flow import aliasing
+from .flow.graph import FlowGraph, read_vids
 from .matcher import Match, Placement, Reason, RefusalCategory, _names_at_anchor, _names_in_node, _simple_test
 from .provider import _written_names
 from .provider.syntax import (
-    METADATA_ATTRIBUTES, _is_self_attr, _suite_body, in_place_targets, is_metadata_call, passes_inplace,
+    METADATA_ATTRIBUTES, _is_self_attr, _suite_body, computing_call, in_place_targets, is_metadata_call,
+    passes_inplace,
 )
 from .structure import ClassStructure, DLNode
 
@@ -126,7 +130,9 @@ def _plan_prefix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
     read: set[str] = set()
     for i in range(prefix_at[0], if_at):
         line = block[i]
-        if i not in prefix_at and _commutes(line, bound, read) and not effects.observed_by(line):
+        if i not in prefix_at and not effects.observed_by(line) and (
+            _commutes(line, bound, read) or _commutes_with_computation(line, moved, bound, read, match.graph)
+        ):
             continue
         if not _copyable(line):
             return _refused(_NOT_COPYABLE, line)
@@ -265,21 +271,67 @@ def _copyable(line: cst.BaseStatement) -> bool:
     return isinstance(line, cst.SimpleStatementLine) and not any(isinstance(s, _NOT_COPIED) for s in line.body)
 
 
-def _commutes(line: cst.BaseStatement, bound: set[str], read: set[str]) -> bool:
+def _commutes(line: cst.BaseStatement, bound: set[str], read: set[str], pure: bool = True) -> bool:
     """Whether `line`, run before moved lines (which bind `bound`, read `read`) instead of after them, leaves every
-    name as it was: plain assignments of expressions without calls (tensor metadata aside: `x.size(0)`) to names the
-    moved lines neither read nor bind, reading none they bind."""
+    name as it was: plain assignments of expressions without calls (tensor metadata aside: `x.size(0)`; with `pure`
+    false, any) to names the moved lines neither read nor bind, reading none they bind."""
     if not isinstance(line, cst.SimpleStatementLine):
         return False
     for small in line.body:
         if isinstance(small, cst.Pass):
             continue
-        if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None or not _pure(small.value):
+        if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None or pure and not _pure(small.value):
             return False
         targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
         if not all(isinstance(t, cst.Name) for t in targets):
             return False
     return not (_written_names(line) & (bound | read)) and not (_names_in_node(line) & bound)
+
+
+def _commutes_with_computation(
+    line: cst.BaseStatement, moved: list[cst.BaseStatement], bound: set[str], read: set[str], graph: FlowGraph
+) -> bool:
+    """Whether `line`, an assignment making calls (timm's SwinV2: `logit_scale = torch.clamp(...).exp()`, its
+    relative position bias by `self.cpb_mlp(...)`), may run before the moved lines instead of after them: the moved
+    lines only compute (operators and effect-free functions, no random draw, no attribute of ``self`` read, `_computes`)
+    and read nothing that may share memory with what `line` reads, so its calls cannot change what they read, nor
+    they what it reads; names as `_commutes` asks."""
+    if not moved or graph.reached_elsewhere or not _commutes(line, bound, read, pure=False):
+        return False
+    moved_reads: set[int] = set()
+    for statement in moved:
+        if not _computes(statement, graph) or any(
+            _is_self_attr(n) is not None for n in cstwalk.walk(statement) if type(n) is cst.Attribute
+        ):
+            return False
+        moved_reads |= _read_vids(statement, graph)
+    return not (_read_vids(line, graph) & aliasing.sharing_memory(graph, moved_reads))
+
+
+def _computes(line: cst.BaseStatement, graph: FlowGraph) -> bool:
+    """Whether every call `line` makes is a DSL node without effects (`flow_checks.may_have_effects`) or a call that
+    only computes (`computing_call`), and it holds no assignment expression, lambda, yield or await."""
+    if not isinstance(line, cst.SimpleStatementLine):
+        return False
+    for node in cstwalk.walk(line):
+        if isinstance(node, (cst.NamedExpr, cst.Lambda, cst.Yield, cst.Await)):
+            return False
+        if type(node) is cst.Call:
+            made = graph.by_call.get(id(node))
+            if made is None and not computing_call(node) or made is not None and flow_checks.may_have_effects(made):
+                return False
+    return True
+
+
+def _read_vids(line: cst.BaseStatement, graph: FlowGraph) -> set[int]:
+    """The value ids the events of `line`'s small statements read."""
+    out: set[int] = set()
+    for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+        for pos in graph.by_statement.get(id(small), ()):
+            event = graph.events[pos]
+            if event is not None:
+                out |= read_vids(event)
+    return out
 
 
 def _pure(expr: cst.BaseExpression) -> bool:

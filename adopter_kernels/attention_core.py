@@ -38,7 +38,10 @@ computes the same function up to rounding:
 
 - query, key and value of one floating dtype, the same rank (3 or 4) and the same leading (batch/head) dims, no
   autocast (autocast runs eager's softmax in float32, SDPA in its own way);
-- the scale a Python number (``scale``, ``1 / divisor`` or ``scale / divisor``), not a tensor;
+- the scale a Python number (``scale``, ``1 / divisor`` or ``scale / divisor``), or a scale tensor of the query's
+  dtype with one number per query row or fewer (its last dim 1, as timm's SwinV2 per-head ``logit_scale.exp()`` of
+  shape [H, 1, 1]; a divisor then a Python number), which scales the query instead: ``(query * scale) @ key_t`` is
+  ``(query @ key_t) * scale`` up to rounding;
 - an additive ``mask`` of the query's dtype whose broadcast with the scores is the scores' shape, whose values
   are all finite and where every row keeps a key (an entry >= -1e4): HF's padding/causal ``finfo.min`` masks
   qualify. A row that keeps no key (a fully padded query, a row of ``-inf``) is uniform or NaN in eager, and SDPA
@@ -350,6 +353,16 @@ def _reference(
     return torch.einsum(output_equation, probs, value) if output_equation is not None else matmul(probs, value)
 
 
+def _row_scale(scale: Tensor, query: Tensor, scores_shape: tuple[int, ...]) -> bool:
+    """Whether a scale tensor may scale the query instead of the scores: of the query's dtype and device, one number
+    per query row or fewer (its last dim, the keys', 1), broadcasting to the scores' shape."""
+    if scale.dtype != query.dtype or scale.device != query.device or scale.dim() > len(scores_shape):
+        return False
+    if scale.dim() > 0 and scale.shape[-1] != 1:
+        return False
+    return torch.broadcast_shapes(scale.shape, scores_shape) == scores_shape
+
+
 def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union[float, Tensor]]) -> Optional[float]:
     """The SDPA ``scale`` for a Python-number scale and/or divisor (``scale / divisor``); None when either is
     something else (a tensor), the divisor is 0 or not finite, or the scale comes out infinite."""
@@ -408,10 +421,14 @@ def _sdpa(
         return None
     if key_t.shape[-1] != value.shape[-2] or any(_dispatch._autocast_on(t.device.type) for t in tensors):
         return None
+    scores_shape = (*lead, query.shape[-2], key_t.shape[-1])
+    if isinstance(scale, Tensor):
+        if not _row_scale(scale, query, scores_shape):
+            return None
+        query, scale = query * scale, None
     sdpa_scale = _python_scale(scale, divisor)
     if sdpa_scale is None:
         return None
-    scores_shape = (*lead, query.shape[-2], key_t.shape[-1])
     if softmax is not None:
         layers = _softmax_then_dropout(softmax)
         if layers is None:

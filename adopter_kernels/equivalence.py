@@ -259,7 +259,9 @@ def _clone_inputs(value: Any) -> Any:
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest |a - b| over positions where the values are not both the same inf / both NaN."""
-    a64, b64 = a.detach().double(), b.detach().double()
+    # (complex values keep their imaginary part: |a - b| is the modulus of the difference)
+    wide = torch.complex128 if a.is_complex() or b.is_complex() else torch.float64
+    a64, b64 = a.detach().to(wide), b.detach().to(wide)
     same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
     if bool(same.all()):
         return 0.0

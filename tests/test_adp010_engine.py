@@ -168,6 +168,9 @@ REFUSALS = {
     "neg_scale_local_of_helper.py": ("        d = self.head_dim\n        return d ** -0.5", "        return self.head_dim ** -0.5"),
     "neg_scores_reused.py": (", scores\n", "\n"),
     "neg_scores_read_by_a_closure.py": ("peek = lambda: s.amax()", "peek = lambda: q.amax()"),
+    "neg_line_between_changes_what_the_scores_read.py": (
+        "self.key_stats(k).mean(dim=2)", "self.key_stats(x.view(B_, N, self.num_heads, -1)).mean(dim=1)"
+    ),
     "neg_helper_call_passes_one_tensor_twice.py": ("self.attend(self.q(x), m, m)", "self.attend(self.q(x), self.k(memory), m)"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
@@ -249,6 +252,8 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "window_attention_softmax_in_both_arms.py": 1,  # likewise
     "mask_under_if_in_a_helper.py": 2,  # the causal layer and the bidirectional one
     "helper_called_with_either_flag.py": 2,  # the causal call and the one to the memory
+    "cosine_window_attention_softmax_in_both_arms.py": 1,  # the unshifted call, its per-head scale on the query
+    "helper_called_with_aliased_arguments.py": 2,
 }
 
 

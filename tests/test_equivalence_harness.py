@@ -191,6 +191,22 @@ def test_fails_on_different_activation() -> None:
     assert "output" in message and "[eval]" in message and "max abs diff" in message
 
 
+def test_complex_outputs_differing_in_their_imaginary_part_report_the_difference() -> None:
+    class Conjugate(nn.Module):
+        def __init__(self, sign: float) -> None:
+            super().__init__()
+            self.sign = sign
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.complex(x, self.sign * x)
+
+    with default_dtype(torch.float64):
+        x = torch.linspace(1.0, 2.0, 3)
+        report = compare_models(Conjugate(1.0), Conjugate(-1.0), (x,))
+    assert not report.ok
+    assert {m.max_abs_diff for m in report.mismatches} == {4.0}  # |2i * x| at x = 2
+
+
 def test_fails_when_dropout_is_applied_in_eval() -> None:
     # The epoi bug (docs/DESIGN.md §3): the training flag frozen at construction.
     rewritten = _variant(

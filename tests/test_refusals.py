@@ -114,6 +114,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_residual_call_after_the_dropout.py': [
         '18: not-placeable: an argument here makes a call, and the fused call would evaluate it at another statement (line 18)',
     ],
+    'ADP005_fuse_dropout_ln/neg_residual_draws_before_the_dropout_input.py': [
+        '17: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state) before one that computes an earlier argument of the fused call; the fused call would run them in the other order (line 17)',
+    ],
     'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
         '17: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state) after a matched call that has them; the fused call would run it first (line 17)',
     ],
@@ -173,6 +176,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP008_fuse_linear_bn/neg_linear_output_reused.py': [
         '12: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 13)',
     ],
+    'ADP009_fuse_qkv/neg_call_changing_the_input_before_a_projection.py': [
+        '18: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 19)',
+    ],
     'ADP009_fuse_qkv/neg_helper_inputs_differ_in_another_branch.py': [
         '17: not-placeable: the helper method `_qkv_proj` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, or another object): the rewrite would change the helper for this caller as well (line 24)',
     ],
@@ -218,7 +224,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '78: not-placeable: this statement may leave the block (a return, break or continue) between the projections, which the packed call before the first one would all compute (line 79)',
         '88: not-placeable: the matched calls run in different loop iterations or loops (line 90)',
         '97: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 99)',
-        '110: not-placeable: this statement does more than assign a matched call to a name, so it cannot be removed (line 111)',
+        '110: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 111)',
         '118: not-placeable: this statement reaches a projected layer other than by calling it; the packed call, before the first projection, would use the layer as it was (line 119)',
         '127: guard: guard qkv_distinct_layers: one layer stands for two of the projections: packing it would compute its GEMM twice',
         '138: output-read-early: `q` is read here, before the place where the fused call would produce it (line 139)',
@@ -300,6 +306,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP010_fuse_attention_core/neg_test_reads_a_global_or_closure_name.py': [
         '25: not-placeable: this statement runs between `if CAUSAL:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 28)',
         '46: not-placeable: this statement runs between `if causal:` and the fused call, which would test it again: a call or a store there could change what the test reads (line 49)',
+    ],
+    'ADP010_fuse_attention_core/neg_line_between_changes_what_the_scores_read.py': [
+        '22: branch-not-duplicable: even with the statements after the `if` copied into its arms: the matched statements before the `if` holding the others cannot be copied into its arms: 4 statements between them and the `if` would have to move with them (at most 3 are copied into every arm)',
     ],
     'ADP010_fuse_attention_core/neg_helper_call_passes_one_tensor_twice.py': [
         "23: input-may-be-mutated: a call here may modify `m` in place, which a matched statement moved to the fused call's place reads (line 24)",

@@ -5,6 +5,10 @@
   itself, evaluated where the fused call goes (flow/checks.py, `_moves_only_past_the_match`). The vision acceptance
   harness runs 64x64 inputs, which these fixed-resolution models do not take: this test builds them at 224x224 (the
   rewritten module registers timm's model names again).
+* SwinV2 multiplies its cosine scores by a per-head `logit_scale` tensor, which the fast path takes on the query,
+  and computes its relative position bias with an MLP between the score lines, which stays where it is while the
+  score lines are copied into both arms of `if mask is not None:` (sink.py, `_commutes_with_computation`); a small
+  configuration at 64x64.
 * `timm.layers.Attention2d` scales by `q.size(-1) ** -0.5` and adds an optional mask under `if attn_mask is not
   None:`. The fused call goes after that `if`, so the scale is evaluated there: a metadata call, as pure as
   `q.shape[-1]` (provider/syntax.py, `is_metadata_call`)."""
@@ -23,9 +27,17 @@ import pytest
 from adopter_codemods.api import rewrite_source
 from model_zoo import ROOT, VISION_DIR, require
 
-# model name -> timm module defining it, and the ADP010 sites rewritten there
-MODELS = {
-    "levit_128s": ("levit", 2),  # efficientformer.py holds the same attention once
+# model name -> timm module defining it, the ADP010 sites rewritten there, a text each site's call holds, the
+# builder's keyword arguments and the image size
+MODELS: dict[str, tuple[str, int, str, dict[str, object], int]] = {
+    # efficientformer.py holds the same attention once
+    "levit_128s": ("levit", 2, "mask=self.get_attention_biases(x.device)", {}, 224),
+    # SwinV2: its per-head `logit_scale` tensor scales the query on the fast path; the unshifted blocks are fused,
+    # the shifted ones run as written (the score lines copied into both arms of `if mask is not None:`)
+    "swinv2_tiny_window8_256": (
+        "swin_transformer_v2", 1, "scale=logit_scale, mask=relative_position_bias.unsqueeze(0)",
+        {"img_size": 64, "window_size": 4, "embed_dim": 24, "depths": [2, 2], "num_heads": [2, 4]}, 64,
+    ),
 }
 
 WORKER = textwrap.dedent(
@@ -37,7 +49,8 @@ WORKER = textwrap.dedent(
     import adopter_kernels
     from adopter_kernels.equivalence import compare_models, default_dtype, seeded
 
-    model, module, path = sys.argv[2], sys.argv[3], sys.argv[4]
+    model, module, path, size = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[6])
+    kwargs = {"num_classes": 10, **json.loads(sys.argv[5])}
     rewritten = types.ModuleType(f"timm.models._adp010_{module}")
     rewritten.__package__ = "timm.models"
     sys.modules[rewritten.__name__] = rewritten  # timm's register_model looks the defining module up
@@ -47,9 +60,9 @@ WORKER = textwrap.dedent(
     sdpa = torch.nn.functional.scaled_dot_product_attention
     torch.nn.functional.scaled_dot_product_attention = lambda *a, **k: calls.append(1) or sdpa(*a, **k)
     with default_dtype(torch.float64), seeded(0):
-        original = timm.create_model(model, num_classes=10)
-        fused = getattr(rewritten, model)(num_classes=10)
-        image = torch.randn(2, 3, 224, 224)
+        original = timm.create_model(model, **kwargs)
+        fused = getattr(rewritten, model)(**kwargs)
+        image = torch.randn(2, 3, size, size)
     reports = {}
     for backend in ("auto", "attention_core=sdpa"):
         with adopter_kernels.use_backend(backend):
@@ -63,17 +76,17 @@ WORKER = textwrap.dedent(
 @pytest.mark.parametrize("model", list(MODELS))
 def test_rewritten_timm_attention_is_equivalent(model: str, tmp_path: Path) -> None:
     require(VISION_DIR)
-    module, sites = MODELS[model]
+    module, sites, passed, kwargs, size = MODELS[model]
     source_path = VISION_DIR / "timm" / "models" / f"{module}.py"
     result = rewrite_source(source_path.read_text(encoding="utf-8"), ["ADP010"], path=str(source_path))
     assert len(result.findings) == sites
-    assert result.code.count("mask=self.get_attention_biases(x.device)") == sites
+    assert result.code.count(passed) == sites
     rewritten = tmp_path / f"{module}.py"
     rewritten.write_text(result.code, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("ADOPTER_KERNELS_BACKEND", None)
     done = subprocess.run(
-        [sys.executable, "-c", WORKER, str(VISION_DIR), model, module, str(rewritten)],
+        [sys.executable, "-c", WORKER, str(VISION_DIR), model, module, str(rewritten), json.dumps(kwargs), str(size)],
         env=env, capture_output=True, text=True,
     )
     assert done.returncode == 0, done.stderr

@@ -466,6 +466,14 @@ def _check_complete(
                 effect.site.line,
             )
         todo.extend(copy_value.uses if copy_value is not None else [(n, rep_to_path.get(v, v)) for n, v in value.uses])
+    swapped = _effects_reordered(graph, instance, [twins.get(id(v), v) for v in m._target_inputs(match)])
+    if swapped is not None:
+        return m.Reason(
+            m.RefusalCategory.NOT_PLACEABLE,
+            "an argument here calls a layer or a function that may have effects (random numbers, state) before "
+            "one that computes an earlier argument of the fused call; the fused call would run them in the other order",
+            swapped.site.line,
+        )
     late = _input_after_an_effect(instance, inputs)
     if late is not None:
         return m.Reason(
@@ -573,6 +581,35 @@ def _input_nodes(graph: FlowGraph, instance: dict[Key, DLNode]) -> dict[int, DLN
         found[node.index] = node
         todo.extend([*node.args, *(kv for _, kv in node.kwargs)])
     return found
+
+
+def _effects_reordered(graph: FlowGraph, instance: dict[Key, DLNode], values: list["m.Value"]) -> Optional[DLNode]:
+    """The unmatched call with effects computing an argument of the fused call (`values`, in its argument order) that
+    ran before one computing an earlier argument (`F.dropout(x, p) + self.drop(self.inner(x))`, whose fused call
+    takes the dropout's input first): the fused call evaluates its arguments one after the other, in its order."""
+    matched = {id(n) for n in instance.values()}
+    latest = -1  # the last effect of the arguments so far, by graph position
+    for value in values:
+        effects: list[int] = []
+        todo, seen = _computed_by(value), set()
+        while todo:
+            node = graph.producers.get(todo.pop())
+            if node is None or id(node) in matched or node.index in seen:
+                continue
+            seen.add(node.index)
+            if may_have_effects(node):
+                effects.append(node.index)
+            for arg in [*node.args, *(v for _, v in node.kwargs)]:
+                todo.extend(_computed_by(arg))
+        if effects and min(effects) < latest:
+            return graph.events[min(effects)]  # type: ignore[return-value]
+        latest = max([latest, *effects])
+    return None
+
+
+def _computed_by(value: "m.Value") -> list[int]:
+    """The ids of the walk's temporaries (`%3`: the results of DSL nodes nested in a statement) a value reads."""
+    return [vid for name, vid in value.uses if name.startswith("%")]
 
 
 def _input_after_an_effect(instance: dict[Key, DLNode], inputs: dict[int, DLNode]) -> Optional[DLNode]:

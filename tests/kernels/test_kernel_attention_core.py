@@ -207,9 +207,34 @@ def test_additive_mask_without_a_kept_key_runs_the_reference(row: float, sdpa_ca
     assert not sdpa_calls
 
 
-def test_tensor_scale_and_broadcasting_mask_run_the_reference(sdpa_calls: list[int]) -> None:
-    scale = torch.tensor(0.25, dtype=torch.float64)
-    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=scale), lambda q, k, v: _eager(q, k, v, scale=scale))
+@pytest.mark.parametrize("shape", [(), (H, 1, 1), (B, 1, L, 1), (L, 1)])
+def test_a_scale_per_query_row_or_coarser_scales_the_query(shape: tuple[int, ...], sdpa_calls: list[int]) -> None:
+    """timm's SwinV2 multiplies the scores by a per-head `logit_scale.exp()`: SDPA takes it on the query, and the
+    scale's gradient is the original's."""
+    outs, grads = [], []
+    for fused in (False, True):
+        q, k, v = _qkv()
+        scale = (torch.rand(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5)
+        scale.requires_grad_(True)
+        mask = torch.randn(H, L, S, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        out = (attention_core(q, k.transpose(-2, -1), v, scale=scale, mask=mask) if fused
+               else _eager(q, k, v, scale=scale, mask=mask))
+        out.backward(torch.ones_like(out))
+        outs.append(out.detach())
+        grads.append([t.grad for t in (q, k, v, scale)])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-9, atol=1e-9)
+    for g_new, g_old in zip(grads[1], grads[0]):
+        torch.testing.assert_close(g_new, g_old, rtol=1e-9, atol=1e-9)
+    assert len(sdpa_calls) == 1
+
+
+def test_tensor_scale_per_key_and_broadcasting_mask_run_the_reference(sdpa_calls: list[int]) -> None:
+    per_key = torch.rand(S, dtype=torch.float64) + 0.5  # varies along the keys: it cannot scale the query
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=per_key), lambda q, k, v: _eager(q, k, v, scale=per_key))
+    wider = torch.full((4, 1, 1, 1, 1), 0.25, dtype=torch.float64)  # broadcasting makes the scores bigger
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=wider), lambda q, k, v: _eager(q, k, v, scale=wider))
+    single = torch.tensor(0.25, dtype=torch.float32)  # another dtype than the query's
+    _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=single), lambda q, k, v: _eager(q, k, v, scale=single))
     big = torch.zeros(4, B, H, L, S, dtype=torch.float64)  # broadcasting makes the scores bigger: not SDPA's job
     _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, mask=big), lambda q, k, v: _eager(q, k, v, mask=big))
     assert not sdpa_calls
