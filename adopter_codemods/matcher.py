@@ -1669,6 +1669,7 @@ def _rewrite_signature(placed: PlacedMatch) -> tuple[object, ...]:
         by_label({vid: id(copy) for vid, copy in placement.output_copies.items()}),
         by_label({vid: ids(pair) for vid, pair in placement.conditional.items()}),
         frozenset((name, _binding_text(bound, placement)) for name, bound in match.env.items()),
+        frozenset((name, id(binding.statement)) for name, binding in match.init_matches.items()),
     )
 
 
@@ -1872,15 +1873,19 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
     ]
     if not helper_matches:
         return found
-    checked: dict[frozenset[tuple[int, Optional[str]]], set[int]] = {}
+    # match key -> statement id -> the inlined calls through it (one Site per call walked, as a statement may hold
+    # two calls of the helper, or one call and another reference, `cp.checkpoint(self.core, ...)`)
+    checked: dict[frozenset[tuple[int, Optional[str]]], dict[int, set[int]]] = {}
     for f in found:
-        through = checked.setdefault(f.match.key(), set())
+        through = checked.setdefault(f.match.key(), {})
         for copy in (f.match, *f.twins):
             for node in copy.nodes:
-                through.update(id(site.small) for site in node.site.inline_stack)
+                for site in node.site.inline_stack:
+                    through.setdefault(id(site.small), set()).add(id(site))
     dropped: set[int] = set()
+    class_reads = _read_on_classes(helper_matches[0].match.cls.module)  # one module: `find_all`'s
     for f in helper_matches:
-        unchecked = _unchecked_helper_call(f.match, checked[f.match.key()])
+        unchecked = _unchecked_helper_call(f.match, checked[f.match.key()], class_reads)
         if unchecked is None:
             continue
         dropped.add(id(f))
@@ -1890,16 +1895,38 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
                 RefusalCategory.NOT_PLACEABLE,
                 f"the helper method `{helper}` holding it is called here too, where its result is not checked (a "
                 "method walked on its own, a call whose arguments the match does not hold for, a subclass refusing "
-                "the site, or another object): the rewrite would change the helper for this caller as well",
+                "the site, another object, a reference by name or through the class, or one the walk does not "
+                "inline): the rewrite would change the helper for this caller as well",
                 statement,
             )
             refusals.append(_refusal(f.match, f.placement, reason))
+    # The classes inheriting the helper each hold a copy of the match: one rewrite of the helper serves them all
+    # where every copy rewrites it the same way, else none may.
+    by_key: dict[frozenset[tuple[int, Optional[str]]], list[PlacedMatch]] = {}
+    for f in helper_matches:
+        if id(f) not in dropped:
+            by_key.setdefault(f.match.key(), []).append(f)
+    for group in by_key.values():
+        first, others = group[0], group[1:]
+        if all(_same_rewrite(first, f) for f in others):
+            dropped.update(id(f) for f in others)
+            continue
+        dropped.update(id(f) for f in group)
+        if refusals is not None:
+            refusals.append(_refusal(first.match, first.placement, Reason(
+                RefusalCategory.NOT_PLACEABLE,
+                "the helper method holding it serves classes whose rewrites of it would differ (other layers, "
+                "arguments or plans): one rewrite of the helper cannot serve them all",
+            )))
     return [f for f in found if id(f) not in dropped]
 
 
-def _unchecked_helper_call(match: Match, checked: set[int]) -> Optional[tuple[str, Optional[cst.CSTNode]]]:
-    """A helper holding the match's nodes, with a statement referring to it that no accepted copy was checked
-    through (None for the statement: the helper is read on another object, or where no statement holds it)."""
+def _unchecked_helper_call(
+    match: Match, checked: dict[int, set[int]], class_reads: Mapping[str, cst.Attribute]
+) -> Optional[tuple[str, Optional[cst.CSTNode]]]:
+    """A helper holding the match's nodes, with a statement referring to it more often than accepted copies were
+    checked through it, or referring to it by name or through a class (`class_reads`, `_read_on_classes`); None for
+    the statement: the helper is read on another object, or where no statement holds it."""
     helpers = {
         site.function.rpartition(".")[2]
         for n in match.nodes
@@ -1912,13 +1939,34 @@ def _unchecked_helper_call(match: Match, checked: set[int]) -> Optional[tuple[st
     for helper in sorted(helpers):
         if helper in cls.foreign_attributes:
             return helper, None
+        # reached by its name (`getattr(self, "core")`) or through the class (`Model.core(self, ...)`)
+        other = cls.reached_by_name.get(helper) or class_reads.get(helper)
+        if other is not None:
+            return helper, _statements_holding(cls, {id(other)}).get(id(other))
+    references: dict[int, int] = {}  # statement id -> references to a helper in it
     for ref_id, helper in wanted.items():
         statement = statements.get(ref_id)
         if statement is None:
             return helper, None
-        if id(statement) not in checked and not _returned_by_itself(cls, helper, statement):
+        references[id(statement)] = references.get(id(statement), 0) + 1
+        if references[id(statement)] > len(checked.get(id(statement), ())) and not _returned_by_itself(
+            cls, helper, statement
+        ):
             return helper, statement
     return None
+
+
+def _read_on_classes(module: Optional[cst.Module]) -> dict[str, cst.Attribute]:
+    """Attribute name -> its first read ``<Name>.<attr>`` whose receiver is a class of the module (``Model.core``):
+    the class's function, which any code may call with any arguments."""
+    out: dict[str, cst.Attribute] = {}
+    if module is None:
+        return out
+    classes = {s.name.value for s in module.body if isinstance(s, cst.ClassDef)}
+    for node in cstwalk.walk(module):
+        if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value in classes:  # type: ignore[attr-defined]
+            out.setdefault(node.attr.value, node)  # type: ignore[attr-defined, arg-type]
+    return out
 
 
 def _returned_by_itself(cls: ClassStructure, helper: str, statement: cst.CSTNode) -> bool:
@@ -2515,7 +2563,11 @@ def _plan_absorbing(match: Match, aligned: list[Optional[DLNode]]) -> Union[Plac
                 continue  # X itself: None exactly where the `if` did not run
             # Anything else, a name the kept lines bind included, is passed only where the `if` ran: on the other
             # paths such a name is unbound or holds an older value.
-            uses = {name for name, _ in bound.uses} if isinstance(bound, Value) else set()
+            # (names as the statements spell them: a helper's inlined locals carry its scope, `attend::mask`)
+            scope = node.site.scope
+            uses = {
+                name[len(scope):] if scope and name.startswith(scope) else name for name, _ in bound.uses
+            } if isinstance(bound, Value) else set()
             # tensor methods that only compute (`~mask.unsqueeze(1)`, joeynmt's) give the same at the fused call
             computes = isinstance(bound, Value) and (bound.pure or computes_only(bound.expr))
             if not (isinstance(bound, Value) and computes and bound.kind in ("expr", "var") and (

@@ -171,6 +171,10 @@ REFUSALS = {
     "neg_line_between_changes_what_the_scores_read.py": (
         "self.key_stats(k).mean(dim=2)", "self.key_stats(x.view(B_, N, self.num_heads, -1)).mean(dim=1)"
     ),
+    "neg_helper_also_called_through_the_class.py": ("SelfThenMemory.core(self, a,", "self.core(a,"),
+    "neg_helper_handed_to_checkpoint_beside_a_call.py": (
+        "cp.checkpoint(self.core, x, memory, memory, use_reentrant=False)", "self.core(x, memory, memory)"
+    ),
     "neg_helper_call_passes_one_tensor_twice.py": ("self.attend(self.q(x), m, m)", "self.attend(self.q(x), self.k(memory), m)"),
     "neg_softmax_other_dim.py": ("dim=2", "dim=-1"),
     "neg_softmax_module_other_dim.py": ("nn.Softmax(dim=1)", "nn.Softmax(dim=-1)"),
@@ -254,6 +258,7 @@ SDPA_CALLS = {  # per forward in eval; fewer than the calls where the fallback a
     "helper_called_with_either_flag.py": 2,  # the causal call and the one to the memory
     "cosine_window_attention_softmax_in_both_arms.py": 1,  # the unshifted call, its per-head scale on the query
     "helper_called_with_aliased_arguments.py": 2,
+    "prepared_mask_in_a_helper.py": 2,  # with the padding mask and without
 }
 
 

@@ -180,7 +180,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '18: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 19)',
     ],
     'ADP009_fuse_qkv/neg_helper_inputs_differ_in_another_branch.py': [
-        '17: not-placeable: the helper method `_qkv_proj` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, or another object): the rewrite would change the helper for this caller as well (line 24)',
+        '17: not-placeable: the helper method `_qkv_proj` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, another object, a reference by name or through the class, or one the walk does not inline): the rewrite would change the helper for this caller as well (line 24)',
     ],
     'ADP009_fuse_qkv/neg_projection_identity_in_another_branch.py': [
         '21: init-mismatch: another __init__ binding of self.to_q does not fit the rule (it builds torch.nn.Identity, not torch.nn.Linear), and this rule\'s kernel cannot check at run time which one the layer is (line 16)',
@@ -309,6 +309,12 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP010_fuse_attention_core/neg_line_between_changes_what_the_scores_read.py': [
         '22: branch-not-duplicable: even with the statements after the `if` copied into its arms: the matched statements before the `if` holding the others cannot be copied into its arms: 4 statements between them and the `if` would have to move with them (at most 3 are copied into every arm)',
+    ],
+    'ADP010_fuse_attention_core/neg_helper_also_called_through_the_class.py': [
+        '21: not-placeable: the helper method `core` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, another object, a reference by name or through the class, or one the walk does not inline): the rewrite would change the helper for this caller as well (line 18)',
+    ],
+    'ADP010_fuse_attention_core/neg_helper_handed_to_checkpoint_beside_a_call.py': [
+        '21: not-placeable: the helper method `core` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, another object, a reference by name or through the class, or one the walk does not inline): the rewrite would change the helper for this caller as well (line 18)',
     ],
     'ADP010_fuse_attention_core/neg_helper_call_passes_one_tensor_twice.py': [
         "23: input-may-be-mutated: a call here may modify `m` in place, which a matched statement moved to the fused call's place reads (line 24)",
