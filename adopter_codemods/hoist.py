@@ -32,7 +32,7 @@ in an opaque call in between that replaces a layer's weights, would now run in a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Collection, Optional, Union
 
 import libcst as cst
 
@@ -65,11 +65,14 @@ class _CallsBefore(cst.CSTVisitor):
     alias before the projection). The statement's opaque part has a single event, after its DSL nodes, so the path
     checks cannot place such a call before the node."""
 
-    def __init__(self, target: cst.CSTNode, matched: set[int], roots: set[str], graph: FlowGraph) -> None:
+    def __init__(
+        self, target: cst.CSTNode, matched: set[int], roots: set[str], graph: FlowGraph, hooked: Collection[str]
+    ) -> None:
         self.target = target
         self.matched = matched
         self.roots = roots
         self.graph = graph
+        self.hooked = hooked  # layers a hook may run on (`ClassStructure.hooked`): their calls may do anything
         self.reached = False
         self.found = False
 
@@ -81,7 +84,10 @@ class _CallsBefore(cst.CSTVisitor):
         if self.reached or id(original_node) in self.matched or is_metadata_call(original_node):
             return
         node = self.graph.by_call.get(id(original_node))
-        if node is not None and not flow_checks.may_change_arguments(node):
+        hooked = node is not None and node.layer is not None and (
+            node.layer[len("self."):] in self.hooked or "*" in self.hooked
+        )
+        if node is not None and not hooked and not flow_checks.may_change_arguments(node):
             return
         read = {n.value for n in cstwalk.walk(original_node, lambda n: id(n) not in self.matched) if isinstance(n, cst.Name)}
         self.found = self.found or bool(read & self.roots)
@@ -126,11 +132,14 @@ def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
         return None
     if any(name.startswith("%") for v in inputs for name, _ in v.uses):
         return None  # computed by a DSL node of a matched statement
-    # Root names through which a call could reach an input (`self` for an input held in `self.<attr>`).
-    roots = {name.split(".")[0] for v in inputs for name, _ in v.uses}
-    matched = {id(n.expr) for n in nodes}
     graph = match.graph
     assert graph is not None
+    # Root names through which a call could reach an input (`self` for an input held in `self.<attr>`), and the
+    # names of what may share memory with one (`flat = x.view(-1)`: `torch.sigmoid(flat, out=flat)` changes `x`).
+    roots = {name.split(".")[0] for v in inputs for name, _ in v.uses}
+    sharing = aliasing.sharing_memory(graph, {vid for v in inputs for _, vid in v.uses})
+    roots |= {d.name.rsplit("::", 1)[-1] for vid in sharing for d in graph.definitions.get(vid, ())}
+    matched = {id(n.expr) for n in nodes}
     for node in nodes:
         site = node.site
         if (
@@ -141,20 +150,21 @@ def plan_hoist(match: Match) -> Union[Placement, Reason, None]:
             or not _runs_once(site.small, node.expr)
         ):
             return None
-        before = _CallsBefore(node.expr, matched, roots, graph)
-        site.small.visit(before)
-        if before.found:
-            return Reason(
-                RefusalCategory.INPUT_MAY_BE_MUTATED,
-                "a call before this projection in its statement is handed its input or a name reaching it, and may "
-                f"change it in place: {_BEFORE_THE_FIRST}",
-                site.line,
-            )
     replaces = _whole_assignment(first, outputs)
     layers = {n.layer[len("self."):] for n in match.nodes if n.layer is not None}
     instances = flow_checks.hoist_instances(match, graph)
     if instances is None:
         return None  # some path runs only part of the nodes or one of them twice, or they read other values
+    for node in nodes:
+        before = _CallsBefore(node.expr, matched, roots, graph, match.cls.hooked)
+        node.site.small.visit(before)
+        if before.found:
+            return Reason(
+                RefusalCategory.INPUT_MAY_BE_MUTATED,
+                "a call before this projection in its statement is handed its input or a name reaching it, and may "
+                f"change it in place: {_BEFORE_THE_FIRST}",
+                node.site.line,
+            )
     entry_names = match.cls.entry_names
     for instance in instances:
         reason = _instance_refusal(graph, instance, line, replaces, layers, entry_names)

@@ -131,7 +131,7 @@ def _plan_prefix(match: Match, nodes: list[DLNode], reason: Reason) -> Union[Pla
     for i in range(prefix_at[0], if_at):
         line = block[i]
         if i not in prefix_at and not effects.observed_by(line) and (
-            _commutes(line, bound, read) or _commutes_with_computation(line, moved, bound, read, match.graph)
+            _commutes(line, bound, read) or _commutes_with_computation(line, moved, bound, read, match.graph, match.cls)
         ):
             continue
         if not _copyable(line):
@@ -289,15 +289,18 @@ def _commutes(line: cst.BaseStatement, bound: set[str], read: set[str], pure: bo
 
 
 def _commutes_with_computation(
-    line: cst.BaseStatement, moved: list[cst.BaseStatement], bound: set[str], read: set[str], graph: FlowGraph
+    line: cst.BaseStatement, moved: list[cst.BaseStatement], bound: set[str], read: set[str], graph: FlowGraph,
+    cls: ClassStructure,
 ) -> bool:
     """Whether `line`, an assignment making calls (timm's SwinV2: `logit_scale = torch.clamp(...).exp()`, its
-    relative position bias by `self.cpb_mlp(...)`), may run before the moved lines instead of after them: the moved
-    lines only compute (operators and effect-free functions, no random draw, no attribute of ``self`` read, `_computes`)
-    and read nothing that may share memory with what `line` reads, so its calls cannot change what they read, nor
-    they what it reads; names as `_commutes` asks."""
+    relative position bias by `self.cpb_mlp(...)`), may run before the moved lines instead of after them: its calls
+    only compute (`_only_computing_calls`), the moved lines only compute (operators and effect-free functions, no
+    random draw, no attribute of ``self`` read, `_computes`) and read nothing that may share memory with what `line`
+    reads; names as `_commutes` asks."""
     if not moved or graph.reached_elsewhere or not _commutes(line, bound, read, pure=False):
         return False
+    if not _only_computing_calls(line, graph, cls):
+        return False  # it may change what the moved lines read, through an alias, `self` or a global
     moved_reads: set[int] = set()
     for statement in moved:
         if not _computes(statement, graph) or any(
@@ -306,6 +309,55 @@ def _commutes_with_computation(
             return False
         moved_reads |= _read_vids(statement, graph)
     return not (_read_vids(line, graph) & aliasing.sharing_memory(graph, moved_reads))
+
+
+# Tensor methods that return a new tensor computed from their receiver and arguments (besides `computing_call`'s).
+_PURE_METHODS = frozenset({
+    "exp", "log", "log1p", "expm1", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "neg", "reciprocal", "pow",
+    "clamp", "mul", "add", "sub", "div", "square", "amax", "amin", "max", "min", "norm", "std", "var", "cumsum",
+})
+
+
+def _only_computing_calls(line: cst.BaseStatement, graph: FlowGraph, cls: ClassStructure) -> bool:
+    """Whether every call of `line` computes a result and changes nothing, draws nothing: an operator, a torch
+    function without effects that leaves its arguments as they are, a layer of a type known to only compute (not
+    built in place, no hook of the class on it; an ``nn.Sequential`` of such layers, SwinV2's ``cpb_mlp``), a call
+    that only computes (`computing_call`) or a pure tensor method (``.exp()``)."""
+    for node in cstwalk.walk(line):
+        if type(node) is not cst.Call:
+            continue
+        made = graph.by_call.get(id(node))
+        func = node.func  # type: ignore[attr-defined]
+        layer = _is_self_attr(func)
+        if made is not None and made.kind == "func":
+            if flow_checks.may_have_effects(made) or flow_checks.may_change_arguments(made):
+                return False
+        elif layer is not None:
+            if layer in cls.methods or not _computing_layer(layer, cls):
+                return False
+        elif made is None and not computing_call(node) and not (  # type: ignore[arg-type]
+            type(func) is cst.Attribute and func.attr.value in _PURE_METHODS  # type: ignore[attr-defined]
+        ):
+            return False
+    return True
+
+
+def _computing_layer(attr: str, cls: ClassStructure) -> bool:
+    """Whether calling ``self.<attr>`` only computes: a layer bound once in ``__init__``, not rebound, with no hook
+    of the class on it, of a type known to only compute (`flow_checks.COMPUTING_LAYERS`) and not built in place, or
+    an ``nn.Sequential`` of such layers (an in-place one after the first works on its predecessor's result)."""
+    bindings = cls.init_bindings.get(attr, [])
+    if len(bindings) != 1 or attr in cls.hooked or "*" in cls.hooked or attr in cls.rebound or "*" in cls.rebound:
+        return False
+    binding = bindings[0]
+    if binding.qualname in flow_checks.COMPUTING_LAYERS:
+        return not aliasing.built_in_place(binding)
+    elements = binding.elements
+    return (
+        binding.qualname == "torch.nn.Sequential" and bool(elements)
+        and all(e.qualname in flow_checks.COMPUTING_LAYERS and not e.elements for e in elements)
+        and not aliasing.built_in_place(elements[0])
+    )
 
 
 def _computes(line: cst.BaseStatement, graph: FlowGraph) -> bool:

@@ -39,9 +39,10 @@ computes the same function up to rounding:
 - query, key and value of one floating dtype, the same rank (3 or 4) and the same leading (batch/head) dims, no
   autocast (autocast runs eager's softmax in float32, SDPA in its own way);
 - the scale a Python number (``scale``, ``1 / divisor`` or ``scale / divisor``), or a scale tensor of the query's
-  dtype with one number per query row or fewer (its last dim 1, as timm's SwinV2 per-head ``logit_scale.exp()`` of
-  shape [H, 1, 1]; a divisor then a Python number), which scales the query instead: ``(query * scale) @ key_t`` is
-  ``(query @ key_t) * scale`` up to rounding;
+  dtype (float32, bfloat16 or float64: in float16 ``query * scale`` may overflow where the scores times the scale
+  would not) with one number per query row or fewer (its last dim 1, as timm's SwinV2 per-head
+  ``logit_scale.exp()`` of shape [H, 1, 1]; a divisor then a Python number) and every number finite, which scales
+  the query instead: ``(query * scale) @ key_t`` is ``(query @ key_t) * scale`` up to rounding;
 - an additive ``mask`` of the query's dtype whose broadcast with the scores is the scores' shape, whose values
   are all finite and where every row keeps a key (an entry >= -1e4): HF's padding/causal ``finfo.min`` masks
   qualify. A row that keeps no key (a fully padded query, a row of ``-inf``) is uniform or NaN in eager, and SDPA
@@ -354,13 +355,17 @@ def _reference(
 
 
 def _row_scale(scale: Tensor, query: Tensor, scores_shape: tuple[int, ...]) -> bool:
-    """Whether a scale tensor may scale the query instead of the scores: of the query's dtype and device, one number
-    per query row or fewer (its last dim, the keys', 1), broadcasting to the scores' shape."""
-    if scale.dtype != query.dtype or scale.device != query.device or scale.dim() > len(scores_shape):
+    """Whether a scale tensor may scale the query instead of the scores: of the query's dtype and device, not float16
+    (`query * scale` may overflow its range where the scores times the scale would not), one number per query row or
+    fewer (its last dim, the keys', 1), broadcasting to the scores' shape, every number finite (an infinite or NaN
+    scale gives NaN rows in eager, zeros in SDPA)."""
+    if scale.dtype != query.dtype or scale.dtype == torch.float16 or scale.device != query.device:
         return False
-    if scale.dim() > 0 and scale.shape[-1] != 1:
+    if scale.dim() > len(scores_shape) or scale.dim() > 0 and scale.shape[-1] != 1:
         return False
-    return torch.broadcast_shapes(scale.shape, scores_shape) == scores_shape
+    if torch.broadcast_shapes(scale.shape, scores_shape) != scores_shape:
+        return False
+    return not torch._C._are_functorch_transforms_active() and bool(torch.isfinite(scale).all())
 
 
 def _python_scale(scale: Optional[Union[float, Tensor]], divisor: Optional[Union[float, Tensor]]) -> Optional[float]:

@@ -171,6 +171,10 @@ REFUSALS = {
     "neg_line_between_changes_what_the_scores_read.py": (
         "self.key_stats(k).mean(dim=2)", "self.key_stats(x.view(B_, N, self.num_heads, -1)).mean(dim=1)"
     ),
+    "neg_buffer_held_by_a_layer_called_between.py": (
+        "self.stats = Stats(self.temp, dim)", "self.stats = Stats(torch.ones(heads, 1, 1), dim)"
+    ),
+    "neg_line_between_changes_the_key_through_self.py": ("z = self.cache[-1].mul_(2.0)", "z = self.cache[-1] * 2.0"),
     "neg_helper_also_called_through_the_class.py": ("SelfThenMemory.core(self, a,", "self.core(a,"),
     "neg_helper_handed_to_checkpoint_beside_a_call.py": (
         "cp.checkpoint(self.core, x, memory, memory, use_reentrant=False)", "self.core(x, memory, memory)"

@@ -177,7 +177,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '12: intermediate-used-elsewhere: `h`, an intermediate result the fused call hides, is used here (line 13)',
     ],
     'ADP009_fuse_qkv/neg_call_changing_the_input_before_a_projection.py': [
-        '18: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 19)',
+        '19: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 20)',
+        '53: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 54)',
+        '70: input-may-be-mutated: a call before this projection in its statement is handed its input or a name reaching it, and may change it in place: the packed call, before the first projection, would read it as it was (line 71)',
     ],
     'ADP009_fuse_qkv/neg_helper_inputs_differ_in_another_branch.py': [
         '17: not-placeable: the helper method `_qkv_proj` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, another object, a reference by name or through the class, or one the walk does not inline): the rewrite would change the helper for this caller as well (line 24)',
@@ -309,6 +311,12 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     ],
     'ADP010_fuse_attention_core/neg_line_between_changes_what_the_scores_read.py': [
         '22: branch-not-duplicable: even with the statements after the `if` copied into its arms: the matched statements before the `if` holding the others cannot be copied into its arms: 4 statements between them and the `if` would have to move with them (at most 3 are copied into every arm)',
+    ],
+    'ADP010_fuse_attention_core/neg_buffer_held_by_a_layer_called_between.py': [
+        "32: input-may-be-mutated: a matched statement moved to the fused call's place reads `self.temp`, which `__init__` hands to a layer it builds: a call here may change it in place (line 33)",
+    ],
+    'ADP010_fuse_attention_core/neg_line_between_changes_the_key_through_self.py': [
+        "20: input-may-be-mutated: even with the statements after and before the `if` copied into its arms: a call here may modify a value in place, which a matched statement moved to the fused call's place reads (line 22)",
     ],
     'ADP010_fuse_attention_core/neg_helper_also_called_through_the_class.py': [
         '21: not-placeable: the helper method `core` holding it is called here too, where its result is not checked (a method walked on its own, a call whose arguments the match does not hold for, a subclass refusing the site, another object, a reference by name or through the class, or one the walk does not inline): the rewrite would change the helper for this caller as well (line 18)',

@@ -29,6 +29,7 @@ import libcst as cst
 from .. import cstwalk
 from ..provider.syntax import (
     METADATA_ATTRIBUTES,
+    _is_false,
     _is_self_attr,
     calls_in_place,
     compound_header,
@@ -140,10 +141,30 @@ def _layer_in_place(node: DLNode) -> bool:
     return any(built_in_place(binding) for binding in node.bindings)
 
 
+# Layers whose constructor takes `inplace`, and its position (`nn.ReLU(inplace)`, `nn.LeakyReLU(0.2, flag)`).
+_INPLACE_POSITION = {
+    **dict.fromkeys(("ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Mish", "SELU"), 0),
+    **dict.fromkeys(("ELU", "CELU", "LeakyReLU", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+                     "FeatureAlphaDropout"), 1),
+    **dict.fromkeys(("Hardtanh", "RReLU", "Threshold"), 2),
+}
+
+
 def built_in_place(binding: LayerBinding) -> bool:
-    """A layer built with ``inplace=`` other than False, or with a positional ``True`` (``nn.ReLU(True)``)."""
-    return passes_inplace(binding.args) or any(
+    """A layer built with ``inplace=`` other than False, with a positional ``True`` (``nn.ReLU(True)``), or, for a
+    type taking ``inplace``, with anything but False at its position or with ``*args``/``**kwargs``
+    (``nn.ReLU(inplace)``, ``nn.SiLU(**act_kwargs)``: it may be set)."""
+    if passes_inplace(binding.args) or any(
         a.keyword is None and type(a.value) is cst.Name and a.value.value == "True" for a in binding.args
+    ):
+        return True
+    qualname = binding.qualname or ""
+    position = _INPLACE_POSITION.get(qualname[len("torch.nn."):]) if qualname.startswith("torch.nn.") else None
+    if position is None:
+        return False
+    positional = [a for a in binding.args if a.keyword is None and a.star == ""]
+    return any(a.star != "" for a in binding.args) or (
+        len(positional) > position and not _is_false(positional[position].value)
     )
 
 

@@ -20,7 +20,7 @@ from .. import cstwalk
 from .. import matcher as m
 from ..dsl import CallNode, Node, OpNode, Rule, Var
 from ..provider import syntax
-from ..structure import Def, DLNode, Event, Site, Use, Value
+from ..structure import ClassStructure, Def, DLNode, Event, Site, Use, Value
 from . import aliasing
 from .graph import FlowGraph, Reach, read_vids
 
@@ -672,15 +672,15 @@ def _runs_again_first(graph: FlowGraph, node: DLNode, anchors: frozenset[int]) -
 
 
 def _draws_or_changes_state(node: DLNode) -> bool:
-    """`may_have_effects`, but not a layer of a type known to only compute (`_COMPUTING_LAYERS`, not in place)."""
-    if node.kind == "layer" and node.qualname in _COMPUTING_LAYERS and not aliasing._layer_in_place(node):
+    """`may_have_effects`, but not a layer of a type known to only compute (`COMPUTING_LAYERS`, not in place)."""
+    if node.kind == "layer" and node.qualname in COMPUTING_LAYERS and not aliasing._layer_in_place(node):
         return False
     return may_have_effects(node)
 
 
 def may_change_arguments(node: DLNode) -> bool:
     """Whether evaluating the node may change in place what it is handed: an operand with a call of its own; a layer
-    not of a type known to only compute (`_COMPUTING_LAYERS`) or built with ``inplace=``; a function other than a
+    not of a type known to only compute (`COMPUTING_LAYERS`) or built with ``inplace=``; a function other than a
     ``torch``/``math`` one whose name does not end in ``_``, or one passed ``out=``/``inplace=`` (for
     ``torch.nn.functional``, where ``inplace`` may come positionally, any positional argument after the first that is
     not a number). Operators never do."""
@@ -689,7 +689,7 @@ def may_change_arguments(node: DLNode) -> bool:
     if node.kind == "op":
         return False
     if node.kind == "layer":
-        return node.qualname not in _COMPUTING_LAYERS or aliasing._layer_in_place(node)
+        return node.qualname not in COMPUTING_LAYERS or aliasing._layer_in_place(node)
     name = node.qualname
     if name is None or not name.startswith(("torch.", "math.")) or syntax.is_in_place_name(name.rsplit(".", 1)[-1]):
         return True
@@ -747,7 +747,7 @@ def may_have_effects(node: DLNode) -> bool:
 
 # Layers whose call only computes (no random draw, no state read by another call): a matched dropout may move past
 # them. Any other layer may hold a dropout.
-_COMPUTING_LAYERS = frozenset({
+COMPUTING_LAYERS = frozenset({
     "torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.LayerNorm",
     "torch.nn.GroupNorm", "torch.nn.RMSNorm", "torch.nn.Embedding", "torch.nn.Softmax", "torch.nn.GELU",
     "torch.nn.Tanh", "torch.nn.Sigmoid", "torch.nn.ReLU", "torch.nn.SiLU", "torch.nn.Identity",
@@ -797,7 +797,7 @@ def _draw_moved_past_another(
 
 def _may_draw(node: DLNode) -> bool:
     """`may_have_effects`, less the layers known to only compute."""
-    if node.kind == "layer" and node.qualname in _COMPUTING_LAYERS:
+    if node.kind == "layer" and node.qualname in COMPUTING_LAYERS:
         return False
     return may_have_effects(node)
 
@@ -963,6 +963,48 @@ def _absorbed(graph: FlowGraph, occ: list[DLNode], deleted: set[int]) -> set[Key
     return out
 
 
+def _held_by_a_layer(cls: ClassStructure, vids: set[int]) -> Optional[str]:
+    """An attribute of ``self`` among `vids` (as its value on entry) that ``__init__`` hands to a layer's constructor
+    (``self.stats = Stats(self.temp)``): that layer may keep it and change it in place whenever it is called."""
+    read = {cls.entry_names[vid][len("self."):] for vid in vids if cls.entry_names.get(vid, "").startswith("self.")}
+    read &= _tensor_attributes(cls)  # a number (`self.head_dim`, handed to an nn.Embedding) cannot change in place
+    if not read:
+        return None
+    for bindings in cls.init_bindings.values():
+        for binding in (b for bs in bindings for b in (bs, *bs.elements)):
+            for arg in binding.args:
+                for node in cstwalk.walk(arg.value):
+                    attr = syntax._is_self_attr(node) if type(node) is cst.Attribute else None  # type: ignore[arg-type]
+                    if attr in read:
+                        return attr
+    return None
+
+
+def _tensor_attributes(cls: ClassStructure) -> set[str]:
+    """Attributes the class's code binds to tensors: registered buffers and parameters
+    (``self.register_buffer("temp", ...)``), ``self.x = nn.Parameter(...)`` and ``self.x = torch.<fn>(...)``."""
+    out: set[str] = set()
+    if cls.node is None:
+        return out
+    for node in cstwalk.walk(cls.node.body):
+        if type(node) is cst.Call:
+            func = node.func  # type: ignore[attr-defined]
+            registers = type(func) is cst.Attribute and syntax._is_self_attr(func) in (
+                "register_buffer", "register_parameter"
+            )
+            first = node.args[0].value if registers and node.args else None  # type: ignore[attr-defined]
+            if isinstance(first, cst.SimpleString):
+                out.add(first.evaluated_value if isinstance(first.evaluated_value, str) else "")
+        elif type(node) is cst.Assign and type(node.value) is cst.Call:  # type: ignore[attr-defined]
+            callee = cst.Module([]).code_for_node(node.value.func)  # type: ignore[attr-defined]
+            if callee.rsplit(".", 1)[-1] == "Parameter" or callee.startswith("torch."):
+                for target in node.targets:  # type: ignore[attr-defined]
+                    attr = syntax._is_self_attr(target.target) if type(target.target) is cst.Attribute else None
+                    if attr is not None:
+                        out.add(attr)
+    return out
+
+
 def _in_frames(stack: tuple[Site, ...], stacks: set[tuple[Site, ...]]) -> bool:
     """Whether an event inlined through `stack` runs in one of the frames leading to `stacks`' events (the same
     frames, or callers of theirs)."""
@@ -1030,8 +1072,10 @@ def _moved_reads_touched(
         if calls or (pos not in inlined and aliasing.changes_in_place(graph, event, sharing)):
             sentence = _mutated_sentence(graph, match, moved, event, calls)
             return m.Reason(m.RefusalCategory.INPUT_MAY_BE_MUTATED, sentence, event.site.line)
-    if graph.reached_elsewhere:
-        # A closure or a global may hold what the moved statements read: any call in between may change it.
+    held = _held_by_a_layer(match.cls, sharing)
+    if graph.reached_elsewhere or held is not None:
+        # A closure or a global may hold what the moved statements read, or a layer handed it when built
+        # (`self.stats = Stats(self.temp)`): any call in between may change it.
         for pos in range(min(moved_at) + 1, anchor.index):
             event = graph.events[pos]
             if event is None or id(event.site.small) in skip or (isinstance(event, DLNode) and key(event) in keys):
@@ -1046,7 +1090,10 @@ def _moved_reads_touched(
                 return m.Reason(
                     m.RefusalCategory.INPUT_MAY_BE_MUTATED,
                     "this function changes objects in place through a nested function or a global, and a call here "
-                    "may run that code: it could change what a matched statement moved to the fused call's place reads",
+                    "may run that code: it could change what a matched statement moved to the fused call's place reads"
+                    if held is None else
+                    f"a matched statement moved to the fused call's place reads `self.{held}`, which `__init__` hands "
+                    "to a layer it builds: a call here may change it in place",
                     event.site.line,
                 )
     # A moved layer call runs at the fused call's place with the layer as it is there: nothing in between may reach

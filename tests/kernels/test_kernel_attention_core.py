@@ -235,6 +235,9 @@ def test_tensor_scale_per_key_and_broadcasting_mask_run_the_reference(sdpa_calls
     _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=wider), lambda q, k, v: _eager(q, k, v, scale=wider))
     single = torch.tensor(0.25, dtype=torch.float32)  # another dtype than the query's
     _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=single), lambda q, k, v: _eager(q, k, v, scale=single))
+    for bad in (math.inf, math.nan):  # NaN rows in eager, zeros in SDPA
+        odd = torch.tensor([[[1.0]], [[bad]], [[0.5]]], dtype=torch.float64)
+        _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, scale=odd), lambda q, k, v: _eager(q, k, v, scale=odd))
     big = torch.zeros(4, B, H, L, S, dtype=torch.float64)  # broadcasting makes the scores bigger: not SDPA's job
     _check(lambda q, k, v: attention_core(q, k.transpose(-2, -1), v, mask=big), lambda q, k, v: _eager(q, k, v, mask=big))
     assert not sdpa_calls
