@@ -36,9 +36,9 @@ the ``if`` and after the tests. That changes nothing the code computes when (che
   of its block, the others statements of one arm of its chain (an ``elif``'s too);
 * a line between the first of them and the ``if`` stays when it is a plain assignment of an expression without calls
   (tensor metadata aside: ``x.size(0)``) to names no moved line before it reads or binds, reading none they bind
-  (BERT's ``is_cross_attention = ...``), or making calls where the moved lines before it only compute and read
-  nothing that may share memory with what it reads (timm's SwinV2 bias MLP, `_commutes_with_computation`); any other
-  line moves with them (RoFormer's reshape of the query), at most
+  (BERT's ``is_cross_attention = ...``), or making calls that only compute where the moved lines before it only
+  compute too and read nothing that may share memory with what it reads (timm's SwinV2 bias MLP,
+  `_commutes_with_computation`); any other line moves with them (RoFormer's reshape of the query), at most
   ``MAX_DEPENDENT_LINES`` of them, and every moved line is a simple statement without ``return``, ``raise``,
   ``break``, ``continue``, ``del``, ``global`` or ``nonlocal``;
 * no test of the chain makes a call or assigns, or reads a name a moved line binds;
