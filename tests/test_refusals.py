@@ -117,6 +117,9 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
     'ADP005_fuse_dropout_ln/neg_residual_draws_before_the_dropout_input.py': [
         '17: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state) before one that computes an earlier argument of the fused call; the fused call would run them in the other order (line 17)',
     ],
+    'ADP005_fuse_dropout_ln/neg_sublayer_in_a_helper_method_a_statement_before.py': [
+        "20: not-placeable: `self._ffn(tgt)`, a helper method's result, is passed as that call only in the fused call's own statement: the helper would run at another statement (line 20)",
+    ],
     'ADP005_fuse_dropout_ln/neg_residual_computed_after_dropout.py': [
         '17: not-placeable: an argument here calls a layer or a function that may have effects (random numbers, state) after a matched call that has them; the fused call would run it first (line 17)',
     ],
@@ -313,7 +316,7 @@ NEGATIVE_REFUSALS: dict[str, list[str]] = {
         '22: branch-not-duplicable: even with the statements after the `if` copied into its arms: the matched statements before the `if` holding the others cannot be copied into its arms: 4 statements between them and the `if` would have to move with them (at most 3 are copied into every arm)',
     ],
     'ADP010_fuse_attention_core/neg_buffer_held_by_a_layer_called_between.py': [
-        "32: input-may-be-mutated: a matched statement moved to the fused call's place reads `self.temp`, which `__init__` hands to a layer it builds: a call here may change it in place (line 33)",
+        "36: input-may-be-mutated: a matched statement moved to the fused call's place reads `self.temp`, which `__init__` hands to a layer it builds: a call here may change it in place (line 37)",
     ],
     'ADP010_fuse_attention_core/neg_line_between_changes_the_key_through_self.py': [
         "20: input-may-be-mutated: even with the statements after and before the `if` copied into its arms: a call here may modify a value in place, which a matched statement moved to the fused call's place reads (line 22)",

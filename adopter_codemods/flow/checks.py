@@ -981,12 +981,12 @@ def _held_by_a_layer(cls: ClassStructure, vids: set[int]) -> Optional[str]:
 
 
 def _tensor_attributes(cls: ClassStructure) -> set[str]:
-    """Attributes the class's code binds to tensors: registered buffers and parameters
-    (``self.register_buffer("temp", ...)``), ``self.x = nn.Parameter(...)`` and ``self.x = torch.<fn>(...)``."""
+    """Attributes the module's classes (the class's bases among them) bind to tensors: registered buffers and
+    parameters (``self.register_buffer("temp", ...)``), ``self.x = nn.Parameter(...)``, ``self.x = torch.<fn>(...)``."""
     out: set[str] = set()
-    if cls.node is None:
+    if cls.module is None:
         return out
-    for node in cstwalk.walk(cls.node.body):
+    for node in cstwalk.walk(cls.module):
         if type(node) is cst.Call:
             func = node.func  # type: ignore[attr-defined]
             registers = type(func) is cst.Attribute and syntax._is_self_attr(func) in (
@@ -1199,8 +1199,10 @@ def helper_refusal(match: "m.Match", placement: "m.Placement") -> Optional["m.Re
     for value in m._target_inputs(match):
         if value.kind == "var" and not value.text.startswith("%"):
             readable = value.vid in placement.names or _visible(value.uses[0][0], value.vid, scope, graph)
-        elif value.kind == "var" and value.vid not in graph.producers:
-            # A phi of a helper's returns is written as the helper's call: readable where that call is written.
+        elif value.kind == "var" and (value.vid not in graph.producers or _helper_call_in(value, anchor.site.small)):
+            # A helper's result is written as its call (a phi of its returns, or a DSL node's result: kornia's
+            # RT-DETR, `self.norm3(tgt + self.dropout4(self._ffn(tgt)))`): readable where that call is written; a
+            # node's result only in the fused call's own statement, where the call runs in its turn as it did.
             readable = id(value.expr) in written
         elif value.kind == "var" or value.kind == "expr":
             readable = all(_visible(name, vid, scope, graph) for name, vid in value.uses)
@@ -1214,7 +1216,21 @@ def helper_refusal(match: "m.Match", placement: "m.Placement") -> Optional["m.Re
     return _helper_call_dropped(match, graph, removed, rendered)
 
 
+def _helper_call_in(value: "m.Value", statement: cst.CSTNode) -> bool:
+    """Whether `value` is written as a helper method's call (``self._ffn(tgt)``: `unchain` gives the result of an
+    inlined helper that expression) inside `statement`."""
+    call = value.expr
+    if type(call) is not cst.Call or syntax._is_self_attr(call.func) is None:  # type: ignore[attr-defined]
+        return False
+    return any(node is call for node in cstwalk.walk(statement))
+
+
 def _computed_in_helper(value: m.Value) -> Callable[[], str]:
+    if type(value.expr) is cst.Call and syntax._is_self_attr(value.expr.func) is not None:  # type: ignore[attr-defined]
+        return lambda: (
+            f"`{m._code(value.expr)}`, a helper method's result, is passed as that call only in the fused call's own "
+            "statement: the helper would run at another statement"
+        )
     return lambda: (
         f"`{m._code(value.expr)}` is computed inside a helper method, so the fused call could not name it where it goes"
     )

@@ -4,6 +4,8 @@ as aliases, returns joined; a helper already being inlined is not inlined again:
 
 from __future__ import annotations
 
+import dataclasses
+
 from abc import ABC, abstractmethod
 from typing import Optional, Sequence
 
@@ -284,6 +286,10 @@ class _Unchainer(_WalkState, ABC):
             for r in self.walk_block(method.body, helper_ctx, [q]):
                 if r.status == "return" and r.ret is not None:
                     ret = r.ret
+                    if ret.kind == "var" and ret.text.startswith("%"):
+                        # A DSL node's result, written in the caller as the helper's call (kornia's RT-DETR:
+                        # `self.dropout4(self._ffn(tgt))`): what a fused call passing it writes again.
+                        ret = dataclasses.replace(ret, expr=call)
                     r.status, r.ret = "open", None
                     out.append((r, ret))
                 elif r.status in ("open", "return"):
