@@ -1883,9 +1883,8 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
                 for site in node.site.inline_stack:
                     through.setdefault(id(site.small), set()).add(id(site))
     dropped: set[int] = set()
-    class_reads = _read_on_classes(helper_matches[0].match.cls.module)  # one module: `find_all`'s
     for f in helper_matches:
-        unchecked = _unchecked_helper_call(f.match, checked[f.match.key()], class_reads)
+        unchecked = _unchecked_helper_call(f.match, checked[f.match.key()])
         if unchecked is None:
             continue
         dropped.add(id(f))
@@ -1922,11 +1921,11 @@ def helper_callers_checked(found: list[PlacedMatch], refusals: Optional[list[Ref
 
 
 def _unchecked_helper_call(
-    match: Match, checked: dict[int, set[int]], class_reads: Mapping[str, cst.Attribute]
+    match: Match, checked: dict[int, set[int]]
 ) -> Optional[tuple[str, Optional[cst.CSTNode]]]:
     """A helper holding the match's nodes, with a statement referring to it more often than accepted copies were
-    checked through it, or referring to it by name or through a class (`class_reads`, `_read_on_classes`); None for
-    the statement: the helper is read on another object, or where no statement holds it."""
+    checked through it, or referring to it by name or through a class (`ClassStructure.class_reads`); None for the
+    statement: the helper is read on another object, or where no statement holds it."""
     helpers = {
         site.function.rpartition(".")[2]
         for n in match.nodes
@@ -1940,7 +1939,7 @@ def _unchecked_helper_call(
         if helper in cls.foreign_attributes:
             return helper, None
         # reached by its name (`getattr(self, "core")`) or through the class (`Model.core(self, ...)`)
-        other = cls.reached_by_name.get(helper) or class_reads.get(helper)
+        other = cls.reached_by_name.get(helper) or cls.class_reads.get(helper)
         if other is not None:
             return helper, _statements_holding(cls, {id(other)}).get(id(other))
     references: dict[int, int] = {}  # statement id -> references to a helper in it
@@ -1954,19 +1953,6 @@ def _unchecked_helper_call(
         ):
             return helper, statement
     return None
-
-
-def _read_on_classes(module: Optional[cst.Module]) -> dict[str, cst.Attribute]:
-    """Attribute name -> its first read ``<Name>.<attr>`` whose receiver is a class of the module (``Model.core``):
-    the class's function, which any code may call with any arguments."""
-    out: dict[str, cst.Attribute] = {}
-    if module is None:
-        return out
-    classes = {s.name.value for s in module.body if isinstance(s, cst.ClassDef)}
-    for node in cstwalk.walk(module):
-        if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value in classes:  # type: ignore[attr-defined]
-            out.setdefault(node.attr.value, node)  # type: ignore[attr-defined, arg-type]
-    return out
 
 
 def _returned_by_itself(cls: ClassStructure, helper: str, statement: cst.CSTNode) -> bool:

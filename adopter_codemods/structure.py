@@ -203,6 +203,12 @@ class ClassStructure:
     # Attributes whose module the class family registers a hook on (`self.ln.register_forward_pre_hook(f)`), each
     # with the first registration: a rewrite must not change what such a layer is called with.
     hooked: Mapping[str, cst.CSTNode] = field(default_factory=dict)
+    # Attributes the class family binds to tensors (registered buffers and parameters, `self.x = torch.<fn>(...)`):
+    # a layer handed one when built may change it in place whenever it is called.
+    tensor_attributes: frozenset[str] = frozenset()
+    # Attribute names the module reads on its classes (`Model.core`), each with the first read: such a method may be
+    # called with any arguments, not only through `self`.
+    class_reads: Mapping[str, cst.CSTNode] = field(default_factory=dict)
     # Attribute names the module binds on objects other than `self` (`m.ln = nn.LayerNorm(8)`, "*": a computed
     # setattr), each with the first store binding it: a layer whose class an __init__ edit changes must not be
     # replaced from outside. Not counted: stores on a local holding a container its function builds.

@@ -967,7 +967,7 @@ def _held_by_a_layer(cls: ClassStructure, vids: set[int]) -> Optional[str]:
     """An attribute of ``self`` among `vids` (as its value on entry) that ``__init__`` hands to a layer's constructor
     (``self.stats = Stats(self.temp)``): that layer may keep it and change it in place whenever it is called."""
     read = {cls.entry_names[vid][len("self."):] for vid in vids if cls.entry_names.get(vid, "").startswith("self.")}
-    read &= _tensor_attributes(cls)  # a number (`self.head_dim`, handed to an nn.Embedding) cannot change in place
+    read &= cls.tensor_attributes  # a number (`self.head_dim`, handed to an nn.Embedding) cannot change in place
     if not read:
         return None
     for bindings in cls.init_bindings.values():
@@ -978,31 +978,6 @@ def _held_by_a_layer(cls: ClassStructure, vids: set[int]) -> Optional[str]:
                     if attr in read:
                         return attr
     return None
-
-
-def _tensor_attributes(cls: ClassStructure) -> set[str]:
-    """Attributes the module's classes (the class's bases among them) bind to tensors: registered buffers and
-    parameters (``self.register_buffer("temp", ...)``), ``self.x = nn.Parameter(...)``, ``self.x = torch.<fn>(...)``."""
-    out: set[str] = set()
-    if cls.module is None:
-        return out
-    for node in cstwalk.walk(cls.module):
-        if type(node) is cst.Call:
-            func = node.func  # type: ignore[attr-defined]
-            registers = type(func) is cst.Attribute and syntax._is_self_attr(func) in (
-                "register_buffer", "register_parameter"
-            )
-            first = node.args[0].value if registers and node.args else None  # type: ignore[attr-defined]
-            if isinstance(first, cst.SimpleString):
-                out.add(first.evaluated_value if isinstance(first.evaluated_value, str) else "")
-        elif type(node) is cst.Assign and type(node.value) is cst.Call:  # type: ignore[attr-defined]
-            callee = cst.Module([]).code_for_node(node.value.func)  # type: ignore[attr-defined]
-            if callee.rsplit(".", 1)[-1] == "Parameter" or callee.startswith("torch."):
-                for target in node.targets:  # type: ignore[attr-defined]
-                    attr = syntax._is_self_attr(target.target) if type(target.target) is cst.Attribute else None
-                    if attr is not None:
-                        out.add(attr)
-    return out
 
 
 def _in_frames(stack: tuple[Site, ...], stacks: set[tuple[Site, ...]]) -> bool:

@@ -78,6 +78,7 @@ def build_module_structure(
                 subclasses[base].add(name)
     result: list[ClassStructure] = []
     walrus = any(hit[1].walrus for hit in scanned.done.values())
+    class_reads = {k: v for hit in reversed(list(scanned.done.values())) for k, v in hit[1].class_reads.items()}
     walkers: dict[str, _ClassWalker] = {}
 
     def walker_of(name: str) -> _ClassWalker:
@@ -109,6 +110,8 @@ def build_module_structure(
         structure.foreign_attributes = frozenset(foreign)
         structure.reached_by_name = {k: v for c in reversed(family) for k, v in scans[c].by_name.items()}
         structure.hooked = {k: v for c in reversed(family) for k, v in scans[c].hooked.items()}
+        structure.tensor_attributes = frozenset().union(*(scans[c].tensors for c in family))
+        structure.class_reads = class_reads
         # Forward and helpers may come from local bases.
         bases = _family(name, classes, {})
         external = [ref for c in bases for ref in classes[c].external_bases]

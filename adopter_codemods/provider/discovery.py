@@ -78,6 +78,10 @@ class _Scan:
     # (`self.children()`, `self._modules`, `vars(self)`), with the first node reaching each
     by_name: dict[str, cst.CSTNode] = field(default_factory=dict)
     hooked: dict[str, cst.CSTNode] = field(default_factory=dict)  # attr -> a hook registration on `self.<attr>`
+    # attrs bound to tensors: registered buffers and parameters, `self.x = nn.Parameter(...)`, `= torch.<fn>(...)`
+    tensors: set[str] = field(default_factory=set)
+    # attribute names read on a class of the module (`Model.core`: its function, callable with any arguments)
+    class_reads: dict[str, cst.CSTNode] = field(default_factory=dict)
 
 
 # `setattr(self, "attr", ...)`, `delattr(self, "attr")`; `self.add_module("attr", ...)` and friends.
@@ -87,7 +91,7 @@ _STORE_KINDS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.Del, cst.For
 # The node types `_scan` looks at.
 _SCANNED = frozenset({
     cst.Attribute, *_STORE_KINDS, cst.WithItem, cst.Call, cst.BinaryOperation, cst.UnaryOperation, cst.FunctionDef,
-    cst.Lambda, cst.NamedExpr,
+    cst.Lambda, cst.NamedExpr, cst.Assign,
 })
 # What `seq = nn.Sequential()` and the like build: a torch container, never an instance of a class of the file.
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Module"})
@@ -126,6 +130,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                         scan.by_name.setdefault("*", node)
                 elif table.resolve(node) is None:  # type: ignore[arg-type]
                     foreign.add(node.attr.value)  # type: ignore[attr-defined]
+                elif type(node.value) is cst.Name and node.value.value in table.local_classes:  # type: ignore[attr-defined]
+                    scan.class_reads.setdefault(node.attr.value, node)  # type: ignore[attr-defined]
             elif (kind in _STORE_KINDS and not (kind is cst.AnnAssign and node.value is None)) or (  # type: ignore[attr-defined]
                 kind is cst.WithItem and node.asname is not None  # type: ignore[attr-defined]
             ):  # (a bare annotation, `self.bn: nn.Module`, binds nothing)
@@ -169,6 +175,8 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                     if not (isinstance(receiver, cst.Name) and receiver.value == "self"):
                         stored.append((name or "*", receiver, node, unit))
                     elif name:
+                        if _registers_a_tensor(node):  # type: ignore[arg-type]
+                            scan.tensors.add(name)
                         scan.stores.setdefault(name, []).append(node)
                         if in_init:
                             init_stores.append(name)
@@ -176,6 +184,14 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                             scan.stored_outside_init.add(name)
                     else:
                         scan.dynamic = node
+            elif kind is cst.Assign:  # `self.x = nn.Parameter(...)`, `self.x = torch.zeros(...)`: a tensor
+                value = node.value  # type: ignore[attr-defined]
+                callee = table.resolve(value.func) if type(value) is cst.Call else None  # type: ignore[attr-defined]
+                if callee is not None and callee.startswith("torch."):
+                    scan.tensors.update(
+                        attr for t in node.targets  # type: ignore[attr-defined]
+                        if (attr := _is_self_attr(t.target)) is not None
+                    )
             elif kind is cst.NamedExpr:
                 scan.walrus = True
             elif kind is cst.BinaryOperation:
@@ -197,6 +213,11 @@ def _scan(root: cst.CSTNode, table: ImportTable, foreign: set[str]) -> _Scan:
                 continue  # a container the function builds (`seq.add_module(f"conv_{i}", ...)`): no class's instance
         scan.foreign_stores.setdefault(attr, node)
     return scan
+
+
+def _registers_a_tensor(call: cst.Call) -> bool:
+    """``self.register_buffer(name, ...)`` or ``self.register_parameter(name, ...)``."""
+    return type(call.func) is cst.Attribute and call.func.attr.value in ("register_buffer", "register_parameter")
 
 
 # `self.<attr>` reaching every child module by name (a removed layer among them)
